@@ -1,0 +1,274 @@
+#include "engine/config.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+namespace cedar {
+namespace {
+
+bool Contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+int LatestAtOrBefore(const std::vector<int>& sorted, int layer) {
+  int best = -1;
+  for (int s : sorted)
+    if (s <= layer) best = std::max(best, s);
+  return best;
+}
+
+template <typename T>
+void Read(const nlohmann::json& j, const char* key, T* out, bool required) {
+  if (!j.contains(key)) {
+    if (required) throw std::runtime_error(std::string("config: missing field '") + key + "'");
+    return;
+  }
+  try {
+    *out = j.at(key).get<T>();
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("config: field '") + key + "' has the wrong type (found " +
+                             j.at(key).dump() + ")");
+  }
+}
+
+}  // namespace
+
+bool ModelConfig::IsKvSource(int layer) const { return Contains(kv_source_layers, layer); }
+bool ModelConfig::IsIndexSource(int layer) const { return Contains(index_source_layers, layer); }
+
+int ModelConfig::PoolOf(int layer) const {
+  if (RatioOf(layer) == 0) return -1;
+  return LatestAtOrBefore(kv_source_layers, layer);
+}
+
+int ModelConfig::IndexSourceOf(int layer) const {
+  if (RatioOf(layer) == 0) return -1;
+  return LatestAtOrBefore(index_source_layers, layer);
+}
+
+bool ModelConfig::UsesCandidates(int layer) const {
+  return candidate_source_layer > 0 && IsIndexSource(layer) && layer > n_encoder_layers &&
+         layer > candidate_source_layer;
+}
+
+int64_t ModelConfig::StaircaseLength() const {
+  return int64_t(window) + int64_t(n_layers - n_encoder_layers - 1) * (window - 1);
+}
+
+std::string ModelConfig::Validate() const {
+  std::ostringstream err;
+  auto bad = [&](const std::string& field, const std::string& expected, const std::string& found) {
+    err << field << ": expected " << expected << ", found " << found << "\n";
+  };
+  auto positive = [&](const char* name, long v) {
+    if (v <= 0) bad(name, "> 0", std::to_string(v));
+  };
+  positive("vocab_size", vocab_size);
+  positive("dim", dim);
+  positive("n_layers", n_layers);
+  positive("n_heads", n_heads);
+  positive("head_dim", head_dim);
+  positive("q_lora_rank", q_lora_rank);
+  positive("o_groups", o_groups);
+  positive("o_group_rank", o_group_rank);
+  positive("window", window);
+  positive("moe_inter_dim", moe_inter_dim);
+  positive("max_seq_len", max_seq_len);
+  if (!(norm_eps > 0)) bad("norm_eps", "> 0", std::to_string(norm_eps));
+  if (!(rope_theta > 0) || !(compress_rope_theta > 0)) bad("rope_theta/compress_rope_theta", "> 0", "a non-positive base");
+  if (n_encoder_layers <= 0 || n_encoder_layers >= n_layers)
+    bad("n_encoder_layers", "0 < E < n_layers (" + std::to_string(n_layers) + ")", std::to_string(n_encoder_layers));
+  if (int(compress_ratios.size()) != n_layers) {
+    bad("compress_ratios", std::to_string(n_layers) + " entries (one per layer)", std::to_string(compress_ratios.size()));
+    return err.str();  // everything below indexes by layer
+  }
+  if (!err.str().empty()) return err.str();
+  for (int l = 0; l < n_layers; ++l)
+    if (compress_ratios[l] != 0 && compress_ratios[l] != 1 && compress_ratios[l] != 2)
+      bad("compress_ratios[" + std::to_string(l) + "]", "0, 1 or 2", std::to_string(compress_ratios[l]));
+  auto check_layers = [&](const char* name, const std::vector<int>& v) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (v[i] < 0 || v[i] >= n_layers) bad(name, "layers in [0, n_layers)", std::to_string(v[i]));
+      if (i > 0 && v[i] <= v[i - 1]) bad(name, "strictly ascending layers", "layer " + std::to_string(v[i]) + " after " + std::to_string(v[i - 1]));
+    }
+  };
+  check_layers("kv_source_layers", kv_source_layers);
+  check_layers("index_source_layers", index_source_layers);
+  if (!err.str().empty()) return err.str();
+  const int E = n_encoder_layers;
+  if (compress_ratios[E] != 1) bad("compress_ratios[E=" + std::to_string(E) + "]", "1 (layer E makes the decoder pool)", std::to_string(compress_ratios[E]));
+  if (!IsKvSource(E)) bad("kv_source_layers", "to contain layer E=" + std::to_string(E), "it does not");
+  for (int s : kv_source_layers) {
+    if (s > E) bad("kv_source_layers", "no kv source after E=" + std::to_string(E), "layer " + std::to_string(s));
+    if (compress_ratios[s] == 0) bad("kv_source_layers", "sources with ratio > 0", "layer " + std::to_string(s) + " with ratio 0");
+    if (!IsIndexSource(s)) bad("index_source_layers", "every kv source (layer " + std::to_string(s) + ") to be an index source", "it is not");
+  }
+  const int first_source = kv_source_layers.empty() ? n_layers : kv_source_layers.front();
+  for (int l = 0; l < n_layers; ++l) {
+    const int m = compress_ratios[l];
+    if (m == 0) continue;
+    if (l < first_source) {
+      bad("compress_ratios[" + std::to_string(l) + "]", "0 before the first kv source", std::to_string(m));
+      continue;
+    }
+    const int src = LatestAtOrBefore(kv_source_layers, l);
+    if (src >= 0 && compress_ratios[src] != m)
+      bad("compress_ratios[" + std::to_string(l) + "]", "the ratio of its kv source layer " + std::to_string(src) + " (" + std::to_string(compress_ratios[src]) + ")", std::to_string(m));
+  }
+  for (int s : index_source_layers)
+    if (compress_ratios[s] == 0) bad("index_source_layers", "index sources with ratio > 0", "layer " + std::to_string(s) + " with ratio 0");
+  if (candidate_source_layer > 0) {
+    const int c = candidate_source_layer;
+    if (!IsIndexSource(c)) bad("candidate_source_layer", "an index source", "layer " + std::to_string(c));
+    for (int s : kv_source_layers)
+      if (s > c) bad("candidate_source_layer", "no kv source after it", "kv source " + std::to_string(s));
+    if (candidate_block_size <= 0 || candidate_blocks <= 1)
+      bad("candidate_blocks/candidate_block_size", "blocks > 1 and block size > 0", std::to_string(candidate_blocks) + "/" + std::to_string(candidate_block_size));
+    else if (int64_t(candidate_blocks - 1) * candidate_block_size < index_topk)
+      bad("candidate_blocks", "(candidate_blocks - 1) * candidate_block_size >= index_topk (" + std::to_string(index_topk) + ")",
+          std::to_string(int64_t(candidate_blocks - 1) * candidate_block_size));
+  }
+  if (!kv_source_layers.empty()) {
+    positive("index_heads", index_heads);
+    positive("index_head_dim", index_head_dim);
+    positive("index_topk", index_topk);
+  }
+  if (n_heads % o_groups != 0) bad("n_heads", "divisible by o_groups (" + std::to_string(o_groups) + ")", std::to_string(n_heads));
+  if (rope_dim < 0 || rope_dim % 2 != 0 || rope_dim >= head_dim)
+    bad("rope_dim", "even and < head_dim (" + std::to_string(head_dim) + ")", std::to_string(rope_dim));
+  if (!kv_source_layers.empty() && rope_dim > index_head_dim)
+    bad("rope_dim", "<= index_head_dim (" + std::to_string(index_head_dim) + ")", std::to_string(rope_dim));
+  if (n_shared_experts != 0 && n_shared_experts != 1) bad("n_shared_experts", "0 or 1", std::to_string(n_shared_experts));
+  if (n_routed_experts < 0) bad("n_routed_experts", ">= 0", std::to_string(n_routed_experts));
+  if (n_routed_experts > 0 && (experts_per_token <= 0 || experts_per_token > n_routed_experts))
+    bad("experts_per_token", "in [1, n_routed_experts=" + std::to_string(n_routed_experts) + "]", std::to_string(experts_per_token));
+  return err.str();
+}
+
+ModelConfig ConfigFromJson(const nlohmann::json& j) {
+  if (!j.is_object()) throw std::runtime_error("config: expected a JSON object, found " + std::string(j.type_name()));
+  ModelConfig c;
+  Read(j, "vocab_size", &c.vocab_size, true);
+  Read(j, "dim", &c.dim, true);
+  Read(j, "n_layers", &c.n_layers, true);
+  Read(j, "n_encoder_layers", &c.n_encoder_layers, true);
+  Read(j, "n_heads", &c.n_heads, true);
+  Read(j, "head_dim", &c.head_dim, true);
+  Read(j, "rope_dim", &c.rope_dim, true);
+  Read(j, "q_lora_rank", &c.q_lora_rank, true);
+  Read(j, "o_groups", &c.o_groups, true);
+  Read(j, "o_group_rank", &c.o_group_rank, true);
+  Read(j, "window", &c.window, true);
+  Read(j, "compress_ratios", &c.compress_ratios, true);
+  Read(j, "kv_source_layers", &c.kv_source_layers, true);
+  Read(j, "index_source_layers", &c.index_source_layers, true);
+  Read(j, "index_heads", &c.index_heads, false);
+  Read(j, "index_head_dim", &c.index_head_dim, false);
+  Read(j, "index_topk", &c.index_topk, false);
+  Read(j, "candidate_source_layer", &c.candidate_source_layer, false);
+  Read(j, "candidate_blocks", &c.candidate_blocks, false);
+  Read(j, "candidate_block_size", &c.candidate_block_size, false);
+  Read(j, "n_routed_experts", &c.n_routed_experts, false);
+  Read(j, "n_shared_experts", &c.n_shared_experts, false);
+  Read(j, "experts_per_token", &c.experts_per_token, false);
+  Read(j, "moe_inter_dim", &c.moe_inter_dim, true);
+  Read(j, "route_scale", &c.route_scale, false);
+  Read(j, "swiglu_limit", &c.swiglu_limit, false);
+  Read(j, "rope_theta", &c.rope_theta, false);
+  Read(j, "compress_rope_theta", &c.compress_rope_theta, false);
+  Read(j, "norm_eps", &c.norm_eps, false);
+  Read(j, "max_seq_len", &c.max_seq_len, false);
+  return c;
+}
+
+nlohmann::json ConfigToJson(const ModelConfig& c) {
+  return nlohmann::json{
+      {"vocab_size", c.vocab_size}, {"dim", c.dim}, {"n_layers", c.n_layers},
+      {"n_encoder_layers", c.n_encoder_layers}, {"n_heads", c.n_heads}, {"head_dim", c.head_dim},
+      {"rope_dim", c.rope_dim}, {"q_lora_rank", c.q_lora_rank}, {"o_groups", c.o_groups},
+      {"o_group_rank", c.o_group_rank}, {"window", c.window}, {"compress_ratios", c.compress_ratios},
+      {"kv_source_layers", c.kv_source_layers}, {"index_source_layers", c.index_source_layers},
+      {"index_heads", c.index_heads}, {"index_head_dim", c.index_head_dim}, {"index_topk", c.index_topk},
+      {"candidate_source_layer", c.candidate_source_layer}, {"candidate_blocks", c.candidate_blocks},
+      {"candidate_block_size", c.candidate_block_size}, {"n_routed_experts", c.n_routed_experts},
+      {"n_shared_experts", c.n_shared_experts}, {"experts_per_token", c.experts_per_token},
+      {"moe_inter_dim", c.moe_inter_dim}, {"route_scale", c.route_scale},
+      {"swiglu_limit", c.swiglu_limit}, {"rope_theta", c.rope_theta},
+      {"compress_rope_theta", c.compress_rope_theta}, {"norm_eps", c.norm_eps},
+      {"max_seq_len", c.max_seq_len}};
+}
+
+ModelConfig LoadConfigFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("config: cannot open " + path);
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const std::exception& e) {
+    throw std::runtime_error("config: " + path + " is not valid JSON: " + e.what());
+  }
+  ModelConfig c;
+  try {
+    c = ConfigFromJson(j);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(path + ": " + e.what());
+  }
+  const std::string problems = c.Validate();
+  if (!problems.empty()) throw std::runtime_error("config: " + path + " is invalid:\n" + problems);
+  return c;
+}
+
+std::vector<std::string> PresetNames() { return {"tiny", "small", "flash"}; }
+
+bool PresetConfig(const std::string& name, ModelConfig* out) {
+  ModelConfig c;
+  if (name == "tiny") {
+    // Every test runs on it in seconds: W = 8, top-k 8, candidate pool active past 96 entries.
+    c.vocab_size = 512; c.dim = 64; c.n_layers = 8; c.n_encoder_layers = 4;
+    c.n_heads = 4; c.head_dim = 32; c.rope_dim = 8; c.q_lora_rank = 32;
+    c.o_groups = 2; c.o_group_rank = 32; c.window = 8;
+    c.compress_ratios = {0, 2, 2, 2, 1, 1, 1, 1};
+    c.kv_source_layers = {1, 3, 4};
+    c.index_source_layers = {1, 3, 4, 6};
+    c.index_heads = 2; c.index_head_dim = 16; c.index_topk = 8;
+    c.candidate_source_layer = 4; c.candidate_blocks = 12; c.candidate_block_size = 8;
+    c.n_routed_experts = 4; c.n_shared_experts = 1; c.experts_per_token = 2; c.moe_inter_dim = 64;
+    c.route_scale = 1.5f; c.swiglu_limit = 10.0f; c.max_seq_len = 4096;
+  } else if (name == "small") {
+    // The benchmark model: ~130M parameters, the real W = 128 and top-k 512.
+    c.vocab_size = 512; c.dim = 512; c.n_layers = 24; c.n_encoder_layers = 12;
+    c.n_heads = 8; c.head_dim = 128; c.rope_dim = 32; c.q_lora_rank = 256;
+    c.o_groups = 2; c.o_group_rank = 256; c.window = 128;
+    c.compress_ratios.assign(24, 0);
+    for (int l = 2; l < 12; ++l) c.compress_ratios[l] = 2;
+    for (int l = 12; l < 24; ++l) c.compress_ratios[l] = 1;
+    c.kv_source_layers = {2, 7, 12};
+    c.index_source_layers = {2, 7, 12, 15, 18, 21};
+    c.index_heads = 4; c.index_head_dim = 64; c.index_topk = 512;
+    c.candidate_source_layer = 12; c.candidate_blocks = 256; c.candidate_block_size = 8;
+    c.n_routed_experts = 8; c.n_shared_experts = 1; c.experts_per_token = 2; c.moe_inter_dim = 320;
+    c.route_scale = 1.5f; c.swiglu_limit = 10.0f; c.max_seq_len = 65536;
+  } else if (name == "flash") {
+    // DeepSeek-V4.1-Flash (spec §2 table); too large to instantiate here, used by `info`.
+    c.vocab_size = 129280; c.dim = 5120; c.n_layers = 40; c.n_encoder_layers = 20;
+    c.n_heads = 64; c.head_dim = 512; c.rope_dim = 64; c.q_lora_rank = 1280;
+    c.o_groups = 8; c.o_group_rank = 1024; c.window = 128;
+    c.compress_ratios.assign(40, 0);
+    for (int l = 2; l < 20; ++l) c.compress_ratios[l] = 2;
+    for (int l = 20; l < 40; ++l) c.compress_ratios[l] = 1;
+    c.kv_source_layers = {2, 8, 14, 20};
+    c.index_source_layers = {2, 8, 14, 20, 24, 28, 32, 36};
+    c.index_heads = 32; c.index_head_dim = 128; c.index_topk = 512;
+    c.candidate_source_layer = 20; c.candidate_blocks = 2048; c.candidate_block_size = 8;
+    c.n_routed_experts = 384; c.n_shared_experts = 1; c.experts_per_token = 6; c.moe_inter_dim = 2304;
+    c.route_scale = 1.5f; c.swiglu_limit = 10.0f; c.norm_eps = 1e-20f; c.max_seq_len = 1048576;
+  } else {
+    return false;
+  }
+  *out = c;
+  return true;
+}
+
+}  // namespace cedar

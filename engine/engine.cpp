@@ -1,0 +1,177 @@
+#include "engine/engine.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace cedar {
+
+const char* ModeName(PrefillMode m) {
+  switch (m) {
+    case PrefillMode::kFull: return "full";
+    case PrefillMode::kExact: return "exact";
+    case PrefillMode::kBounded: return "bounded";
+    case PrefillMode::kBoundedPaper: return "bounded-paper";
+  }
+  return "?";
+}
+
+bool ParseMode(const std::string& s, PrefillMode* out) {
+  for (PrefillMode m : {PrefillMode::kFull, PrefillMode::kExact, PrefillMode::kBounded, PrefillMode::kBoundedPaper})
+    if (s == ModeName(m)) {
+      *out = m;
+      return true;
+    }
+  return false;
+}
+
+int64_t ExpectedUnits(const ModelConfig& c, PrefillMode mode, int64_t n) {
+  const int64_t L = c.n_layers, E = c.n_encoder_layers, W = c.window;
+  switch (mode) {
+    case PrefillMode::kFull: return n * L;
+    case PrefillMode::kBounded:
+    case PrefillMode::kBoundedPaper: return n * E + std::min(W, n) * (L - E);
+    case PrefillMode::kExact: {
+      int64_t units = n * E;
+      for (int64_t l = E; l < L; ++l) units += std::min(n, W + (L - 1 - l) * (W - 1));
+      return units;
+    }
+  }
+  return 0;
+}
+
+namespace {
+
+void CheckTokens(const Model& m, const SequenceState& st, std::span<const int32_t> tokens) {
+  const ModelConfig& c = m.config();
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] < 0 || tokens[i] >= c.vocab_size)
+      throw std::invalid_argument("token " + std::to_string(tokens[i]) + " at index " + std::to_string(i) +
+                                  " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+  if (st.pos + int64_t(tokens.size()) > c.max_seq_len)
+    throw std::invalid_argument("sequence of " + std::to_string(st.pos + int64_t(tokens.size())) +
+                                " tokens exceeds the model's max_seq_len " + std::to_string(c.max_seq_len));
+}
+
+// Keeps what a later call can need: the last W rows of every window and of H_E, and 2W-1
+// rows of layer E's window (a bounded replay of the next turn reads that far back).
+void TrimState(const ModelConfig& c, SequenceState& st) {
+  const int64_t W = c.window;
+  for (int l = 0; l < c.n_layers; ++l) st.windows[size_t(l)].DropBefore(st.pos - (l == c.n_encoder_layers ? 2 * W - 1 : W));
+  st.h_e.DropBefore(st.pos - W);
+}
+
+// The decoder after the encoder ran over every row: rows [a_l, N) pass layer l (exact: the
+// staircase above the live decoder state; bounded: the last R rows).
+void RunDecoderPhase(const Model& m, SequenceState& st, PrefillMode mode, PassContext& ctx, std::vector<float>* last_h) {
+  const ModelConfig& c = m.config();
+  const int E = c.n_encoder_layers, L = c.n_layers;
+  const int64_t N = st.pos, W = c.window, R = std::min<int64_t>(W, N);
+  std::vector<int64_t> a(size_t(L), 0);  // a[l]: first row passing layer l
+  const bool bounded = mode != PrefillMode::kExact;
+  if (bounded) {
+    std::fill(a.begin(), a.end(), N - R);
+  } else {
+    const int64_t p0 = std::min(st.decoder_pos, N);
+    a[size_t(L - 1)] = std::max<int64_t>(p0, N - W);
+    for (int l = L - 2; l >= E; --l) a[size_t(l)] = std::max<int64_t>(p0, a[size_t(l + 1)] - W + 1);
+  }
+  a[size_t(E)] = std::max(a[size_t(E)], st.h_e.lo());
+  for (int l = E + 1; l < L; ++l) {
+    a[size_t(l)] = std::max(a[size_t(l)], a[size_t(l - 1)]);
+    st.windows[size_t(l)].DropFrom(a[size_t(l - 1)]);  // these rows are recomputed below
+  }
+  Rows h;
+  h.first = a[size_t(E)];
+  h.n = int(N - h.first);
+  h.h.assign(st.h_e.Row(h.first), st.h_e.Row(h.first) + size_t(h.n) * c.dim);
+  for (int l = E; l < L; ++l) {
+    int64_t floor = 0;
+    if (bounded && (l > E || mode == PrefillMode::kBoundedPaper)) floor = N - R;
+    spdlog::debug("decoder layer {}: rows [{}, {}) floor {}", l, a[size_t(l)], N, floor);
+    RunLayer(m, st, l, h, a[size_t(l)], floor, ctx);
+  }
+  last_h->assign(h.h.end() - c.dim, h.h.end());
+}
+
+}  // namespace
+
+PrefillResult Prefill(const Model& m, SequenceState& st, std::span<const int32_t> tokens, const PrefillOptions& opt) {
+  const ModelConfig& c = m.config();
+  CheckTokens(m, st, tokens);
+  PrefillResult res;
+  res.stats.tokens = int64_t(tokens.size());
+  if (tokens.empty()) return res;
+  const int E = c.n_encoder_layers, L = c.n_layers;
+  const bool full = opt.mode == PrefillMode::kFull;
+  const int64_t n = int64_t(tokens.size());
+  const int64_t N = st.pos + n;
+  const int chunk = opt.chunk_size > 0 ? opt.chunk_size : int(n);
+  PassContext ctx;
+  ctx.capture = opt.capture;
+  if (ctx.capture) ctx.capture->pos = N - 1;
+  std::vector<float> last_h;
+  for (int64_t c0 = 0; c0 < n; c0 += chunk) {
+    const int len = int(std::min<int64_t>(chunk, n - c0));
+    Rows h = Embed(m, tokens.data() + c0, len, st.pos);
+    const int64_t first = st.pos;
+    for (int l = 0; l < E; ++l) RunLayer(m, st, l, h, first, 0, ctx);
+    for (int r = 0; r < len; ++r) std::copy(h.h.begin() + size_t(r) * c.dim, h.h.begin() + size_t(r + 1) * c.dim, st.h_e.Append(first + r));
+    // Layer E's window entries and the decoder pool are projections of H_E: every row gets them.
+    RunLayer(m, st, E, h, full ? first : first + len, 0, ctx);
+    if (full)
+      for (int l = E + 1; l < L; ++l) RunLayer(m, st, l, h, first, 0, ctx);
+    st.pos = first + len;
+    st.tokens.insert(st.tokens.end(), tokens.begin() + c0, tokens.begin() + c0 + len);
+    for (int l = 0; l < E; ++l) st.windows[size_t(l)].DropBefore(st.pos - c.window);
+    if (full) {
+      last_h.assign(h.h.end() - c.dim, h.h.end());
+      st.decoder_pos = st.pos;
+      for (int l = E; l < L; ++l) st.windows[size_t(l)].DropBefore(st.pos - 2 * c.window);
+      st.h_e.DropBefore(st.pos - 2 * c.window);
+    }
+  }
+  if (!full) {
+    RunDecoderPhase(m, st, opt.mode, ctx, &last_h);
+    st.decoder_pos = N;
+  }
+  TrimState(c, st);
+  res.logits = ComputeLogits(m, last_h.data());
+  res.stats.layer_token_units = ctx.layer_token_units;
+  res.stats.encoder_units = n * E;  // the encoder always takes every new row
+  res.stats.decoder_units = ctx.layer_token_units - n * E;
+  res.stats.decoder_rows = ctx.last_layer_rows;
+  spdlog::debug("prefill {} tokens mode {}: {} layer-token units", n, ModeName(opt.mode), res.stats.layer_token_units);
+  return res;
+}
+
+std::vector<float> DecodeStep(const Model& m, SequenceState& st, int32_t token, StepStats* stats) {
+  PrefillOptions opt;
+  opt.mode = PrefillMode::kFull;
+  PrefillResult r = Prefill(m, st, std::span<const int32_t>(&token, 1), opt);
+  if (stats) *stats = r.stats;
+  return std::move(r.logits);
+}
+
+StepStats EncoderReplay(const Model& m, SequenceState& st) {
+  const ModelConfig& c = m.config();
+  const int E = c.n_encoder_layers;
+  const int64_t P = st.pos, R = std::min<int64_t>(c.window, P);
+  if (int64_t(st.tokens.size()) != P) throw std::invalid_argument("EncoderReplay: the state's tokens do not cover its position");
+  StepStats s;
+  if (P == 0) return s;
+  for (int l = 0; l <= E; ++l) st.windows[size_t(l)].Clear();
+  st.h_e.Clear();
+  PassContext ctx;
+  Rows h = Embed(m, st.tokens.data() + (P - R), int(R), P - R);
+  for (int l = 0; l < E; ++l) RunLayer(m, st, l, h, P - R, P - R, ctx);
+  for (int r = 0; r < int(R); ++r) std::copy(h.h.begin() + size_t(r) * c.dim, h.h.begin() + size_t(r + 1) * c.dim, st.h_e.Append(P - R + r));
+  RunLayer(m, st, E, h, P, 0, ctx);  // layer E's window entries from the regenerated H_E
+  s.replay_rows = R;
+  s.layer_token_units = s.encoder_units = ctx.layer_token_units;
+  spdlog::debug("encoder replay at P={}: {} rows", P, R);
+  return s;
+}
+
+}  // namespace cedar

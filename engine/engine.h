@@ -1,0 +1,62 @@
+// The engine's public entry points: prefill in every mode of spec §5, decode, and Encoder
+// SWA Bounded Replay. The model is const; the caller owns the SequenceState.
+// Thread contract: calls on one SequenceState must not overlap; one Model serves many.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/forward.h"
+#include "engine/model.h"
+#include "engine/state.h"
+
+namespace cedar {
+
+enum class PrefillMode {
+  kFull,          // every row through every layer: the ground truth
+  kExact,         // encoder for all rows, decoder for the staircase only; equals kFull
+  kBounded,       // Decoder SWA Bounded Replay: decoder for the last min(W, N) rows
+  kBoundedPaper,  // the paper's variant: layer E's window is truncated too
+};
+const char* ModeName(PrefillMode m);
+bool ParseMode(const std::string& s, PrefillMode* out);  // "full", "exact", "bounded", "bounded-paper"
+
+struct PrefillOptions {
+  PrefillMode mode = PrefillMode::kFull;
+  int chunk_size = 0;                // encoder chunk size; 0 = all at once
+  IndexCapture* capture = nullptr;   // optional: record the last row's index selections
+};
+
+// Work done by one call, in layer-token units (rows that passed a layer, docs/spec-readings.md #6).
+struct StepStats {
+  int64_t tokens = 0;              // new tokens consumed
+  int64_t layer_token_units = 0;   // all rows through all layers
+  int64_t encoder_units = 0;       // of which in layers [0, E)
+  int64_t decoder_units = 0;       // of which in layers [E, L)
+  int64_t decoder_rows = 0;        // rows that passed the last decoder layer
+  int64_t replay_rows = 0;         // rows re-run by Encoder SWA Bounded Replay
+};
+
+struct PrefillResult {
+  std::vector<float> logits;  // [V] of the last row; empty when no token was given
+  StepStats stats;
+};
+
+// Appends `tokens` at positions [st.pos, st.pos + n). Throws std::invalid_argument on a token
+// outside the vocabulary or a length past max_seq_len (the state is left unchanged then).
+PrefillResult Prefill(const Model& m, SequenceState& st, std::span<const int32_t> tokens,
+                      const PrefillOptions& opt);
+
+// One token through all L layers; returns its logits [V].
+std::vector<float> DecodeStep(const Model& m, SequenceState& st, int32_t token, StepStats* stats = nullptr);
+
+// Encoder SWA Bounded Replay of the prefix st.tokens[0, st.pos): rows [P-R, P), R = min(W, P),
+// pass the encoder with floor P-R; regenerates encoder window entries and H_E (and layer E's
+// window entries) of those rows. Pools are never rewritten. REQUIRES st.tokens.size() == st.pos.
+StepStats EncoderReplay(const Model& m, SequenceState& st);
+
+// Layer-token units each mode must spend on a fresh prompt of n tokens (the formulas).
+int64_t ExpectedUnits(const ModelConfig& c, PrefillMode mode, int64_t n);
+
+}  // namespace cedar

@@ -1,0 +1,141 @@
+// One layer over a batch of rows: window entries, compressor, indexer, sink attention,
+// grouped output projection, FFN (spec §3).
+#include "engine/forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "engine/layer_parts.h"
+#include "kernels/ops.h"
+
+namespace cedar {
+
+namespace k = kernels;
+
+Rows Embed(const Model& m, const int32_t* tokens, int n, int64_t first) {
+  const int d = m.config().dim;
+  Rows r;
+  r.first = first;
+  r.n = n;
+  r.h.resize(size_t(n) * d);
+  for (int i = 0; i < n; ++i) {
+    const float* e = m.embed().data + size_t(tokens[i]) * d;
+    std::copy(e, e + d, r.h.begin() + size_t(i) * d);
+  }
+  return r;
+}
+
+std::vector<float> ComputeLogits(const Model& m, const float* h_row) {
+  const ModelConfig& c = m.config();
+  std::vector<float> x(size_t(c.dim)), logits(size_t(c.vocab_size));
+  k::RmsNorm(h_row, m.norm().data, x.data(), 1, c.dim, c.norm_eps);
+  k::Matmul(x.data(), m.head().data, logits.data(), 1, c.dim, c.vocab_size);
+  return logits;
+}
+
+namespace {
+
+// Window entries e_t = Rot(t)(RMSNorm_kv(Wkv u_t)) for rows >= the store's end.
+void AppendWindowEntries(const Model& m, int l, RowStore& store, const float* u, int64_t first, int n) {
+  const ModelConfig& c = m.config();
+  const LayerWeights& w = m.layer(l);
+  int64_t start = first;
+  if (store.size() > 0 && store.hi() >= first && store.lo() <= first) start = std::max(first, store.hi());
+  if (start >= first + n) return;
+  const int rows = int(first + n - start), cd = c.head_dim;
+  std::vector<float> e(size_t(rows) * cd);  // [rows, c]
+  k::Matmul(u + size_t(start - first) * c.dim, w.wkv.data, e.data(), rows, c.dim, cd);
+  k::RmsNorm(e.data(), w.kv_norm.data, e.data(), rows, cd, c.norm_eps);
+  std::vector<int64_t> pos(static_cast<size_t>(rows));
+  for (int r = 0; r < rows; ++r) pos[size_t(r)] = start + r;
+  k::Rope(e.data(), rows, 1, cd, c.rope_dim, pos.data(), c.RopeBaseOf(l), 1);
+  for (int r = 0; r < rows; ++r) std::copy(e.begin() + size_t(r) * cd, e.begin() + size_t(r + 1) * cd, store.Append(start + r));
+}
+
+}  // namespace
+
+void RunLayer(const Model& m, SequenceState& st, int l, Rows& h, int64_t out_from, int64_t floor, PassContext& ctx) {
+  const ModelConfig& c = m.config();
+  const LayerWeights& w = m.layer(l);
+  const int d = c.dim, cd = c.head_dim, H = c.n_heads, qr = c.q_lora_rank;
+  if (out_from < h.first) throw std::logic_error("RunLayer: out_from before the first row");
+  // u = RMSNorm_attn(h): [n, d]
+  std::vector<float> u(h.h.size());
+  k::RmsNorm(h.h.data(), w.attn_norm.data, u.data(), h.n, d, c.norm_eps);
+  AppendWindowEntries(m, l, st.windows[size_t(l)], u.data(), h.first, h.n);
+  if (c.IsKvSource(l)) CompressRows(m, l, st.PoolOfLayer(c, l), u.data(), h.first, h.n);
+
+  const int off = int(std::min<int64_t>(out_from - h.first, h.n));
+  const int n = h.n - off;  // rows whose output this layer computes
+  if (n <= 0) {
+    h.first = h.end();
+    h.n = 0;
+    h.h.clear();
+    return;
+  }
+  const float* uo = u.data() + size_t(off) * d;  // [n, d]
+  // Queries: cq = RMSNorm_q(Wq_a u) [n, q_rank]; q = Rot(p)(Wq_b cq) [n, H, c]
+  std::vector<float> cq(size_t(n) * qr), q(size_t(n) * H * cd);
+  k::Matmul(uo, w.wq_a.data, cq.data(), n, d, qr);
+  k::RmsNorm(cq.data(), w.q_norm.data, cq.data(), n, qr, c.norm_eps);
+  k::Matmul(cq.data(), w.wq_b.data, q.data(), n, qr, H * cd);
+  std::vector<int64_t> pos(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) pos[size_t(r)] = out_from + r;
+  const float base = c.RopeBaseOf(l);
+  k::Rope(q.data(), n, H, cd, c.rope_dim, pos.data(), base, 1);
+
+  const int ratio = c.RatioOf(l);
+  if (ratio > 0 && c.IsIndexSource(l)) SelectEntries(m, st, l, cq.data(), uo, out_from, n, ctx);
+  const Selection* sel = nullptr;
+  const Pool* pool = nullptr;
+  if (ratio > 0) {
+    auto it = ctx.topk.find(c.IndexSourceOf(l));
+    if (it == ctx.topk.end()) throw std::logic_error("RunLayer: no top-k from the index source of layer " + std::to_string(l));
+    sel = &it->second;
+    pool = &st.PoolOfLayer(c, l);
+  }
+
+  // Sink attention per row, then undo the rotation of the output's RoPE part: o [n, H, c]
+  std::vector<float> o(size_t(n) * H * cd);
+  const RowStore& win = st.windows[size_t(l)];
+  const float scale = 1.0f / std::sqrt(float(cd));
+#pragma omp parallel for schedule(dynamic, 4)
+  for (int r = 0; r < n; ++r) {
+    const int64_t t = out_from + r;
+    const int64_t lo = std::max(std::max(floor, win.lo()), t - c.window + 1);
+    const int n_win = int(t - lo + 1);
+    const float* pool_entries = pool ? pool->entries.data() : nullptr;
+    const int32_t* idx = sel ? sel->Row(t) : nullptr;
+    const int n_sel = sel ? sel->Count(t) : 0;
+    k::SinkAttention(q.data() + size_t(r) * H * cd, H, cd, win.Row(lo), n_win, pool_entries, idx, n_sel,
+                     w.sink.data, scale, o.data() + size_t(r) * H * cd);
+  }
+  k::Rope(o.data(), n, H, cd, c.rope_dim, pos.data(), base, -1);
+
+  // Grouped output: g_k = Wo_a[k] concat(o of group k) [n, R]; y = Wo_b concat(g) [n, d]
+  const int G = c.o_groups, R = c.o_group_rank, gw = (H / G) * cd;
+  std::vector<float> grp(size_t(n) * gw), g(size_t(n) * G * R), gk(size_t(n) * R), y(size_t(n) * d);
+  for (int gi = 0; gi < G; ++gi) {
+    for (int r = 0; r < n; ++r)
+      std::copy(o.begin() + size_t(r) * H * cd + size_t(gi) * gw, o.begin() + size_t(r) * H * cd + size_t(gi + 1) * gw,
+                grp.begin() + size_t(r) * gw);
+    k::Matmul(grp.data(), w.wo_a.data + size_t(gi) * R * gw, gk.data(), n, gw, R);
+    for (int r = 0; r < n; ++r) std::copy(gk.begin() + size_t(r) * R, gk.begin() + size_t(r + 1) * R, g.begin() + size_t(r) * G * R + size_t(gi) * R);
+  }
+  k::Matmul(g.data(), w.wo_b.data, y.data(), n, G * R, d);
+
+  // h <- h + y on the output rows; then the FFN sub-layer.
+  std::vector<float> out(h.h.begin() + size_t(off) * d, h.h.end());  // [n, d]
+  for (size_t i = 0; i < out.size(); ++i) out[i] += y[i];
+  std::vector<float> x(out.size());
+  k::RmsNorm(out.data(), w.ffn_norm.data, x.data(), n, d, c.norm_eps);
+  FfnAdd(m, l, x.data(), out.data(), n);
+  h.first = out_from;
+  h.n = n;
+  h.h = std::move(out);
+  ctx.layer_token_units += n;
+  if (l == c.n_layers - 1) ctx.last_layer_rows += n;
+}
+
+}  // namespace cedar

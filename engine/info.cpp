@@ -1,0 +1,71 @@
+#include "engine/info.h"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/model.h"
+
+namespace cedar {
+
+namespace {
+int64_t Count(const std::vector<int64_t>& s) {
+  int64_t n = 1;
+  for (int64_t x : s) n *= x;
+  return n;
+}
+bool Has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+}  // namespace
+
+ModelInfo ComputeInfo(const ModelConfig& c) {
+  ModelInfo info;
+  const int64_t ffn = 3 * int64_t(c.moe_inter_dim) * c.dim;
+  std::vector<int64_t> active(size_t(c.n_layers), 0);
+  for (const TensorSpec& t : RequiredTensors(c)) {
+    const int64_t n = Count(t.shape);
+    info.total_params += n;
+    if (t.name == "embed.weight") info.embed_params = n;
+    else if (t.name == "head.weight") info.head_params = n;
+    else if (t.name.rfind("layers.", 0) == 0) {
+      const int l = std::stoi(t.name.substr(7));
+      if (!Has(t.name, "ffn.experts.")) active[size_t(l)] += n;  // routed experts counted below
+    }
+  }
+  for (int l = 0; l < c.n_layers; ++l) {
+    if (c.n_routed_experts > 0) active[size_t(l)] += int64_t(c.experts_per_token) * ffn;
+    info.active_per_layer_max = std::max(info.active_per_layer_max, active[size_t(l)]);
+  }
+  const int E = c.n_encoder_layers;
+  for (int l = 0; l < E; ++l) info.active_per_prefill_token += active[size_t(l)];
+  // Layer E's window entry and compressor are projections of H_E that every prompt row needs.
+  info.active_per_prefill_token += int64_t(c.head_dim) * c.dim * 2 + int64_t(c.index_head_dim) * c.head_dim;
+  for (int l = 0; l < c.n_layers; ++l) info.active_per_decode_token += active[size_t(l)];
+  info.active_per_decode_token += info.head_params + c.dim;
+  for (int s : c.kv_source_layers) {
+    const double b = double(c.head_dim + c.index_head_dim) / c.RatioOf(s) * 4.0;
+    info.pool_bytes_per_token.push_back({s, b});
+    info.cached_bytes_per_token += b;
+  }
+  info.boundary_window_bytes = (int64_t(E) * c.window * c.head_dim + int64_t(c.window) * c.dim) * 4;
+  info.live_decoder_window_bytes = int64_t(c.n_layers - E) * c.window * c.head_dim * 4;
+  info.decoder_only_bytes_per_token = double(c.n_layers) * c.head_dim * 4.0;
+  return info;
+}
+
+nlohmann::json InfoToJson(const ModelInfo& i) {
+  nlohmann::json pools = nlohmann::json::array();
+  for (auto& [layer, b] : i.pool_bytes_per_token) pools.push_back({{"layer", layer}, {"bytes_per_token_f32", b}});
+  return {{"total_params", i.total_params},
+          {"embed_params", i.embed_params},
+          {"head_params", i.head_params},
+          {"active_params_per_layer_max", i.active_per_layer_max},
+          {"active_params_per_prefill_token", i.active_per_prefill_token},
+          {"active_params_per_decode_token", i.active_per_decode_token},
+          {"pools", pools},
+          {"cached_bytes_per_token_f32", i.cached_bytes_per_token},
+          {"boundary_window_state_bytes_f32", i.boundary_window_bytes},
+          {"live_decoder_window_bytes_f32", i.live_decoder_window_bytes},
+          {"decoder_only_kv_bytes_per_token_f32", i.decoder_only_bytes_per_token}};
+}
+
+}  // namespace cedar

@@ -1,0 +1,73 @@
+#include "engine/init.h"
+
+#include <xxhash.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/model.h"
+#include "engine/safetensors.h"
+
+namespace cedar {
+
+namespace {
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::vector<float> RandomTensor(const ModelConfig& c, const TensorSpec& t, uint64_t seed) {
+  int64_t n = 1;
+  for (int64_t s : t.shape) n *= s;
+  std::vector<float> v(static_cast<size_t>(n));
+  const std::string& name = t.name;
+  if (EndsWith(name, "norm.weight")) {
+    std::fill(v.begin(), v.end(), 1.0f);
+    return v;
+  }
+  if (EndsWith(name, "attn.sink")) {
+    std::fill(v.begin(), v.end(), 0.0f);
+    return v;
+  }
+  double stddev;
+  if (name == "embed.weight") stddev = 1.0;
+  else if (EndsWith(name, "gate.bias")) stddev = 0.01;
+  else {
+    const int64_t fan_in = t.shape.back();
+    stddev = 1.0 / std::sqrt(double(fan_in));
+    if (EndsWith(name, "wo_b.weight") || EndsWith(name, "w2.weight")) stddev /= std::sqrt(2.0 * c.n_layers);
+  }
+  std::mt19937_64 rng(seed ^ XXH3_64bits(name.data(), name.size()));
+  std::normal_distribution<float> dist(0.0f, float(stddev));
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+}  // namespace
+
+void WriteRandomModel(const ModelConfig& c, uint64_t seed, const std::string& dir, bool bf16) {
+  const std::string problems = c.Validate();
+  if (!problems.empty()) throw std::runtime_error("init: invalid config:\n" + problems);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw std::runtime_error("init: cannot create " + dir + ": " + ec.message());
+  SafetensorsWriter w;
+  for (const TensorSpec& t : RequiredTensors(c)) {
+    std::vector<float> v = RandomTensor(c, t, seed);
+    if (bf16) w.AddBF16(t.name, t.shape, v.data());
+    else w.AddF32(t.name, t.shape, v.data());
+  }
+  w.SetMetadata("generator", "cedar init");
+  w.SetMetadata("seed", std::to_string(seed));
+  w.Write(dir + "/model.safetensors");
+  std::ofstream cfg(dir + "/config.json");
+  if (!cfg) throw std::runtime_error("init: cannot write " + dir + "/config.json");
+  cfg << ConfigToJson(c).dump(2) << "\n";
+}
+
+}  // namespace cedar

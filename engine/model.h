@@ -1,0 +1,90 @@
+// The loaded model: config + weight views. Immutable after Load(); safe to share across
+// threads for reading. Per-sequence state lives in SequenceState (engine/state.h).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/config.h"
+#include "engine/safetensors.h"
+
+namespace cedar {
+
+// A read-only float matrix view. F32 tensors point into the memory-mapped file; BF16 ones
+// point into a float copy owned by the Model (converted once at load).
+struct Weight {
+  const float* data = nullptr;
+  int64_t rows = 0, cols = 0;  // [rows, cols]; a vector has rows = its length, cols = 1
+  bool present() const { return data != nullptr; }
+};
+
+struct FfnWeights {
+  Weight w1;  // [inter, d]
+  Weight w2;  // [d, inter]
+  Weight w3;  // [inter, d]
+};
+
+struct LayerWeights {
+  Weight attn_norm;  // [d]
+  Weight ffn_norm;   // [d]
+  Weight wq_a;       // [q_rank, d]
+  Weight q_norm;     // [q_rank]
+  Weight wq_b;       // [n_heads * c, q_rank]
+  Weight wkv;        // [c, d]
+  Weight kv_norm;    // [c]
+  Weight sink;       // [n_heads]
+  Weight wo_a;       // [o_groups * o_group_rank, (n_heads / o_groups) * c] (groups stacked)
+  Weight wo_b;       // [d, o_groups * o_group_rank]
+  // kv sources only
+  Weight comp_wkv;   // [c, d]
+  Weight comp_wz;    // [c, d] (ratio 2 only)
+  Weight comp_norm;  // [c]
+  Weight idx_wk;     // [index_head_dim, c]
+  Weight idx_k_norm; // [index_head_dim]
+  // index sources only
+  Weight idx_wq_b;   // [index_heads * index_head_dim, q_rank]
+  Weight idx_wproj;  // [index_heads, d]
+  // FFN: MoE (gate + experts + optional shared) or dense
+  Weight gate;       // [n_routed_experts, d]
+  Weight gate_bias;  // [n_routed_experts]
+  std::vector<FfnWeights> experts;
+  FfnWeights shared;  // present when n_shared_experts == 1
+  FfnWeights dense;   // present when n_routed_experts == 0
+};
+
+class Model {
+ public:
+  // Loads DIR/config.json and DIR/model.safetensors. Throws std::runtime_error that names the
+  // file and, for tensors, the tensor with its expected and found shape or dtype.
+  static std::unique_ptr<const Model> Load(const std::string& dir);
+
+  const ModelConfig& config() const { return config_; }
+  const Weight& embed() const { return embed_; }  // [V, d]
+  const Weight& norm() const { return norm_; }    // [d]
+  const Weight& head() const { return head_; }    // [V, d]
+  const LayerWeights& layer(int l) const { return layers_[size_t(l)]; }
+  // A 64-bit fingerprint of config and weights (for cache keys): XXH3 over the file bytes.
+  uint64_t fingerprint() const { return fingerprint_; }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  Model() = default;
+  Weight Take(const std::string& name, std::vector<int64_t> shape);
+  std::string dir_;
+  ModelConfig config_;
+  std::unique_ptr<SafetensorsFile> file_;
+  std::vector<std::unique_ptr<std::vector<float>>> owned_;  // BF16 -> F32 copies
+  Weight embed_, norm_, head_;
+  std::vector<LayerWeights> layers_;
+  uint64_t fingerprint_ = 0;
+};
+
+// The tensor names and shapes a config requires (spec §4), in file order. Used by the loader,
+// the random initialiser and `info`.
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+std::vector<TensorSpec> RequiredTensors(const ModelConfig& c);
+
+}  // namespace cedar

@@ -1,0 +1,72 @@
+// safetensors files: a memory-mapped reader and a small writer. Format: u64 little-endian
+// header length, a JSON header {name: {dtype, shape, data_offsets}}, then the raw data.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace cedar {
+
+enum class DType { F32, BF16, I32, I64 };
+const char* DTypeName(DType t);
+size_t DTypeSize(DType t);
+
+struct TensorInfo {
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;  // points into the mapping
+  size_t nbytes = 0;
+  int64_t NumElements() const;
+};
+
+// Read-only view of a mapped file. Throws std::runtime_error naming the file on any defect
+// (truncated, bad header JSON, offsets outside the file, unknown dtype, size mismatch).
+class SafetensorsFile {
+ public:
+  explicit SafetensorsFile(const std::string& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const TensorInfo* Find(const std::string& name) const;  // nullptr if absent
+  const std::map<std::string, TensorInfo>& Tensors() const { return tensors_; }
+  const std::map<std::string, std::string>& Metadata() const { return metadata_; }
+  const std::string& Path() const { return path_; }
+  // Copies a tensor to float (F32 or BF16 source). Throws if the dtype is not a float type.
+  std::vector<float> ReadFloats(const std::string& name) const;
+  std::vector<int32_t> ReadInts(const std::string& name) const;
+
+ private:
+  void Unmap();
+  std::string path_;
+  void* map_ = nullptr;
+  size_t map_size_ = 0;
+  std::map<std::string, TensorInfo> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Accumulates tensors, then writes them (data 8-byte aligned). Tensors are copied.
+class SafetensorsWriter {
+ public:
+  void AddF32(const std::string& name, std::vector<int64_t> shape, const float* data);
+  void AddBF16(const std::string& name, std::vector<int64_t> shape, const float* data);  // rounds
+  void AddI32(const std::string& name, std::vector<int64_t> shape, const int32_t* data);
+  void SetMetadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
+  void Write(const std::string& path) const;  // throws on I/O failure
+
+ private:
+  struct Entry {
+    DType dtype;
+    std::vector<int64_t> shape;
+    std::vector<uint8_t> bytes;
+  };
+  std::map<std::string, Entry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+float BF16ToFloat(uint16_t v);
+uint16_t FloatToBF16(float f);  // round to nearest even
+
+}  // namespace cedar

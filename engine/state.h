@@ -1,0 +1,82 @@
+// Per-sequence state (spec §6), owned by the caller and passed to every engine call. Nothing
+// here is global; copying a state is explicit (CopyState) because it can be large.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "engine/config.h"
+
+namespace cedar {
+
+// Rows for the contiguous absolute positions [lo, hi), each `dim` floats.
+class RowStore {
+ public:
+  RowStore() = default;
+  explicit RowStore(int dim) : dim_(dim) {}
+  RowStore(const RowStore&) = delete;
+  RowStore& operator=(const RowStore&) = delete;
+  RowStore(RowStore&&) = default;
+  RowStore& operator=(RowStore&&) = default;
+
+  int dim() const { return dim_; }
+  int64_t lo() const { return lo_; }
+  int64_t hi() const { return hi_; }
+  int64_t size() const { return hi_ - lo_; }
+  bool Has(int64_t pos) const { return pos >= lo_ && pos < hi_; }
+  const float* Row(int64_t pos) const { return data_.data() + size_t(pos - lo_) * dim_; }  // REQUIRES: Has(pos)
+  float* MutableRow(int64_t pos) { return data_.data() + size_t(pos - lo_) * dim_; }
+  // Appends the row for position `pos`. A gap (pos > hi) first empties the store; pos < hi
+  // first drops rows >= pos (an overwrite from there on).
+  float* Append(int64_t pos);
+  void DropFrom(int64_t pos);    // keep rows < pos
+  void DropBefore(int64_t pos);  // keep rows >= pos
+  void Clear() { data_.clear(); lo_ = hi_ = 0; }
+  RowStore Copy() const;
+  size_t Bytes() const { return data_.size() * sizeof(float); }
+  const std::vector<float>& raw() const { return data_; }  // [size, dim]
+  void Assign(int64_t lo, std::vector<float> rows);        // rows: [n, dim]
+
+ private:
+  int dim_ = 0;
+  int64_t lo_ = 0, hi_ = 0;
+  std::vector<float> data_;  // [hi - lo, dim]
+};
+
+// One compressed pool (a kv-source layer's): entries and index keys by entry index.
+struct Pool {
+  int layer = -1;      // the kv-source layer that owns it
+  int ratio = 1;       // m
+  int64_t rows_seen = 0;           // prompt positions consumed by the compressor
+  std::vector<float> entries;      // [n_entries, c], rotated main entries ĉ_j
+  std::vector<float> keys;         // [n_entries, index_head_dim], index keys k_j
+  std::vector<float> pending_c;    // [c] C of the first token of an open half group (m = 2)
+  std::vector<float> pending_z;    // [c] Z of that token
+  bool has_pending = false;
+  int64_t Count(int c) const { return int64_t(entries.size()) / c; }
+};
+
+struct SequenceState {
+  int64_t pos = 0;          // tokens consumed (next position)
+  int64_t decoder_pos = 0;  // rows [0, decoder_pos) have decoder window entries (live state)
+  std::vector<RowStore> windows;  // per layer: window entries [*, c] by position
+  std::vector<Pool> pools;        // one per kv-source layer, in layer order
+  RowStore h_e;                   // residual stream entering layer E, [*, d] by position
+  std::vector<int32_t> tokens;    // every token consumed, in order
+
+  explicit SequenceState(const ModelConfig& c);
+  SequenceState(const SequenceState&) = delete;
+  SequenceState& operator=(const SequenceState&) = delete;
+  SequenceState(SequenceState&&) = default;
+  SequenceState& operator=(SequenceState&&) = default;
+
+  Pool& PoolOfLayer(const ModelConfig& c, int layer);  // REQUIRES: ratio(layer) > 0
+  const Pool& PoolOfLayer(const ModelConfig& c, int layer) const;
+  size_t Bytes() const;
+  // Drops what a cache eviction drops: every window entry and the H_E tail (pools stay).
+  void DropWindowsAndResidual();
+};
+
+// The costly copy, named (gemma.cpp's KVCache::Copy idea).
+SequenceState CopyState(const SequenceState& s, const ModelConfig& c);
+
+}  // namespace cedar

@@ -1,0 +1,66 @@
+// CPU math kernels used by the engine. Every op has two implementations with the same
+// signature: `cedar::kernels::ref` (plain scalar loops, the reference) and
+// `cedar::kernels` (the fast CPU version: OpenBLAS sgemm, vectorised loops, OpenMP).
+// tests/kernels_test.cpp runs one table of cases against both and reports the worst element.
+// Row-major everywhere; weights are [out, in] like torch.nn.Linear.
+#pragma once
+#include <cstdint>
+
+namespace cedar::kernels {
+
+// y[n, out] = x[n, in] * w[out, in]^T
+void Matmul(const float* x, const float* w, float* y, int n, int in, int out);
+// y[n, out] += x[n, in] * w[out, in]^T
+void MatmulAccumulate(const float* x, const float* w, float* y, int n, int in, int out);
+// Row-wise RMSNorm: y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight.  x, y: [n, dim]; may alias.
+void RmsNorm(const float* x, const float* weight, float* y, int n, int dim, float eps);
+// Interleaved RoPE on the last rope_dim dims of each vector. x: [n_rows, n_vecs, vec_dim];
+// row r is rotated by angle positions[r] * base^(-2i/rope_dim) for pair i (sign -1: inverse).
+void Rope(float* x, int n_rows, int n_vecs, int vec_dim, int rope_dim, const int64_t* positions,
+          float base, int sign);
+// In-place softmax of x[n].
+void Softmax(float* x, int n);
+float Dot(const float* a, const float* b, int n);
+// out[i] = SiLU(min(g[i], limit)) * clamp(u[i], -limit, limit); limit <= 0: no clamp.
+void SwiGLU(const float* g, const float* u, float* out, int n, float limit);
+
+// One query row of sink attention over two entry sources (entries are both key and value):
+//   window entries win[n_win, dim] (contiguous) and selected pool entries pool[sel[i], dim].
+// For each head h: o_h = sum_e exp(q_h.e*scale) e / (sum_e exp(q_h.e*scale) + exp(sink[h])).
+// q, out: [n_heads, dim].
+void SinkAttention(const float* q, int n_heads, int dim, const float* win, int n_win,
+                   const float* pool, const int32_t* sel, int n_sel, const float* sink,
+                   float scale, float* out);
+
+// Indexer scores for a batch of query rows against keys:
+//   scores[r, j] = sum_h w[r, h] * ReLU(q[r, h, :] . keys[j, :])
+// q: [n_rows, n_heads, head_dim], w: [n_rows, n_heads], keys: [n_keys, head_dim],
+// scores: [n_rows, n_keys] (every key is scored; the caller masks what a row cannot see).
+void IndexScores(const float* q, const float* w, const float* keys, int n_rows, int n_heads,
+                 int head_dim, int n_keys, float* scores);
+
+// Indices of the k largest scores[0..n) (ties toward the lower index), sorted ascending by
+// index; returns how many were written (min(k, n)). Entries equal to -inf are never chosen.
+int TopK(const float* scores, int n, int k, int32_t* out);
+
+namespace ref {
+void Matmul(const float* x, const float* w, float* y, int n, int in, int out);
+void MatmulAccumulate(const float* x, const float* w, float* y, int n, int in, int out);
+void RmsNorm(const float* x, const float* weight, float* y, int n, int dim, float eps);
+void Rope(float* x, int n_rows, int n_vecs, int vec_dim, int rope_dim, const int64_t* positions,
+          float base, int sign);
+void Softmax(float* x, int n);
+float Dot(const float* a, const float* b, int n);
+void SwiGLU(const float* g, const float* u, float* out, int n, float limit);
+void SinkAttention(const float* q, int n_heads, int dim, const float* win, int n_win,
+                   const float* pool, const int32_t* sel, int n_sel, const float* sink,
+                   float scale, float* out);
+void IndexScores(const float* q, const float* w, const float* keys, int n_rows, int n_heads,
+                 int head_dim, int n_keys, float* scores);
+int TopK(const float* scores, int n, int k, int32_t* out);
+}  // namespace ref
+
+// Sets the thread count of the BLAS and of our own OpenMP loops (0 = library default).
+void SetThreads(int n);
+
+}  // namespace cedar::kernels

@@ -1,0 +1,2 @@
+// Keeps the library non-empty until session sources land.
+namespace cedar::session { int placeholder_symbol() { return 0; } }

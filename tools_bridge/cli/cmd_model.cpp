@@ -1,0 +1,192 @@
+// cedar init | info | generate | check-golden
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+#include <string>
+
+#include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
+#include <xxhash.h>
+
+#include "engine/engine.h"
+#include "engine/golden_check.h"
+#include "engine/info.h"
+#include "engine/init.h"
+#include "engine/sampling.h"
+#include "kernels/ops.h"
+#include "tools_bridge/cli/commands.h"
+
+namespace po = boost::program_options;
+
+namespace cedar::cli {
+
+namespace {
+
+// Parses options; prints help and returns false when --help was given.
+bool Parse(int argc, char** argv, const char* usage, po::options_description& desc, po::variables_map& vm) {
+  desc.add_options()("help,h", "show this help");
+  po::store(po::parse_command_line(argc, argv, desc), vm);
+  if (vm.count("help")) {
+    std::cout << usage << "\n\n" << desc << "\n";
+    return false;
+  }
+  po::notify(vm);
+  return true;
+}
+
+std::vector<int32_t> ParseIds(const std::string& s) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    size_t used = 0;
+    long v = std::stol(item, &used);
+    if (used != item.size()) throw std::invalid_argument("--tokens: '" + item + "' is not an integer");
+    ids.push_back(int32_t(v));
+  }
+  return ids;
+}
+
+ModelConfig PresetOrThrow(const std::string& name) {
+  ModelConfig c;
+  if (!PresetConfig(name, &c)) throw std::invalid_argument("unknown preset '" + name + "' (expected tiny, small or flash)");
+  return c;
+}
+
+}  // namespace
+
+int RunInit(int argc, char** argv) {
+  po::options_description desc("cedar init");
+  std::string preset, out, dtype;
+  uint64_t seed = 0;
+  desc.add_options()("preset", po::value(&preset)->default_value("tiny"), "tiny | small")(
+      "seed", po::value(&seed)->default_value(0), "random seed")("out", po::value(&out)->required(), "output directory")(
+      "dtype", po::value(&dtype)->default_value("f32"), "f32 | bf16 weights");
+  po::variables_map vm;
+  if (!Parse(argc, argv, "usage: cedar init --preset tiny|small --seed N --out DIR [--dtype f32|bf16]", desc, vm)) return 0;
+  if (preset == "flash") throw std::invalid_argument("the flash preset is for `info` only (too large to instantiate here)");
+  if (dtype != "f32" && dtype != "bf16") throw std::invalid_argument("--dtype: expected f32 or bf16, found " + dtype);
+  WriteRandomModel(PresetOrThrow(preset), seed, out, dtype == "bf16");
+  std::printf("wrote %s/config.json and %s/model.safetensors (preset %s, seed %llu, %s)\n", out.c_str(), out.c_str(),
+              preset.c_str(), (unsigned long long)seed, dtype.c_str());
+  return 0;
+}
+
+int RunInfo(int argc, char** argv) {
+  po::options_description desc("cedar info");
+  std::string model, preset;
+  desc.add_options()("model", po::value(&model), "model directory")("preset", po::value(&preset), "tiny | small | flash")(
+      "json", "print JSON");
+  po::variables_map vm;
+  if (!Parse(argc, argv, "usage: cedar info --model DIR | --preset NAME [--json]", desc, vm)) return 0;
+  ModelConfig c;
+  if (!model.empty()) c = LoadConfigFile(model + "/config.json");
+  else if (!preset.empty()) c = PresetOrThrow(preset);
+  else throw std::invalid_argument("give --model DIR or --preset NAME");
+  const ModelInfo info = ComputeInfo(c);
+  nlohmann::json j = InfoToJson(info);
+  j["config"] = ConfigToJson(c);
+  if (vm.count("json")) {
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  auto m = [](int64_t n) { return double(n) / 1e6; };
+  std::printf("layers %d (encoder %d), d %d, W %d, vocab %d\n", c.n_layers, c.n_encoder_layers, c.dim, c.window, c.vocab_size);
+  std::printf("parameters: total %.1fM, largest layer active %.1fM\n", m(info.total_params), m(info.active_per_layer_max));
+  std::printf("active per prefill token %.1fM, per decode token %.1fM\n", m(info.active_per_prefill_token), m(info.active_per_decode_token));
+  for (auto& [layer, b] : info.pool_bytes_per_token) std::printf("pool of layer %d: %.0f bytes per cached token (F32)\n", layer, b);
+  std::printf("all pools: %.0f bytes per token; boundary window state: %lld bytes; live decoder windows: %lld bytes\n",
+              info.cached_bytes_per_token, (long long)info.boundary_window_bytes, (long long)info.live_decoder_window_bytes);
+  std::printf("a decoder-only model caching every layer: %.0f bytes per token\n", info.decoder_only_bytes_per_token);
+  return 0;
+}
+
+int RunGenerate(int argc, char** argv) {
+  po::options_description desc("cedar generate");
+  std::string model, prompt, tokens, mode_s, stop;
+  int max_tokens = 16, chunk = 0, threads = 0;
+  float temperature = 0, top_p = 1;
+  uint64_t seed = 0;
+  desc.add_options()("model", po::value(&model)->required(), "model directory")(
+      "prompt", po::value(&prompt), "prompt text (bytes become token ids)")("tokens", po::value(&tokens), "comma-separated token ids")(
+      "mode", po::value(&mode_s)->default_value("bounded"), "full | exact | bounded | bounded-paper")(
+      "max-tokens", po::value(&max_tokens)->default_value(16), "tokens to generate")(
+      "chunk", po::value(&chunk)->default_value(0), "prefill chunk size (0 = whole prompt)")(
+      "temperature", po::value(&temperature)->default_value(0.0f), "0 = greedy")(
+      "top-p", po::value(&top_p)->default_value(1.0f), "nucleus mass")("seed", po::value(&seed)->default_value(0), "sampling seed")(
+      "stop", po::value(&stop), "comma-separated stop token ids")("threads", po::value(&threads)->default_value(0), "CPU threads (0 = default)")(
+      "json", "print JSON");
+  po::variables_map vm;
+  if (!Parse(argc, argv, "usage: cedar generate --model DIR --prompt TEXT|--tokens IDS --mode M --max-tokens N [--json]", desc, vm)) return 0;
+  kernels::SetThreads(threads);
+  PrefillMode mode;
+  if (!ParseMode(mode_s, &mode)) throw std::invalid_argument("--mode: expected full, exact, bounded or bounded-paper, found " + mode_s);
+  auto m = Model::Load(model);
+  std::vector<int32_t> ids = tokens.empty() ? std::vector<int32_t>(prompt.begin(), prompt.end()) : ParseIds(tokens);
+  if (!tokens.empty() && !prompt.empty()) throw std::invalid_argument("give --prompt or --tokens, not both");
+  for (int32_t& t : ids) t = tokens.empty() ? int32_t(uint8_t(t)) : t;
+  if (ids.empty()) throw std::invalid_argument("the prompt is empty");
+  std::vector<int32_t> stops = stop.empty() ? std::vector<int32_t>{} : ParseIds(stop);
+  SequenceState st(m->config());
+  PrefillOptions opt;
+  opt.mode = mode;
+  opt.chunk_size = chunk;
+  auto t0 = std::chrono::steady_clock::now();
+  PrefillResult pr = Prefill(*m, st, ids, opt);
+  auto t1 = std::chrono::steady_clock::now();
+  Sampler sampler({temperature, top_p, seed});
+  std::vector<int32_t> out;
+  std::vector<float> logits = pr.logits;
+  int64_t units = pr.stats.layer_token_units;
+  std::string finish = "length";
+  for (int i = 0; i < max_tokens; ++i) {
+    const int32_t next = sampler.Sample(logits);
+    out.push_back(next);
+    if (std::find(stops.begin(), stops.end(), next) != stops.end()) {
+      finish = "stop";
+      break;
+    }
+    if (i + 1 == max_tokens) break;
+    StepStats s;
+    logits = DecodeStep(*m, st, next, &s);
+    units += s.layer_token_units;
+  }
+  auto t2 = std::chrono::steady_clock::now();
+  const uint64_t hash = XXH3_64bits(logits.data(), logits.size() * sizeof(float));
+  const double prefill_s = std::chrono::duration<double>(t1 - t0).count(), decode_s = std::chrono::duration<double>(t2 - t1).count();
+  std::string text;
+  for (int32_t t : out) text += (t >= 32 && t < 127) ? char(t) : '.';
+  if (vm.count("json")) {
+    nlohmann::json j = {{"mode", mode_s}, {"prompt_tokens", ids.size()}, {"tokens", out}, {"text", text},
+                        {"finish_reason", finish}, {"prefill_layer_token_units", pr.stats.layer_token_units},
+                        {"layer_token_units", units}, {"final_logits_xxh3", hash}, {"prefill_seconds", prefill_s},
+                        {"decode_seconds", decode_s}};
+    std::cout << j.dump() << "\n";
+  } else {
+    std::printf("tokens:");
+    for (int32_t t : out) std::printf(" %d", t);
+    std::printf("\ntext: %s\nlayer-token units: %lld (prefill %lld)\nfinal logits xxh3: %016llx\nprefill %.3fs, decode %.3fs\n",
+                text.c_str(), (long long)units, (long long)pr.stats.layer_token_units, (unsigned long long)hash, prefill_s, decode_s);
+  }
+  return 0;
+}
+
+int RunCheckGolden(int argc, char** argv) {
+  po::options_description desc("cedar check-golden");
+  std::string model, golden;
+  double tol = 1e-4;
+  desc.add_options()("model", po::value(&model)->required(), "model directory")(
+      "golden", po::value(&golden)->required(), "golden.safetensors")("tol", po::value(&tol)->default_value(1e-4), "max relative logit error");
+  po::variables_map vm;
+  if (!Parse(argc, argv, "usage: cedar check-golden --model DIR --golden FILE", desc, vm)) return 0;
+  auto m = Model::Load(model);
+  GoldenReport r = CheckGolden(*m, golden, tol);
+  nlohmann::json j = {{"ok", r.ok}, {"worst_logit_rel_error", r.worst_logit_rel_error}, {"worst_where", r.worst_where},
+                      {"topk_checked", r.topk_checked}, {"topk_mismatches", r.topk_mismatches}};
+  std::cout << j.dump() << "\n";
+  return r.ok ? 0 : 1;
+}
+
+}  // namespace cedar::cli

@@ -1,0 +1,52 @@
+// `cedar`: one binary, one subcommand per job. Each subcommand has --help.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include <spdlog/spdlog.h>
+
+#include "tools_bridge/cli/commands.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  const char* summary;
+  int (*run)(int, char**);
+};
+
+const Command kCommands[] = {
+    {"init", "write a seeded random-weight model (config.json + model.safetensors)", cedar::cli::RunInit},
+    {"info", "parameter counts and cache bytes of a model or preset", cedar::cli::RunInfo},
+    {"generate", "prefill a prompt in a chosen mode and decode", cedar::cli::RunGenerate},
+    {"bench", "engine benchmark: prefill/decode tokens/s vs the machine's sgemm and bandwidth", cedar::cli::RunBench},
+    {"check-golden", "compare the engine with golden data from the reference implementation", cedar::cli::RunCheckGolden},
+};
+
+void Usage() {
+  std::printf("usage: cedar <command> [options]   (cedar <command> --help for its options)\n\ncommands:\n");
+  for (const Command& c : kCommands) std::printf("  %-13s %s\n", c.name, c.summary);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (const char* lvl = std::getenv("CEDAR_LOG")) spdlog::set_level(spdlog::level::from_str(lvl));
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    Usage();
+    return argc < 2 ? 2 : 0;
+  }
+  for (const Command& c : kCommands) {
+    if (std::strcmp(argv[1], c.name) != 0) continue;
+    try {
+      return c.run(argc - 1, argv + 1);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "cedar %s: error: %s\n", c.name, e.what());
+      return 1;
+    }
+  }
+  std::fprintf(stderr, "cedar: unknown command '%s'\n", argv[1]);
+  Usage();
+  return 2;
+}
