@@ -1,0 +1,135 @@
+// Execution paths that must agree: exact == full, chunked == whole, prefill+decode ==
+// longer prefill; and the layer-token counts equal the formulas.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "tests/test_models.h"
+
+using namespace cedar;
+using cedar::test::RandomTokens;
+using cedar::test::RelError;
+using cedar::test::TinyModel;
+
+namespace {
+
+// Float tolerance for paths that batch rows differently (BLAS may sum in another order).
+constexpr double kPathTol = 2e-5;
+
+PrefillResult Run(const Model& m, SequenceState& st, const std::vector<int32_t>& t, PrefillMode mode, int chunk = 0) {
+  PrefillOptions o;
+  o.mode = mode;
+  o.chunk_size = chunk;
+  return Prefill(m, st, t, o);
+}
+
+double StoreError(const RowStore& a, const RowStore& b) {
+  if (a.lo() != b.lo() || a.hi() != b.hi()) return INFINITY;
+  return RelError(a.raw(), b.raw());
+}
+
+void ExpectStatesMatch(const ModelConfig& c, const SequenceState& a, const SequenceState& b, double tol) {
+  CHECK(a.pos == b.pos);
+  CHECK(a.tokens == b.tokens);
+  for (int l = 0; l < c.n_layers; ++l) {
+    INFO("window of layer " << l << " [" << a.windows[size_t(l)].lo() << "," << a.windows[size_t(l)].hi() << ") vs ["
+                            << b.windows[size_t(l)].lo() << "," << b.windows[size_t(l)].hi() << ")");
+    CHECK(StoreError(a.windows[size_t(l)], b.windows[size_t(l)]) <= tol);
+  }
+  for (size_t p = 0; p < a.pools.size(); ++p) {
+    INFO("pool of layer " << a.pools[p].layer);
+    CHECK(a.pools[p].rows_seen == b.pools[p].rows_seen);
+    CHECK(a.pools[p].has_pending == b.pools[p].has_pending);
+    CHECK(RelError(a.pools[p].entries, b.pools[p].entries) <= tol);
+    CHECK(RelError(a.pools[p].keys, b.pools[p].keys) <= tol);
+  }
+  CHECK(StoreError(a.h_e, b.h_e) <= tol);
+}
+
+const int kLengths[] = {1, 2, 7, 8, 9, 15, 16, 17, 28, 29, 30, 31, 45, 64, 97, 101, 150};
+
+}  // namespace
+
+TEST_CASE("exact equals full in logits and every piece of state, around and past W and the staircase") {
+  const Model& m = TinyModel();
+  const ModelConfig& c = m.config();
+  REQUIRE(c.StaircaseLength() == 29);
+  for (int n : kLengths) {
+    CAPTURE(n);
+    auto t = RandomTokens(n, c.vocab_size, 100 + n);
+    SequenceState full(c), exact(c);
+    auto rf = Run(m, full, t, PrefillMode::kFull);
+    auto re = Run(m, exact, t, PrefillMode::kExact);
+    CHECK(RelError(re.logits, rf.logits) <= kPathTol);
+    ExpectStatesMatch(c, exact, full, kPathTol);
+    // And the next tokens continue identically from both states.
+    auto d = RandomTokens(3, c.vocab_size, 7 + n);
+    for (int32_t tok : d) CHECK(RelError(DecodeStep(m, exact, tok), DecodeStep(m, full, tok)) <= kPathTol);
+  }
+}
+
+TEST_CASE("chunked prefill with any chunk size equals one-shot prefill in full and exact") {
+  const Model& m = TinyModel();
+  const ModelConfig& c = m.config();
+  for (int n : {45, 101}) {
+    auto t = RandomTokens(n, c.vocab_size, 200 + n);
+    for (PrefillMode mode : {PrefillMode::kFull, PrefillMode::kExact, PrefillMode::kBounded}) {
+      SequenceState whole(c);
+      auto rw = Run(m, whole, t, mode);
+      for (int chunk : {1, 2, 3, 5, 8, 13, 64}) {
+        CAPTURE(n);
+        CAPTURE(ModeName(mode));
+        CAPTURE(chunk);
+        SequenceState st(c);
+        auto rc = Run(m, st, t, mode, chunk);
+        CHECK(RelError(rc.logits, rw.logits) <= kPathTol);
+        CHECK(rc.stats.layer_token_units == rw.stats.layer_token_units);
+        ExpectStatesMatch(c, st, whole, kPathTol);
+      }
+    }
+  }
+}
+
+TEST_CASE("prefill of N tokens then decode of K equals prefill of N+K in full mode") {
+  const Model& m = TinyModel();
+  const ModelConfig& c = m.config();
+  for (int n : {1, 9, 30, 60}) {
+    const int K = 12;
+    auto t = RandomTokens(n + K, c.vocab_size, 300 + n);
+    SequenceState a(c);
+    Run(m, a, std::vector<int32_t>(t.begin(), t.begin() + n), PrefillMode::kFull);
+    std::vector<float> last;
+    for (int i = 0; i < K; ++i) last = DecodeStep(m, a, t[size_t(n + i)]);
+    SequenceState b(c);
+    auto rb = Run(m, b, t, PrefillMode::kFull);
+    CAPTURE(n);
+    CHECK(RelError(last, rb.logits) <= kPathTol);
+    ExpectStatesMatch(c, a, b, kPathTol);
+  }
+}
+
+TEST_CASE("layer-token units of every mode equal the formulas") {
+  const Model& m = TinyModel();
+  const ModelConfig& c = m.config();
+  const int64_t L = c.n_layers, E = c.n_encoder_layers, W = c.window;
+  for (int n : kLengths) {
+    auto t = RandomTokens(n, c.vocab_size, 400 + n);
+    for (PrefillMode mode : {PrefillMode::kFull, PrefillMode::kExact, PrefillMode::kBounded, PrefillMode::kBoundedPaper}) {
+      SequenceState st(c);
+      auto r = Run(m, st, t, mode, 7);
+      CAPTURE(n);
+      CAPTURE(ModeName(mode));
+      CHECK(r.stats.layer_token_units == ExpectedUnits(c, mode, n));
+      CHECK(r.stats.encoder_units == n * E);
+    }
+  }
+  // Spelled-out formulas for one length past the staircase (n = 101):
+  CHECK(ExpectedUnits(c, PrefillMode::kFull, 101) == 101 * L);
+  CHECK(ExpectedUnits(c, PrefillMode::kBounded, 101) == 101 * E + W * (L - E));
+  CHECK(ExpectedUnits(c, PrefillMode::kExact, 101) == 101 * E + (W + 3 * (W - 1)) + (W + 2 * (W - 1)) + (W + (W - 1)) + W);
+  StepStats s;
+  SequenceState st(c);
+  Run(m, st, RandomTokens(20, c.vocab_size, 1), PrefillMode::kBounded);
+  DecodeStep(m, st, 5, &s);
+  CHECK(s.layer_token_units == L);
+}

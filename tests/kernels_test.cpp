@@ -1,0 +1,161 @@
+// One table of op cases, run against every CPU kernel and its scalar reference. The tolerance
+// comes from the dtype (float32 epsilon) times the size of the reduction and the magnitude of
+// the inputs; a failure names the worst element with both values.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/ops.h"
+
+namespace k = cedar::kernels;
+
+namespace {
+
+constexpr double kEps = std::numeric_limits<float>::epsilon();
+
+std::vector<float> Random(size_t n, uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// Compares element-wise; tol = kEps * growth * (1 + |expected|) per element.
+void ExpectClose(const std::string& what, const std::vector<float>& got, const std::vector<float>& want, double growth) {
+  REQUIRE(got.size() == want.size());
+  double worst = 0;
+  size_t at = 0;
+  bool ok = true;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(double(got[i]) - want[i]);
+    const double tol = kEps * growth * (1.0 + std::fabs(want[i]));
+    if (!(err <= tol)) ok = false;
+    if (err / (tol > 0 ? tol : 1) > worst) {
+      worst = err / (tol > 0 ? tol : 1);
+      at = i;
+    }
+  }
+  INFO(what << ": worst element " << at << " got " << (got.empty() ? 0 : got[at]) << " expected "
+            << (want.empty() ? 0 : want[at]) << " (error/tolerance " << worst << ")");
+  CHECK(ok);
+}
+
+const int kSizes[] = {0, 1, 2, 3, 7, 8, 15, 16, 17, 31, 64, 100, 129};
+
+}  // namespace
+
+TEST_CASE("Matmul and MatmulAccumulate match the reference over a sweep of shapes") {
+  for (int n : {0, 1, 2, 5, 17, 33})
+    for (int in : {0, 1, 3, 16, 31, 130})
+      for (int out : {1, 2, 9, 64, 65}) {
+        auto x = Random(size_t(n) * in, 1 + n), w = Random(size_t(out) * in, 2 + out);
+        std::vector<float> y(size_t(n) * out, 0.5f), yr = y;
+        k::Matmul(x.data(), w.data(), y.data(), n, in, out);
+        k::ref::Matmul(x.data(), w.data(), yr.data(), n, in, out);
+        const double growth = 4.0 * std::sqrt(double(std::max(in, 1))) * 4;
+        ExpectClose("Matmul n=" + std::to_string(n) + " in=" + std::to_string(in) + " out=" + std::to_string(out), y, yr, growth);
+        std::vector<float> a(size_t(n) * out, 0.25f), ar = a;
+        k::MatmulAccumulate(x.data(), w.data(), a.data(), n, in, out);
+        k::ref::MatmulAccumulate(x.data(), w.data(), ar.data(), n, in, out);
+        ExpectClose("MatmulAccumulate", a, ar, growth);
+      }
+}
+
+TEST_CASE("RmsNorm, Softmax, Dot and SwiGLU match the reference for every size") {
+  for (int n : kSizes) {
+    auto x = Random(size_t(n) * 3, 10 + n, 3.0f), w = Random(size_t(std::max(n, 1)), 11 + n);
+    std::vector<float> y(x.size()), yr(x.size());
+    k::RmsNorm(x.data(), w.data(), y.data(), 3, n, 1e-6f);
+    k::ref::RmsNorm(x.data(), w.data(), yr.data(), 3, n, 1e-6f);
+    ExpectClose("RmsNorm dim=" + std::to_string(n), y, yr, 8.0 * (1 + std::sqrt(double(n))));
+
+    std::vector<float> s(x.begin(), x.begin() + n), sr = s;
+    k::Softmax(s.data(), n);
+    k::ref::Softmax(sr.data(), n);
+    ExpectClose("Softmax n=" + std::to_string(n), s, sr, 8.0 * (1 + n));
+
+    std::vector<float> d{k::Dot(x.data(), w.data(), n)}, dr{k::ref::Dot(x.data(), w.data(), n)};
+    ExpectClose("Dot n=" + std::to_string(n), d, dr, 16.0 * (1 + n));
+
+    auto g = Random(size_t(n), 20 + n, 8.0f), u = Random(size_t(n), 21 + n, 8.0f);
+    for (float limit : {0.0f, 10.0f, 2.5f}) {
+      std::vector<float> o(static_cast<size_t>(n)), orf(static_cast<size_t>(n));
+      k::SwiGLU(g.data(), u.data(), o.data(), n, limit);
+      k::ref::SwiGLU(g.data(), u.data(), orf.data(), n, limit);
+      ExpectClose("SwiGLU n=" + std::to_string(n) + " limit=" + std::to_string(limit), o, orf, 16.0);
+    }
+  }
+}
+
+TEST_CASE("Rope matches the reference, and the inverse rotation undoes it") {
+  for (int rows : {0, 1, 3, 9})
+    for (int rope : {0, 2, 8, 16}) {
+      const int dim = 32, vecs = 3;
+      auto x = Random(size_t(rows) * vecs * dim, 30 + rows + rope);
+      std::vector<int64_t> pos(static_cast<size_t>(rows));
+      for (int r = 0; r < rows; ++r) pos[size_t(r)] = int64_t(r) * 977 + 3;  // large positions too
+      std::vector<float> a = x, b = x;
+      k::Rope(a.data(), rows, vecs, dim, rope, pos.data(), 160000.0f, 1);
+      k::ref::Rope(b.data(), rows, vecs, dim, rope, pos.data(), 160000.0f, 1);
+      ExpectClose("Rope rows=" + std::to_string(rows) + " rope=" + std::to_string(rope), a, b, 64.0);
+      k::Rope(a.data(), rows, vecs, dim, rope, pos.data(), 160000.0f, -1);
+      ExpectClose("Rope inverse", a, x, 64.0);
+    }
+}
+
+TEST_CASE("SinkAttention matches the reference with windows, selections and empty sources") {
+  for (int n_win : {0, 1, 5, 16})
+    for (int n_sel : {0, 1, 7, 33})
+      for (int dim : {1, 8, 33}) {
+        const int heads = 3, pool_n = 40;
+        auto q = Random(size_t(heads) * dim, 40 + dim, 2.0f), win = Random(size_t(n_win) * dim, 41 + n_win);
+        auto pool = Random(size_t(pool_n) * dim, 42), sink = Random(size_t(heads), 43);
+        std::vector<int32_t> sel(static_cast<size_t>(n_sel));
+        for (int i = 0; i < n_sel; ++i) sel[size_t(i)] = (i * 7 + 3) % pool_n;
+        std::vector<float> o(size_t(heads) * dim), orf(size_t(heads) * dim);
+        const float scale = 1.0f / std::sqrt(float(dim));
+        k::SinkAttention(q.data(), heads, dim, win.data(), n_win, pool.data(), sel.data(), n_sel, sink.data(), scale, o.data());
+        k::ref::SinkAttention(q.data(), heads, dim, win.data(), n_win, pool.data(), sel.data(), n_sel, sink.data(), scale, orf.data());
+        ExpectClose("SinkAttention win=" + std::to_string(n_win) + " sel=" + std::to_string(n_sel) + " dim=" + std::to_string(dim), o, orf,
+                    32.0 * (1 + std::sqrt(double(dim))) * (1 + std::sqrt(double(n_win + n_sel))));
+      }
+}
+
+TEST_CASE("IndexScores matches the reference") {
+  for (int rows : {0, 1, 4, 13})
+    for (int keys : {0, 1, 9, 100})
+      for (int hd : {1, 8, 20}) {
+        const int heads = 3;
+        auto q = Random(size_t(rows) * heads * hd, 50 + rows), w = Random(size_t(rows) * heads, 51);
+        auto kv = Random(size_t(keys) * hd, 52 + keys);
+        std::vector<float> s(size_t(rows) * keys), sr(size_t(rows) * keys);
+        k::IndexScores(q.data(), w.data(), kv.data(), rows, heads, hd, keys, s.data());
+        k::ref::IndexScores(q.data(), w.data(), kv.data(), rows, heads, hd, keys, sr.data());
+        ExpectClose("IndexScores rows=" + std::to_string(rows) + " keys=" + std::to_string(keys) + " hd=" + std::to_string(hd), s, sr,
+                    16.0 * heads * (1 + std::sqrt(double(hd))) * 4);
+      }
+}
+
+TEST_CASE("TopK matches the reference, breaks ties toward the lower index and skips -inf") {
+  std::mt19937_64 rng(7);
+  for (int n : kSizes)
+    for (int kk : {0, 1, 3, 8, 200}) {
+      std::vector<float> s(static_cast<size_t>(n));
+      for (int i = 0; i < n; ++i) s[size_t(i)] = float(rng() % 5);  // many ties
+      if (n > 3) s[2] = -std::numeric_limits<float>::infinity();
+      std::vector<int32_t> a(size_t(std::max(kk, 1))), b(size_t(std::max(kk, 1)));
+      const int na = k::TopK(s.data(), n, kk, a.data()), nb = k::ref::TopK(s.data(), n, kk, b.data());
+      REQUIRE(na == nb);
+      a.resize(size_t(na));
+      b.resize(size_t(nb));
+      CHECK(a == b);
+      for (int32_t i : a) CHECK(std::isfinite(s[size_t(i)]));
+    }
+}

@@ -1,0 +1,5 @@
+cedar_add_test(engine_test model cedar_engine
+  ${CMAKE_CURRENT_SOURCE_DIR}/engine_test.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/engine_modes_test.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/model_files_test.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/test_models.cpp)
