@@ -100,7 +100,6 @@ void RunLayer(const Model& m, SequenceState& st, int l, Rows& h, int64_t out_fro
   std::vector<float> o(size_t(n) * H * cd);
   const RowStore& win = st.windows[size_t(l)];
   const float scale = 1.0f / std::sqrt(float(cd));
-#pragma omp parallel for schedule(dynamic, 4)
   for (int r = 0; r < n; ++r) {
     const int64_t t = out_from + r;
     const int64_t lo = std::max(std::max(floor, win.lo()), t - c.window + 1);

@@ -80,7 +80,6 @@ void SelectEntries(const Model& m, const SequenceState& st, int l, const float* 
     scores.assign(size_t(nb) * std::max<int64_t>(vis_max, 1), 0.0f);
     k::IndexScores(q.data() + size_t(r0) * H * hd, wts.data() + size_t(r0) * H, pool.keys.data(), nb, H, hd,
                    int(vis_max), scores.data());
-#pragma omp parallel for schedule(dynamic, 4)
     for (int r = r0; r < r0 + nb; ++r) {
       const int64_t t = first + r;
       const int64_t n_vis = std::min<int64_t>(count, (t + 1) / ratio);

@@ -1,7 +1,6 @@
 // Fast CPU kernels: OpenBLAS for the matrix products, vectorised float loops elsewhere.
 // Each must agree with its scalar twin in reference_ops.cpp within float tolerance.
 #include <cblas.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -15,7 +14,6 @@ namespace cedar::kernels {
 void SetThreads(int n) {
   if (n <= 0) return;
   openblas_set_num_threads(n);
-  omp_set_num_threads(n);
 }
 
 void Matmul(const float* x, const float* w, float* y, int n, int in, int out) {

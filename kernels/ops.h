@@ -1,6 +1,6 @@
 // CPU math kernels used by the engine. Every op has two implementations with the same
 // signature: `cedar::kernels::ref` (plain scalar loops, the reference) and
-// `cedar::kernels` (the fast CPU version: OpenBLAS sgemm, vectorised loops, OpenMP).
+// `cedar::kernels` (the fast CPU version: OpenBLAS sgemm and vectorised loops).
 // tests/kernels_test.cpp runs one table of cases against both and reports the worst element.
 // Row-major everywhere; weights are [out, in] like torch.nn.Linear.
 #pragma once
@@ -60,7 +60,7 @@ void IndexScores(const float* q, const float* w, const float* keys, int n_rows, 
 int TopK(const float* scores, int n, int k, int32_t* out);
 }  // namespace ref
 
-// Sets the thread count of the BLAS and of our own OpenMP loops (0 = library default).
+// Sets the BLAS thread count (0 = library default). Our own loops are single-threaded.
 void SetThreads(int n);
 
 }  // namespace cedar::kernels
