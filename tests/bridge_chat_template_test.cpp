@@ -159,9 +159,9 @@ TEST_CASE("Validate: a tool result may answer any earlier call, with generated i
   ChatTemplate tmpl(tok);
   Message generated_call = Call("call_1", "g", "{\"x\":1}");
   generated_call.generated = TokenIds{'a', tmpl.tokens().end};
-  const std::vector<Message> conv = {
-      Msg(Role::kUser, "q"), Call("call_0", "f", "{}"), generated_call,
-      Result("call_0", "r0"), Result("call_1", "r1"), Result("call_0", "again")};
+  const std::vector<Message> conv = {Msg(Role::kUser, "q"),  Call("call_0", "f", "{}"),
+                                     generated_call,         Result("call_0", "r0"),
+                                     Result("call_1", "r1"), Result("call_0", "again")};
   CHECK_NOTHROW(tmpl.Validate(conv, kWeatherTools));
 }
 

@@ -117,8 +117,9 @@ TEST_CASE("Parse: malformed tool calls come back as plain content") {
       {"", "empty"},
       {std::string(100, '[') + std::string(100, ']'), "too deep"},
   };
-  for (const auto& [call, why] : bad_calls) {
-    CAPTURE(why);
+  for (const auto& bad : bad_calls) {
+    const std::string& call = bad.first;
+    CAPTURE(bad.second);
     Ids g{tok};
     g.Text("a").Call(call).Text("b").Special(kEndToken);
     const AssistantOutput out = Parse(tok, g.ids);
@@ -133,7 +134,8 @@ TEST_CASE("Parse: unterminated calls, stray specials and odd ids are content") {
   const std::string open(kToolCallToken);
   const std::string ok_call = R"({"name":"f","arguments":{}})";
   SUBCASE("cut off by the end of generation") {
-    const AssistantOutput out = Parse(tok, Ids{tok}.Text("x").Special(kToolCallToken).Text("{\"na").ids);
+    const AssistantOutput out =
+        Parse(tok, Ids{tok}.Text("x").Special(kToolCallToken).Text("{\"na").ids);
     CHECK(out.content == "x" + open + "{\"na");
     CHECK_FALSE(out.stopped);
   }
