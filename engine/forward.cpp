@@ -8,6 +8,7 @@
 
 #include "engine/layer_parts.h"
 #include "kernels/ops.h"
+#include "kernels/thread_pool.h"
 
 namespace cedar {
 
@@ -100,16 +101,18 @@ void RunLayer(const Model& m, SequenceState& st, int l, Rows& h, int64_t out_fro
   std::vector<float> o(size_t(n) * H * cd);
   const RowStore& win = st.windows[size_t(l)];
   const float scale = 1.0f / std::sqrt(float(cd));
-  for (int r = 0; r < n; ++r) {
-    const int64_t t = out_from + r;
-    const int64_t lo = std::max(std::max(floor, win.lo()), t - c.window + 1);
-    const int n_win = int(t - lo + 1);
-    const float* pool_entries = pool ? pool->entries.data() : nullptr;
-    const int32_t* idx = sel ? sel->Row(t) : nullptr;
-    const int n_sel = sel ? sel->Count(t) : 0;
-    k::SinkAttention(q.data() + size_t(r) * H * cd, H, cd, win.Row(lo), n_win, pool_entries, idx, n_sel,
-                     w.sink.data, scale, o.data() + size_t(r) * H * cd);
-  }
+  k::ParallelFor(n, 4, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t t = out_from + r;
+      const int64_t lo = std::max(std::max(floor, win.lo()), t - c.window + 1);
+      const int n_win = int(t - lo + 1);
+      const float* pool_entries = pool ? pool->entries.data() : nullptr;
+      const int32_t* idx = sel ? sel->Row(t) : nullptr;
+      const int n_sel = sel ? sel->Count(t) : 0;
+      k::SinkAttention(q.data() + size_t(r) * H * cd, H, cd, win.Row(lo), n_win, pool_entries, idx, n_sel,
+                       w.sink.data, scale, o.data() + size_t(r) * H * cd);
+    }
+  });
   k::Rope(o.data(), n, H, cd, c.rope_dim, pos.data(), base, -1);
 
   // Grouped output: g_k = Wo_a[k] concat(o of group k) [n, R]; y = Wo_b concat(g) [n, d]

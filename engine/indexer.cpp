@@ -6,6 +6,7 @@
 
 #include "engine/layer_parts.h"
 #include "kernels/ops.h"
+#include "kernels/thread_pool.h"
 
 namespace cedar {
 
@@ -80,7 +81,8 @@ void SelectEntries(const Model& m, const SequenceState& st, int l, const float* 
     scores.assign(size_t(nb) * std::max<int64_t>(vis_max, 1), 0.0f);
     k::IndexScores(q.data() + size_t(r0) * H * hd, wts.data() + size_t(r0) * H, pool.keys.data(), nb, H, hd,
                    int(vis_max), scores.data());
-    for (int r = r0; r < r0 + nb; ++r) {
+    k::ParallelFor(nb, 4, [&](int64_t p0, int64_t p1) {
+    for (int r = r0 + int(p0); r < r0 + int(p1); ++r) {
       const int64_t t = first + r;
       const int64_t n_vis = std::min<int64_t>(count, (t + 1) / ratio);
       float* s = scores.data() + size_t(r - r0) * vis_max;
@@ -107,6 +109,7 @@ void SelectEntries(const Model& m, const SequenceState& st, int l, const float* 
                                     sel.idx.begin() + size_t(r) * c.index_topk + sel.count[size_t(r)]);
       }
     }
+    });
   }
 }
 

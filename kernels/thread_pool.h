@@ -1,0 +1,18 @@
+// The one thread pool of the CPU backend. Matmuls split their output columns (or rows) over
+// it, each part calling single-threaded BLAS; attention splits its query rows. One pool means
+// no second set of spinning threads competing for the cores (measured: 2-20x slower on two
+// cores when OpenBLAS's and OpenMP's pools coexisted).
+#pragma once
+#include <cstdint>
+#include <functional>
+
+namespace cedar::kernels {
+
+// Runs fn(begin, end) over [0, n) split into at most Threads() contiguous parts, at least
+// `grain` items each; the caller runs one part. Nested calls run inline. Blocks until done.
+void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+int Threads();
+// Sets the pool size (1 = everything on the caller). Not while a ParallelFor runs.
+void SetPoolThreads(int n);
+
+}  // namespace cedar::kernels

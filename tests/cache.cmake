@@ -1,0 +1,5 @@
+# Prefix cache (cache/): host logic, LMDB in temporary directories; runs in seconds on a CPU.
+cedar_add_test(cache_test unit cedar_cache
+  ${CMAKE_CURRENT_SOURCE_DIR}/cache_test.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/cache_disk_test.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/cache_model_test.cpp)
