@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/ops.h"
+#include "kernels/thread_pool.h"
 
 namespace cedar::kernels {
 
@@ -31,13 +32,18 @@ double MeasureReadBandwidthGBs(int mbytes, int reps) {
   std::vector<float> buf(n, 1.0f);
   double best = 1e30;
   volatile float sink = 0;
+  std::vector<float> partial(size_t(Threads()) * 16);
   for (int r = 0; r < reps; ++r) {
     auto t0 = std::chrono::steady_clock::now();
-    float total = 0;
+    // Every pool thread streams its slice, as the decode's weight reads do.
+    ParallelFor(int64_t(n), 1 << 20, [&](int64_t b, int64_t e) {
+      float total = 0;
 #pragma omp simd reduction(+ : total)
-    for (size_t i = 0; i < n; ++i) total += buf[i];
+      for (int64_t i = b; i < e; ++i) total += buf[size_t(i)];
+      partial[size_t(b * Threads() / int64_t(n)) * 16] = total;
+    });
     best = std::min(best, Seconds(t0, std::chrono::steady_clock::now()));
-    sink = sink + total;
+    for (float p : partial) sink = sink + p;
   }
   return double(n * sizeof(float)) / best / 1e9;
 }

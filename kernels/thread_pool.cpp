@@ -10,6 +10,9 @@ namespace cedar::kernels {
 
 namespace {
 
+// True on pool workers and on a caller inside Run: a ParallelFor from there runs inline.
+thread_local bool t_in_pool_job = false;
+
 // Workers wait for a new job generation: they spin briefly (a layer issues jobs back to back,
 // and waking a sleeping thread costs tens of microseconds), then sleep on the condition.
 class Pool {
@@ -25,13 +28,12 @@ class Pool {
   }
 
   void Run(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
-    thread_local bool inside = false;
     int parts = int(std::min<int64_t>(size(), grain > 0 ? (n + grain - 1) / grain : n));
-    if (inside || parts <= 1) {
+    if (t_in_pool_job || parts <= 1) {
       if (n > 0) fn(0, n);
       return;
     }
-    inside = true;
+    t_in_pool_job = true;
     std::lock_guard<std::mutex> run_lock(run_mutex_);
     fn_ = &fn;
     n_ = n;
@@ -44,7 +46,7 @@ class Pool {
     cv_.notify_all();
     RunPart(0);
     while (pending_.load(std::memory_order_acquire) > 0) std::this_thread::yield();
-    inside = false;
+    t_in_pool_job = false;
   }
 
  private:
@@ -74,6 +76,7 @@ class Pool {
   }
 
   void Loop(int index, uint64_t seen) {
+    t_in_pool_job = true;
     for (;;) {
       uint64_t g = seen;
       for (int spin = 0; spin < 20000 && (g = generation_.load(std::memory_order_acquire)) == seen; ++spin)

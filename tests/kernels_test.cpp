@@ -159,3 +159,26 @@ TEST_CASE("TopK matches the reference, breaks ties toward the lower index and sk
       for (int32_t i : a) CHECK(std::isfinite(s[size_t(i)]));
     }
 }
+
+#include <atomic>
+
+#include "kernels/thread_pool.h"
+
+TEST_CASE("ParallelFor covers every index exactly once, runs nested calls inline, and survives resizing") {
+  for (int threads : {1, 2, 3}) {
+    k::SetPoolThreads(threads);
+    CHECK(k::Threads() == threads);
+    for (int64_t n : {0, 1, 2, 7, 1000}) {
+      for (int64_t grain : {1, 3, 64}) {
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+        for (int rep = 0; rep < 50; ++rep)
+          k::ParallelFor(n, grain, [&](int64_t b, int64_t e) {
+            for (int64_t i = b; i < e; ++i) hits[size_t(i)]++;
+            k::ParallelFor(4, 1, [&](int64_t, int64_t) {});  // nested: inline, no deadlock
+          });
+        for (auto& h : hits) CHECK(h.load() == 50);
+      }
+    }
+  }
+  k::SetPoolThreads(2);
+}
