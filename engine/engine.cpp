@@ -57,9 +57,10 @@ void CheckTokens(const Model& m, const SequenceState& st, std::span<const int32_
 // Keeps what a later call can need: the last W rows of every window and of H_E, and 2W-1
 // rows of layer E's window (a bounded replay of the next turn reads that far back).
 void TrimState(const ModelConfig& c, SequenceState& st) {
-  const int64_t W = c.window;
-  for (int l = 0; l < c.n_layers; ++l) st.windows[size_t(l)].DropBefore(st.pos - (l == c.n_encoder_layers ? 2 * W - 1 : W));
-  st.h_e.DropBefore(st.pos - W);
+  const int64_t W = c.window, extra = st.keep_extra_rows;
+  for (int l = 0; l < c.n_layers; ++l)
+    st.windows[size_t(l)].DropBefore(st.pos - extra - (l == c.n_encoder_layers ? 2 * W - 1 : W));
+  st.h_e.DropBefore(st.pos - extra - std::max<int64_t>(W, st.keep_h_e_rows));
 }
 
 // The decoder after the encoder ran over every row: rows [a_l, N) pass layer l (exact: the
@@ -124,12 +125,11 @@ PrefillResult Prefill(const Model& m, SequenceState& st, std::span<const int32_t
       for (int l = E + 1; l < L; ++l) RunLayer(m, st, l, h, first, 0, ctx);
     st.pos = first + len;
     st.tokens.insert(st.tokens.end(), tokens.begin() + c0, tokens.begin() + c0 + len);
-    for (int l = 0; l < E; ++l) st.windows[size_t(l)].DropBefore(st.pos - c.window);
+    for (int l = 0; l < E; ++l) st.windows[size_t(l)].DropBefore(st.pos - c.window - st.keep_extra_rows);
     if (full) {
       last_h.assign(h.h.end() - c.dim, h.h.end());
       st.decoder_pos = st.pos;
-      for (int l = E; l < L; ++l) st.windows[size_t(l)].DropBefore(st.pos - 2 * c.window);
-      st.h_e.DropBefore(st.pos - 2 * c.window);
+      TrimState(c, st);
     }
   }
   if (!full) {
@@ -154,6 +154,19 @@ std::vector<float> DecodeStep(const Model& m, SequenceState& st, int32_t token, 
   return std::move(r.logits);
 }
 
+void RebuildLayerEWindow(const Model& m, SequenceState& st) {
+  const ModelConfig& c = m.config();
+  const int E = c.n_encoder_layers;
+  st.windows[size_t(E)].Clear();
+  if (st.h_e.size() == 0) return;
+  PassContext ctx;
+  Rows h;
+  h.first = st.h_e.lo();
+  h.n = int(st.h_e.size());
+  h.h = st.h_e.raw();
+  RunLayer(m, st, E, h, h.end(), 0, ctx);  // window entries only: no output rows, pool untouched
+}
+
 StepStats EncoderReplay(const Model& m, SequenceState& st) {
   const ModelConfig& c = m.config();
   const int E = c.n_encoder_layers;
@@ -169,6 +182,8 @@ StepStats EncoderReplay(const Model& m, SequenceState& st) {
   for (int r = 0; r < int(R); ++r) std::copy(h.h.begin() + size_t(r) * c.dim, h.h.begin() + size_t(r + 1) * c.dim, st.h_e.Append(P - R + r));
   RunLayer(m, st, E, h, P, 0, ctx);  // layer E's window entries from the regenerated H_E
   s.replay_rows = R;
+  if (!st.replayed) st.replayed_at = P;
+  st.replayed = true;
   s.layer_token_units = s.encoder_units = ctx.layer_token_units;
   spdlog::debug("encoder replay at P={}: {} rows", P, R);
   return s;

@@ -56,6 +56,10 @@ std::vector<float> DecodeStep(const Model& m, SequenceState& st, int32_t token, 
 // window entries) of those rows. Pools are never rewritten. REQUIRES st.tokens.size() == st.pos.
 StepStats EncoderReplay(const Model& m, SequenceState& st);
 
+// Recomputes layer E's window entries from the H_E rows the state holds (they are a
+// projection of H_E): what a restored snapshot needs before the decoder can run.
+void RebuildLayerEWindow(const Model& m, SequenceState& st);
+
 // Layer-token units each mode must spend on a fresh prompt of n tokens (the formulas).
 int64_t ExpectedUnits(const ModelConfig& c, PrefillMode mode, int64_t n);
 

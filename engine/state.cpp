@@ -95,6 +95,10 @@ SequenceState CopyState(const SequenceState& s, const ModelConfig& c) {
   r.pools = s.pools;
   r.h_e = s.h_e.Copy();
   r.tokens = s.tokens;
+  r.keep_extra_rows = s.keep_extra_rows;
+  r.keep_h_e_rows = s.keep_h_e_rows;
+  r.replayed = s.replayed;
+  r.replayed_at = s.replayed_at;
   return r;
 }
 

@@ -62,6 +62,17 @@ struct SequenceState {
   std::vector<Pool> pools;        // one per kv-source layer, in layer order
   RowStore h_e;                   // residual stream entering layer E, [*, d] by position
   std::vector<int32_t> tokens;    // every token consumed, in order
+  // History kept after each call beyond what the next call needs (default: none). The session
+  // layer keeps a page of slack so a snapshot can be cut at the last page boundary, and a
+  // staircase of H_E so an exact decoder can be rebuilt from a snapshot.
+  int64_t keep_extra_rows = 0;    // extra rows in every window store and in H_E
+  int64_t keep_h_e_rows = 0;      // rows of H_E kept (0 = W)
+  // Set by EncoderReplay: the window state (and every pool row computed after it) is an
+  // approximation from here on; rows before `replayed_at` are still exact.
+  bool replayed = false;
+  int64_t replayed_at = 0;
+  // Positions [0, exact_until) hold exact pool rows (what a prefix cache may keep).
+  int64_t ExactUntil() const { return replayed ? replayed_at : pos; }
 
   explicit SequenceState(const ModelConfig& c);
   SequenceState(const SequenceState&) = delete;

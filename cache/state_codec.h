@@ -1,0 +1,43 @@
+// The bridge between the engine's SequenceState and the prefix cache's opaque payloads.
+//
+// Page payload (page of tokens [s, s + page)): for every pool in layer order, the rows of its
+// entries j in [s/m, (s+page)/m): main entries [n, c] then index keys [n, index_head_dim],
+// raw float32. The page size is even, so m = 2 groups never straddle a page.
+//
+// Snapshot payload (resume state after P tokens, P a page boundary, so no half group is
+// pending): the encoder window entries of layers [0, E) for rows [P - min(W, P), P), and the
+// H_E rows [P - h, P) the state holds (h = the staircase plus W - 1 when the session wants
+// exact restores, else W). Layer E's window is rebuilt from H_E; decoder windows are not
+// stored (spec §6: only a live session holds them), an exact decoder rebuilds them from H_E.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "cache/cache_types.h"
+#include "cache/status.h"
+#include "engine/model.h"
+#include "engine/state.h"
+
+namespace cedar::cache {
+
+// Bytes of one page payload for this config.
+size_t PageBytes(const ModelConfig& c, size_t page_tokens);
+
+// REQUIRES: st holds pool rows for [start, start + page_tokens).
+Payload EncodePage(const ModelConfig& c, const SequenceState& st, int64_t start, size_t page_tokens);
+
+// REQUIRES: position is even and the state holds window rows and H_E rows up to `position`
+// (it may be past it: rows at or after `position` are not stored).
+Result<Payload> EncodeSnapshot(const ModelConfig& c, const SequenceState& st, int64_t position, int64_t h_e_rows);
+
+// Builds a state at position `pages.size() * page_tokens` from cached pages (pools) and the
+// prompt tokens. Windows and H_E are empty: apply a snapshot or run EncoderReplay next.
+Result<SequenceState> StateFromPages(const ModelConfig& c, std::span<const Payload> pages, size_t page_tokens,
+                                     std::span<const int32_t> tokens);
+
+// Applies a snapshot taken at st.pos (checks the header against the state); then the caller
+// rebuilds layer E's window (RebuildLayerEWindow). Corruption on any mismatch.
+Status ApplySnapshot(const ModelConfig& c, const Payload& snapshot, SequenceState& st);
+
+}  // namespace cedar::cache

@@ -1,0 +1,74 @@
+// SessionManager's private state (internal to session/).
+#pragma once
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <list>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unordered_map>
+
+#include "cache/prefix_cache.h"
+#include "session/session_manager.h"
+#include "session/turn.h"
+
+namespace cedar::session {
+
+// Everything below `engine thread only` is touched by the engine thread alone; callers post
+// closures through `tasks` and wait on futures.
+struct SessionManager::Impl {
+  std::shared_ptr<const Model> model;
+  ManagerOptions opt;
+  std::unique_ptr<cache::PrefixCache> cache;
+  std::thread engine;
+
+  std::mutex mu;                    // guards the fields up to `busy`
+  std::condition_variable cv;
+  std::deque<std::function<void()>> tasks;
+  bool stopping = false;
+  bool cancel_all = false;
+  std::set<std::string> busy;       // sessions with a turn queued or in flight
+
+  // engine thread only
+  std::unordered_map<std::string, Session> sessions;
+  std::list<ActiveTurn> active;
+  EngineMetrics metrics;
+  uint64_t next_session = 1;
+
+  void Loop();
+  void Post(std::function<void()> f) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      tasks.push_back(std::move(f));
+    }
+    cv.notify_one();
+  }
+  template <class T>
+  T Call(std::function<T()> f) {
+    auto p = std::make_shared<std::promise<T>>();
+    auto fut = p->get_future();
+    Post([p, f = std::move(f)] {
+      try {
+        p->set_value(f());
+      } catch (...) {
+        p->set_exception(std::current_exception());
+      }
+    });
+    return fut.get();
+  }
+
+  // turns.cpp
+  void StartTurn(ActiveTurn& t);
+  void Step(ActiveTurn& t);
+  void Finish(ActiveTurn& t, const std::string& reason);
+  void Fail(ActiveTurn& t, ErrorKind kind, const std::string& message);
+  SequenceState Restore(ActiveTurn& t, Session* s);
+  void InsertIntoCache(const SequenceState& st, std::vector<cache::SnapshotInput> snapshots, cache::TenantSalt salt);
+  std::optional<cache::SnapshotInput> SnapshotAt(const SequenceState& st, int64_t position);
+  void PrepareState(SequenceState& st) const;
+  void TouchSessionLimit();
+};
+
+}  // namespace cedar::session

@@ -1,0 +1,228 @@
+#include "session/session_manager.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <list>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unordered_map>
+
+#include "cache/prefix_cache.h"
+#include "cache/state_codec.h"
+#include "session/manager_impl.h"
+#include "session/turn.h"
+
+namespace cedar::session {
+
+namespace {
+double Ms(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+}  // namespace
+
+void SessionManager::Impl::Loop() {
+  for (;;) {
+    std::deque<std::function<void()>> batch;
+    {
+      std::unique_lock<std::mutex> lk(mu);
+      cv.wait(lk, [&] { return !tasks.empty() || !active.empty() || stopping; });
+      batch.swap(tasks);
+      if (stopping && batch.empty() && active.empty()) break;
+    }
+    for (auto& f : batch) f();
+    // One decode step for every turn in flight: concurrent turns interleave token by token.
+    bool cancel;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      cancel = cancel_all;
+    }
+    for (auto it = active.begin(); it != active.end();) {
+      if (cancel && !it->done) Finish(*it, "cancelled");
+      if (!it->done) Step(*it);
+      if (it->done) it = active.erase(it);
+      else ++it;
+    }
+  }
+  if (cache) {
+    cache::Status s = cache->Flush();
+    if (!s.ok()) spdlog::warn("cache flush at shutdown: {}", s.ToString());
+  }
+}
+
+std::unique_ptr<SessionManager> SessionManager::Start(std::shared_ptr<const Model> model, ManagerOptions options) {
+  auto impl = std::make_unique<Impl>();
+  impl->model = model;
+  impl->opt = options;
+  cache::PrefixCacheConfig cc;
+  cc.page_tokens = options.page_tokens;
+  cc.ram_budget_bytes = options.cache_ram_bytes;
+  cc.disk_dir = options.cache_dir;
+  cc.disk_budget_bytes = options.cache_disk_bytes;
+  auto opened = cache::PrefixCache::Open(model->fingerprint(), cc);
+  if (!opened.ok()) throw std::runtime_error("cannot open the prefix cache: " + opened.status().ToString());
+  impl->cache = std::move(opened).value();
+  std::unique_ptr<SessionManager> m(new SessionManager(std::move(model), std::move(impl)));
+  Impl* raw = m->impl_.get();
+  raw->engine = std::thread([raw] { raw->Loop(); });
+  return m;
+}
+
+SessionManager::SessionManager(std::shared_ptr<const Model> model, std::unique_ptr<Impl> impl)
+    : model_(std::move(model)), impl_(std::move(impl)) {}
+
+SessionManager::~SessionManager() { Shutdown(true); }
+
+void SessionManager::Shutdown(bool cancel) {
+  {
+    std::lock_guard<std::mutex> lk(impl_->mu);
+    impl_->stopping = true;
+    impl_->cancel_all = impl_->cancel_all || cancel;
+  }
+  impl_->cv.notify_one();
+  if (impl_->engine.joinable()) impl_->engine.join();
+}
+
+std::future<TurnResult> SessionManager::Submit(TurnRequest request) {
+  auto turn = std::make_shared<ActiveTurn>();
+  turn->request = std::move(request);
+  turn->submitted = std::chrono::steady_clock::now();
+  std::future<TurnResult> fut = turn->promise.get_future();
+  auto refuse = [&](ErrorKind k, const std::string& msg) {
+    TurnResult r;
+    r.finish_reason = "error";
+    r.error_kind = k;
+    r.error = msg;
+    turn->promise.set_value(std::move(r));
+  };
+  {
+    std::lock_guard<std::mutex> lk(impl_->mu);
+    if (impl_->stopping) {
+      refuse(ErrorKind::kShuttingDown, "the server is shutting down");
+      return fut;
+    }
+    const std::string& sid = turn->request.session_id;
+    if (!sid.empty()) {
+      if (impl_->busy.count(sid)) {
+        refuse(ErrorKind::kSessionBusy, "session '" + sid + "' already has a turn in flight");
+        return fut;
+      }
+      impl_->busy.insert(sid);
+    }
+    Impl* impl = impl_.get();
+    impl_->tasks.push_back([impl, turn] {
+      impl->active.push_back(ActiveTurn{});
+      ActiveTurn& t = impl->active.back();
+      t.request = std::move(turn->request);
+      t.promise = std::move(turn->promise);
+      t.submitted = turn->submitted;
+      impl->StartTurn(t);
+    });
+  }
+  impl_->cv.notify_one();
+  return fut;
+}
+
+std::string SessionManager::CreateSession(const std::string& id, const std::vector<int32_t>& pin_prefix, double pin_ttl_s) {
+  return impl_->Call<std::string>([this, id, pin_prefix, pin_ttl_s]() -> std::string {
+    Impl& I = *impl_;
+    std::string sid = id;
+    if (sid.empty()) {
+      do sid = "sess_" + std::to_string(I.next_session++);
+      while (I.sessions.count(sid));
+    } else if (I.sessions.count(sid)) {
+      throw std::invalid_argument("session '" + sid + "' already exists");
+    }
+    Session s;
+    s.id = sid;
+    if (!pin_prefix.empty()) {
+      const ModelConfig& c = I.model->config();
+      for (int32_t t : pin_prefix)
+        if (t < 0 || t >= c.vocab_size) throw std::invalid_argument("pin prefix: token outside the vocabulary");
+      if (int64_t(pin_prefix.size()) > c.max_seq_len) throw std::invalid_argument("pin prefix longer than the model's limit");
+      // Prefill it once (the encoder makes everything the cache keeps), snapshot at its last
+      // page boundary, insert, and soft-pin: sessions sharing it restore exactly.
+      SequenceState st(c);
+      I.PrepareState(st);
+      PrefillOptions po;
+      po.mode = PrefillMode::kBounded;
+      po.chunk_size = 2048;
+      Prefill(*I.model, st, pin_prefix, po);
+      std::vector<cache::SnapshotInput> snaps;
+      const int64_t b = int64_t(pin_prefix.size() / I.opt.page_tokens * I.opt.page_tokens);
+      if (auto snap = I.SnapshotAt(st, b)) snaps.push_back(*snap);
+      I.InsertIntoCache(st, snaps, cache::kNoTenant);
+      auto pinned = I.cache->SoftPin(pin_prefix, cache::kNoTenant, std::chrono::milliseconds(int64_t(pin_ttl_s * 1000)));
+      if (!pinned.ok()) spdlog::warn("session {}: soft pin refused: {}", sid, pinned.status().ToString());
+      s.pinned_prefix = pin_prefix;
+    }
+    I.sessions.emplace(sid, std::move(s));
+    I.TouchSessionLimit();
+    return sid;
+  });
+}
+
+std::optional<SessionInfo> SessionManager::GetSession(const std::string& id) {
+  return impl_->Call<std::optional<SessionInfo>>([this, id]() -> std::optional<SessionInfo> {
+    auto it = impl_->sessions.find(id);
+    if (it == impl_->sessions.end()) return std::nullopt;
+    const Session& s = it->second;
+    SessionInfo info;
+    info.id = s.id;
+    info.live = s.live.has_value();
+    info.tokens = s.live ? s.live->pos : 0;
+    info.turns = s.turns;
+    info.pinned_tokens = int64_t(s.pinned_prefix.size());
+    info.idle_seconds = Ms(s.last_used, std::chrono::steady_clock::now()) / 1000.0;
+    return info;
+  });
+}
+
+std::vector<SessionInfo> SessionManager::ListSessions() {
+  std::vector<std::string> ids = impl_->Call<std::vector<std::string>>([this] {
+    std::vector<std::string> v;
+    for (auto& [id, s] : impl_->sessions) v.push_back(id);
+    return v;
+  });
+  std::vector<SessionInfo> out;
+  for (auto& id : ids)
+    if (auto i = GetSession(id)) out.push_back(*i);
+  return out;
+}
+
+bool SessionManager::DeleteSession(const std::string& id) {
+  {
+    std::lock_guard<std::mutex> lk(impl_->mu);
+    if (impl_->busy.count(id)) return false;
+  }
+  return impl_->Call<bool>([this, id] {
+    auto it = impl_->sessions.find(id);
+    if (it == impl_->sessions.end()) return false;
+    if (!it->second.pinned_prefix.empty()) (void)impl_->cache->SoftUnpin(it->second.pinned_prefix);
+    impl_->sessions.erase(it);
+    return true;
+  });
+}
+
+EngineMetrics SessionManager::Metrics() {
+  return impl_->Call<EngineMetrics>([this] {
+    EngineMetrics m = impl_->metrics;
+    m.sessions = int64_t(impl_->sessions.size());
+    const cache::CacheSizes s = impl_->cache->Sizes();
+    const cache::CacheCounters c = impl_->cache->Counters();
+    m.ram_bytes = s.ram.used_bytes();
+    m.disk_bytes = s.disk.used_bytes();
+    m.ram_budget = s.ram.budget_bytes;
+    m.disk_budget = s.disk.budget_bytes;
+    m.snapshots_dropped = c.snapshots_dropped;
+    m.pages_spilled = c.pages_spilled;
+    m.disk_entries_deleted = c.disk_entries_deleted;
+    m.corrupt_entries = c.corrupt_entries_dropped;
+    return m;
+  });
+}
+
+}  // namespace cedar::session

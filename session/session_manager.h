@@ -1,0 +1,147 @@
+// Sessions and the engine loop. One thread (the engine thread, owned by SessionManager) owns
+// the model's per-sequence states, the prefix cache and every session; other threads call the
+// methods below, which post work to that thread and wait (or return a future).
+//
+// A turn: the whole context (prompt tokens) of a conversation. If the session's live state is
+// a prefix of it, only the new tokens run (encoder; decoder exactly from the live windows for
+// <= W new tokens, else per the decoder policy); otherwise the longest cached prefix is
+// restored from the prefix cache (snapshot, or Encoder SWA Bounded Replay when the snapshot is
+// missing), the suffix is encoded, the decoder replays, and the loop decodes. The prompt and
+// the output then go into the cache with snapshots, so the next turn and other sessions hit.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cache/cache_types.h"
+#include "engine/model.h"
+#include "engine/sampling.h"
+
+namespace cedar::session {
+
+enum class DecoderPolicy {
+  kExact,    // staircase / live windows: equals computing the whole context from scratch
+  kBounded,  // Decoder SWA Bounded Replay of the last W rows when the live windows do not reach
+  kAuto,     // exact when the live decoder windows cover the turn, bounded otherwise
+};
+enum class RestorePolicy {
+  kReplay,     // a cached prefix without its snapshot: Encoder SWA Bounded Replay (approximate)
+  kRecompute,  // ... recompute the prefix from scratch instead (exact, costly)
+};
+
+// Why a request was refused; the server maps these to HTTP statuses.
+enum class ErrorKind { kNone, kInvalidRequest, kSessionNotFound, kSessionBusy, kPromptTooLong, kShuttingDown, kInternal };
+
+struct TurnRequest {
+  std::string session_id;             // "" = no session (the prefix cache is still used)
+  std::vector<int32_t> prompt;        // the whole context; non-empty, ids < vocab_size
+  int max_tokens = 256;               // >= 0; 0 = prefill only
+  SamplingParams sampling;
+  std::vector<int32_t> stop_tokens;   // generation ends after emitting one of these
+  DecoderPolicy decoder = DecoderPolicy::kAuto;
+  RestorePolicy restore = RestorePolicy::kReplay;
+  cache::TenantSalt tenant = cache::kNoTenant;
+  // Called on the engine thread for each generated token, in order. Keep it cheap (hand the
+  // token to your own thread). Returning false cancels the turn (finish_reason "cancelled").
+  std::function<bool(int32_t token)> on_token;
+  bool return_prompt_logits = false;  // fill TurnResult::prompt_logits (tests, debugging)
+};
+
+// Where the prompt's tokens came from and what the turn cost, in layer-token units.
+struct TurnAccounting {
+  int64_t prompt_tokens = 0;
+  int64_t matched_live = 0;          // served by the session's live state
+  int64_t matched_ram = 0;           // restored from the cache's RAM tier
+  int64_t matched_disk = 0;          // restored from the cache's disk tier
+  int64_t tokens_encoded = 0;        // prompt tokens that ran through the encoder
+  int64_t encoder_replay_rows = 0;   // Encoder SWA Bounded Replay rows (snapshot missing)
+  int64_t decoder_rows = 0;          // rows that passed the last decoder layer during prefill
+  int64_t layer_token_units = 0;     // prefill + decode
+  int64_t prefill_units = 0;
+  int64_t decoder_only_cached_units = 0;  // a decoder-only model with an exact prefix cache
+  int64_t no_cache_units = 0;             // the same model with no cache (N·L)
+  bool snapshot_hit = false;
+  double ttft_ms = 0;                // submit -> first token (or end of prefill)
+  double total_ms = 0;
+  int64_t cached_tokens() const { return matched_live + matched_ram + matched_disk; }
+};
+
+struct TurnResult {
+  std::vector<int32_t> output;       // generated tokens (a stop token included)
+  std::string finish_reason;         // "stop", "length", "cancelled" or "error"
+  ErrorKind error_kind = ErrorKind::kNone;
+  std::string error;                 // when error_kind != kNone
+  TurnAccounting accounting;
+  std::vector<float> prompt_logits;  // [V] after the prompt, when asked for
+};
+
+struct SessionInfo {
+  std::string id;
+  int64_t tokens = 0;                // length of the live context
+  bool live = false;                 // holds a live exact state
+  int64_t turns = 0;
+  int64_t pinned_tokens = 0;         // soft-pinned prefix (0 = none)
+  double idle_seconds = 0;
+};
+
+// Cumulative counters (the server's /metrics).
+struct EngineMetrics {
+  int64_t turns = 0, turns_cancelled = 0, turns_failed = 0;
+  int64_t prompt_tokens = 0, generated_tokens = 0;
+  int64_t hit_tokens_live = 0, hit_tokens_ram = 0, hit_tokens_disk = 0;
+  int64_t encoder_replays = 0, encoder_replay_rows = 0, decoder_replays = 0;
+  int64_t layer_token_units = 0;
+  int64_t sessions = 0;
+  // From the prefix cache:
+  uint64_t ram_bytes = 0, disk_bytes = 0, ram_budget = 0, disk_budget = 0;
+  uint64_t snapshots_dropped = 0, pages_spilled = 0, disk_entries_deleted = 0, corrupt_entries = 0;
+};
+
+struct ManagerOptions {
+  uint64_t cache_ram_bytes = 1ull << 30;  // --cache-ram
+  uint64_t cache_disk_bytes = 8ull << 30; // --cache-disk
+  std::string cache_dir;                  // --cache-dir; "" = RAM only
+  size_t page_tokens = 16;                // power of two, even
+  int max_sessions = 1024;                // live sessions kept; the least recently used drops its live state
+  bool snapshot_decoder_windows = true;   // snapshots also hold decoder windows (exact restore)
+};
+
+class SessionManager {
+ public:
+  // Starts the engine thread. Throws std::runtime_error if the cache cannot be opened.
+  static std::unique_ptr<SessionManager> Start(std::shared_ptr<const Model> model, ManagerOptions options);
+  ~SessionManager();  // Shutdown(true)
+  SessionManager(const SessionManager&) = delete;
+  SessionManager& operator=(const SessionManager&) = delete;
+
+  // Queues a turn. A second turn on a session that has one in flight fails at once with
+  // kSessionBusy (the server answers 409). Unknown session id: kSessionNotFound.
+  std::future<TurnResult> Submit(TurnRequest request);
+
+  // Creates a session (id "" = a generated one). `pin_prefix` (optional) is prefilled into the
+  // cache and soft-pinned for `pin_ttl_s` seconds. Returns the id, or throws
+  // std::invalid_argument (duplicate id, bad tokens).
+  std::string CreateSession(const std::string& id, const std::vector<int32_t>& pin_prefix, double pin_ttl_s);
+  std::optional<SessionInfo> GetSession(const std::string& id);
+  bool DeleteSession(const std::string& id);
+  std::vector<SessionInfo> ListSessions();
+
+  EngineMetrics Metrics();
+  const Model& model() const { return *model_; }
+
+  // Stops accepting work; in-flight and queued turns finish (cancel = false) or end as
+  // "cancelled" (cancel = true); flushes the cache's disk tier; joins the engine thread.
+  void Shutdown(bool cancel);
+
+ private:
+  struct Impl;
+  SessionManager(std::shared_ptr<const Model> model, std::unique_ptr<Impl> impl);
+  std::shared_ptr<const Model> model_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cedar::session

@@ -1,2 +1,0 @@
-// Keeps the library non-empty until session sources land.
-namespace cedar::session { int placeholder_symbol() { return 0; } }

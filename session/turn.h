@@ -1,0 +1,36 @@
+// One turn in flight on the engine thread (internal to session/).
+#pragma once
+#include <chrono>
+#include <future>
+#include <optional>
+#include <vector>
+
+#include "cache/cache_types.h"
+#include "engine/engine.h"
+#include "engine/sampling.h"
+#include "session/session_manager.h"
+
+namespace cedar::session {
+
+struct Session {
+  std::string id;
+  std::optional<SequenceState> live;  // exact state after the last turn (prompt + output[:-1])
+  int64_t turns = 0;
+  std::vector<int32_t> pinned_prefix;
+  std::chrono::steady_clock::time_point last_used = std::chrono::steady_clock::now();
+};
+
+struct ActiveTurn {
+  TurnRequest request;
+  std::promise<TurnResult> promise;
+  std::chrono::steady_clock::time_point submitted;
+  std::optional<SequenceState> state;
+  std::optional<Sampler> sampler;
+  std::vector<float> logits;               // [V] predicting the next token
+  std::vector<cache::SnapshotInput> snapshots;  // taken at the end of the prompt
+  TurnResult result;
+  bool first_token_seen = false;
+  bool done = false;
+};
+
+}  // namespace cedar::session

@@ -1,0 +1,260 @@
+// The life of one turn on the engine thread: restore, prefill, decode step by step, remember.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "cache/prefix_cache.h"
+#include "cache/state_codec.h"
+#include "session/manager_impl.h"
+
+namespace cedar::session {
+
+namespace {
+double Ms(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+constexpr int kPrefillChunk = 2048;
+}  // namespace
+
+void SessionManager::Impl::PrepareState(SequenceState& st) const {
+  const ModelConfig& c = model->config();
+  // A page of slack so the snapshot can be cut at the last page boundary; a staircase of H_E
+  // (plus the W - 1 rows layer E's window reaches back) so an exact decoder can be rebuilt.
+  st.keep_extra_rows = int64_t(opt.page_tokens);
+  st.keep_h_e_rows = c.StaircaseLength() + c.window - 1;
+}
+
+std::optional<cache::SnapshotInput> SessionManager::Impl::SnapshotAt(const SequenceState& st, int64_t position) {
+  if (position <= 0) return std::nullopt;
+  const ModelConfig& c = model->config();
+  auto snap = cache::EncodeSnapshot(c, st, position, st.keep_h_e_rows);
+  if (!snap.ok()) {
+    spdlog::debug("no snapshot at {}: {}", position, snap.status().ToString());
+    return std::nullopt;
+  }
+  return cache::SnapshotInput{size_t(position), snap.value()};
+}
+
+void SessionManager::Impl::InsertIntoCache(const SequenceState& st, std::vector<cache::SnapshotInput> snapshots,
+                                           cache::TenantSalt salt) {
+  const ModelConfig& c = model->config();
+  const size_t page = opt.page_tokens;
+  // Only exact state enters the cache: after an Encoder SWA Bounded Replay, pool rows past the
+  // replay point and every window snapshot are approximations.
+  std::span<const int32_t> tokens(st.tokens.data(), size_t(st.ExactUntil()));
+  if (st.replayed) snapshots.clear();
+  auto provider = [&](size_t page_index, std::span<const cache::TokenId>) -> cache::Result<cache::Payload> {
+    return cache::EncodePage(c, st, int64_t(page_index * page), page);
+  };
+  const size_t stored = tokens.size() / page * page;
+  snapshots.erase(std::remove_if(snapshots.begin(), snapshots.end(), [&](const cache::SnapshotInput& s) { return s.position > stored; }),
+                  snapshots.end());
+  auto r = cache->Insert(tokens, provider, snapshots, salt);
+  if (!r.ok()) spdlog::warn("cache insert refused: {}", r.status().ToString());
+  else spdlog::debug("cache insert: {} cached, {} added, {} snapshots", r->cached_tokens, r->added_tokens, snapshots.size());
+}
+
+// Builds the state a turn starts from: the session's live state when it is a prefix of the
+// prompt; else the longest cached prefix (snapshot, or Encoder SWA Bounded Replay); else empty.
+SequenceState SessionManager::Impl::Restore(ActiveTurn& t, Session* s) {
+  const ModelConfig& c = model->config();
+  const auto& prompt = t.request.prompt;
+  TurnAccounting& a = t.result.accounting;
+  if (s && s->live && s->live->pos < int64_t(prompt.size()) &&
+      std::equal(s->live->tokens.begin(), s->live->tokens.end(), prompt.begin())) {
+    a.matched_live = s->live->pos;
+    spdlog::debug("turn: live hit of {} tokens", a.matched_live);
+    SequenceState st = std::move(*s->live);
+    s->live.reset();
+    return st;
+  }
+  if (s) s->live.reset();  // the conversation diverged: the live state is of no further use
+  // Match at most prompt - 1 tokens: the last one must run to give logits.
+  std::span<const int32_t> query(prompt.data(), prompt.size() - 1);
+  const cache::MatchResult m = cache->Match(query, t.request.tenant);
+  SequenceState fresh(c);
+  if (m.matched_tokens == 0) return fresh;
+  auto handle = cache->Acquire(query, t.request.tenant);
+  if (!handle.ok() || handle->empty()) return fresh;
+  const size_t page = opt.page_tokens;
+  const size_t P = handle->tokens(), S = handle->snapshot_position();
+  const bool exact_needed = t.request.decoder == DecoderPolicy::kExact || t.request.restore == RestorePolicy::kRecompute;
+  // With a snapshot at the match end: exact. Without: replay (approximate) unless exactness was
+  // asked for, then restore at the deepest snapshot and encode the rest.
+  size_t use = P;
+  bool with_snapshot = (S == P);
+  if (!with_snapshot && exact_needed) {
+    use = S;
+    with_snapshot = S > 0;
+  }
+  if (use == 0) return fresh;
+  std::span<const cache::Payload> pages(handle->pages().data(), use / page);
+  auto st = cache::StateFromPages(c, pages, page, prompt);
+  if (!st.ok()) {
+    spdlog::warn("cache restore failed: {}", st.status().ToString());
+    return fresh;
+  }
+  SequenceState out = std::move(st).value();
+  if (with_snapshot) {
+    cache::Status applied = cache::ApplySnapshot(c, handle->snapshot(), out);
+    if (!applied.ok()) {
+      spdlog::warn("snapshot rejected: {}", applied.ToString());
+      return fresh;
+    }
+    RebuildLayerEWindow(*model, out);
+    a.snapshot_hit = true;
+  } else {
+    StepStats rs = EncoderReplay(*model, out);
+    a.encoder_replay_rows = rs.replay_rows;
+    a.layer_token_units += rs.layer_token_units;
+    a.prefill_units += rs.layer_token_units;
+    metrics.encoder_replays++;
+    metrics.encoder_replay_rows += rs.replay_rows;
+  }
+  // Tier split of what was used: disk pages are the ones Match() saw only on disk.
+  const int64_t used = int64_t(use);
+  a.matched_disk = std::min<int64_t>(used, int64_t(m.disk_tokens));
+  a.matched_ram = used - a.matched_disk;
+  spdlog::debug("turn: cache hit {} tokens ({} from disk), snapshot {}, replay rows {}", used, a.matched_disk,
+                with_snapshot, a.encoder_replay_rows);
+  return out;
+}
+
+void SessionManager::Impl::StartTurn(ActiveTurn& t) {
+  const ModelConfig& c = model->config();
+  TurnRequest& rq = t.request;
+  TurnAccounting& a = t.result.accounting;
+  Session* s = nullptr;
+  if (!rq.session_id.empty()) {
+    auto it = sessions.find(rq.session_id);
+    if (it == sessions.end()) return Fail(t, ErrorKind::kSessionNotFound, "unknown session '" + rq.session_id + "'");
+    s = &it->second;
+    s->last_used = std::chrono::steady_clock::now();
+  }
+  if (rq.prompt.empty()) return Fail(t, ErrorKind::kInvalidRequest, "the prompt is empty");
+  for (int32_t tok : rq.prompt)
+    if (tok < 0 || tok >= c.vocab_size)
+      return Fail(t, ErrorKind::kInvalidRequest, "token " + std::to_string(tok) + " is outside the vocabulary");
+  if (int64_t(rq.prompt.size()) >= c.max_seq_len)
+    return Fail(t, ErrorKind::kPromptTooLong, "prompt of " + std::to_string(rq.prompt.size()) + " tokens; the model's limit is " +
+                                                  std::to_string(c.max_seq_len));
+  if (rq.max_tokens < 0) return Fail(t, ErrorKind::kInvalidRequest, "max_tokens must be >= 0");
+  rq.max_tokens = int(std::min<int64_t>(rq.max_tokens, c.max_seq_len - int64_t(rq.prompt.size())));
+  try {
+    t.state.emplace(Restore(t, s));
+    SequenceState& st = *t.state;
+    PrepareState(st);
+    const int64_t N = int64_t(rq.prompt.size()), p0 = st.pos, fresh_rows = N - p0;
+    const bool live_decoder = st.decoder_pos == p0 && p0 > 0;
+    PrefillOptions po;
+    po.chunk_size = kPrefillChunk;
+    if (rq.decoder == DecoderPolicy::kExact || (live_decoder && fresh_rows <= c.window && rq.decoder == DecoderPolicy::kAuto))
+      po.mode = PrefillMode::kExact;
+    else
+      po.mode = PrefillMode::kBounded;
+    if (p0 == 0 && rq.decoder == DecoderPolicy::kAuto && N <= c.window) po.mode = PrefillMode::kExact;
+    PrefillResult pr = Prefill(*model, st, std::span<const int32_t>(rq.prompt.data() + p0, size_t(fresh_rows)), po);
+    if (po.mode == PrefillMode::kBounded && N > c.window) metrics.decoder_replays++;
+    a.prompt_tokens = N;
+    a.tokens_encoded = fresh_rows;
+    a.decoder_rows = pr.stats.decoder_rows;
+    a.prefill_units += pr.stats.layer_token_units;
+    a.layer_token_units += pr.stats.layer_token_units;
+    const int64_t matched = a.matched_live + a.matched_ram + a.matched_disk;
+    a.decoder_only_cached_units = (N - matched) * c.n_layers;
+    a.no_cache_units = N * c.n_layers;
+    t.logits = std::move(pr.logits);
+    if (rq.return_prompt_logits) t.result.prompt_logits = t.logits;
+    if (auto snap = SnapshotAt(st, N / int64_t(opt.page_tokens) * int64_t(opt.page_tokens))) t.snapshots.push_back(*snap);
+    t.sampler.emplace(rq.sampling);
+    if (rq.max_tokens == 0) {
+      a.ttft_ms = Ms(t.submitted, std::chrono::steady_clock::now());
+      Finish(t, "length");
+    }
+  } catch (const std::exception& e) {
+    Fail(t, ErrorKind::kInternal, e.what());
+  }
+}
+
+void SessionManager::Impl::Step(ActiveTurn& t) {
+  TurnRequest& rq = t.request;
+  const int32_t tok = t.sampler->Sample(t.logits);
+  t.result.output.push_back(tok);
+  if (!t.first_token_seen) {
+    t.first_token_seen = true;
+    t.result.accounting.ttft_ms = Ms(t.submitted, std::chrono::steady_clock::now());
+  }
+  if (rq.on_token && !rq.on_token(tok)) return Finish(t, "cancelled");
+  if (std::find(rq.stop_tokens.begin(), rq.stop_tokens.end(), tok) != rq.stop_tokens.end()) return Finish(t, "stop");
+  if (int(t.result.output.size()) >= rq.max_tokens) return Finish(t, "length");
+  try {
+    StepStats s;
+    t.logits = DecodeStep(*model, *t.state, tok, &s);
+    t.result.accounting.layer_token_units += s.layer_token_units;
+  } catch (const std::exception& e) {
+    Fail(t, ErrorKind::kInternal, e.what());
+  }
+}
+
+void SessionManager::Impl::Finish(ActiveTurn& t, const std::string& reason) {
+  t.done = true;
+  t.result.finish_reason = reason;
+  TurnAccounting& a = t.result.accounting;
+  a.total_ms = Ms(t.submitted, std::chrono::steady_clock::now());
+  SequenceState& st = *t.state;
+  // Remember: pages of everything consumed, snapshots at the prompt's and the output's ends.
+  std::vector<cache::SnapshotInput> snaps = std::move(t.snapshots);
+  const int64_t end = st.pos / int64_t(opt.page_tokens) * int64_t(opt.page_tokens);
+  if (snaps.empty() || int64_t(snaps.back().position) != end)
+    if (auto snap = SnapshotAt(st, end)) snaps.push_back(*snap);
+  InsertIntoCache(st, std::move(snaps), t.request.tenant);
+  if (!t.request.session_id.empty()) {
+    auto it = sessions.find(t.request.session_id);
+    if (it != sessions.end()) {
+      it->second.live = std::move(st);
+      it->second.turns++;
+      it->second.last_used = std::chrono::steady_clock::now();
+    }
+    std::lock_guard<std::mutex> lk(mu);
+    busy.erase(t.request.session_id);
+  }
+  t.state.reset();
+  metrics.turns++;
+  if (reason == "cancelled") metrics.turns_cancelled++;
+  metrics.prompt_tokens += a.prompt_tokens;
+  metrics.generated_tokens += int64_t(t.result.output.size());
+  metrics.hit_tokens_live += a.matched_live;
+  metrics.hit_tokens_ram += a.matched_ram;
+  metrics.hit_tokens_disk += a.matched_disk;
+  metrics.layer_token_units += a.layer_token_units;
+  TouchSessionLimit();
+  spdlog::debug("turn done: {} tokens, {} ({:.1f} ms)", t.result.output.size(), reason, a.total_ms);
+  t.promise.set_value(std::move(t.result));
+}
+
+void SessionManager::Impl::Fail(ActiveTurn& t, ErrorKind kind, const std::string& message) {
+  t.done = true;
+  t.result.finish_reason = "error";
+  t.result.error_kind = kind;
+  t.result.error = message;
+  t.state.reset();
+  metrics.turns_failed++;
+  if (!t.request.session_id.empty()) {
+    std::lock_guard<std::mutex> lk(mu);
+    busy.erase(t.request.session_id);
+  }
+  t.promise.set_value(std::move(t.result));
+}
+
+// Keeps at most max_sessions live states: the least recently used sessions drop theirs (the
+// cache still holds their prefixes).
+void SessionManager::Impl::TouchSessionLimit() {
+  std::vector<Session*> live;
+  for (auto& [id, s] : sessions)
+    if (s.live) live.push_back(&s);
+  if (int(live.size()) <= opt.max_sessions) return;
+  std::sort(live.begin(), live.end(), [](Session* a, Session* b) { return a->last_used < b->last_used; });
+  for (size_t i = 0; i + size_t(opt.max_sessions) < live.size(); ++i) live[i]->live.reset();
+}
+
+}  // namespace cedar::session
