@@ -47,6 +47,7 @@ void SessionManager::Impl::Loop() {
       else ++it;
     }
   }
+  for (auto& [id, s] : sessions) s.prefix.Release();  // handles must go before the cache
   if (cache) {
     cache::Status s = cache->Flush();
     if (!s.ok()) spdlog::warn("cache flush at shutdown: {}", s.ToString());
@@ -202,6 +203,7 @@ bool SessionManager::DeleteSession(const std::string& id) {
     auto it = impl_->sessions.find(id);
     if (it == impl_->sessions.end()) return false;
     if (!it->second.pinned_prefix.empty()) (void)impl_->cache->SoftUnpin(it->second.pinned_prefix);
+    it->second.prefix.Release();
     impl_->sessions.erase(it);
     return true;
   });

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cache/cache_types.h"
+#include "cache/prefix_cache.h"
 #include "engine/engine.h"
 #include "engine/sampling.h"
 #include "session/session_manager.h"
@@ -17,6 +18,7 @@ struct Session {
   std::optional<SequenceState> live;  // exact state after the last turn (prompt + output[:-1])
   int64_t turns = 0;
   std::vector<int32_t> pinned_prefix;
+  cache::PrefixHandle prefix;         // pins the cached prefix of the last turn while the session lives
   std::chrono::steady_clock::time_point last_used = std::chrono::steady_clock::now();
 };
 

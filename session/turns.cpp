@@ -211,6 +211,9 @@ void SessionManager::Impl::Finish(ActiveTurn& t, const std::string& reason) {
   if (!t.request.session_id.empty()) {
     auto it = sessions.find(t.request.session_id);
     if (it != sessions.end()) {
+      it->second.prefix.Release();
+      auto pinned = cache->Acquire(std::span<const int32_t>(st.tokens.data(), size_t(st.ExactUntil())), t.request.tenant);
+      if (pinned.ok()) it->second.prefix = std::move(pinned).value();
       it->second.live = std::move(st);
       it->second.turns++;
       it->second.last_used = std::chrono::steady_clock::now();
@@ -254,7 +257,10 @@ void SessionManager::Impl::TouchSessionLimit() {
     if (s.live) live.push_back(&s);
   if (int(live.size()) <= opt.max_sessions) return;
   std::sort(live.begin(), live.end(), [](Session* a, Session* b) { return a->last_used < b->last_used; });
-  for (size_t i = 0; i + size_t(opt.max_sessions) < live.size(); ++i) live[i]->live.reset();
+  for (size_t i = 0; i + size_t(opt.max_sessions) < live.size(); ++i) {
+    live[i]->live.reset();
+    live[i]->prefix.Release();
+  }
 }
 
 }  // namespace cedar::session
