@@ -154,6 +154,46 @@ std::vector<float> DecodeStep(const Model& m, SequenceState& st, int32_t token, 
   return std::move(r.logits);
 }
 
+std::vector<std::vector<float>> DecodeBatch(const Model& m, std::span<SequenceState* const> states,
+                                            std::span<const int32_t> tokens, std::vector<StepStats>* stats) {
+  const ModelConfig& c = m.config();
+  const size_t B = states.size();
+  if (tokens.size() != B) throw std::invalid_argument("DecodeBatch: one token per state");
+  for (size_t i = 0; i < B; ++i) CheckTokens(m, *states[i], tokens.subspan(i, 1));
+  std::vector<PassContext> ctx(B);
+  std::vector<Segment> segs(B);
+  std::vector<float> h(B * size_t(c.dim));
+  for (size_t i = 0; i < B; ++i) {
+    SequenceState& st = *states[i];
+    const float* e = m.embed().data + size_t(tokens[i]) * c.dim;
+    std::copy(e, e + c.dim, h.begin() + i * size_t(c.dim));
+    segs[i] = Segment{&st, &ctx[i], st.pos, 1, st.pos, 0};
+  }
+  for (int l = 0; l < c.n_layers; ++l) {
+    if (l == c.n_encoder_layers)
+      for (size_t i = 0; i < B; ++i) std::copy(h.begin() + i * size_t(c.dim), h.begin() + (i + 1) * size_t(c.dim), states[i]->h_e.Append(states[i]->pos));
+    RunLayerSegments(m, l, segs, h);
+  }
+  std::vector<std::vector<float>> logits(B);
+  if (stats) stats->assign(B, StepStats{});
+  for (size_t i = 0; i < B; ++i) {
+    SequenceState& st = *states[i];
+    logits[i] = ComputeLogits(m, h.data() + i * size_t(c.dim));
+    st.tokens.push_back(tokens[i]);
+    st.pos += 1;
+    st.decoder_pos = st.pos;  // as DecodeStep (a full-mode prefill of one token)
+    TrimState(c, st);
+    if (stats) {
+      (*stats)[i].tokens = 1;
+      (*stats)[i].layer_token_units = ctx[i].layer_token_units;
+      (*stats)[i].encoder_units = c.n_encoder_layers;
+      (*stats)[i].decoder_units = ctx[i].layer_token_units - c.n_encoder_layers;
+      (*stats)[i].decoder_rows = ctx[i].last_layer_rows;
+    }
+  }
+  return logits;
+}
+
 void RebuildLayerEWindow(const Model& m, SequenceState& st) {
   const ModelConfig& c = m.config();
   const int E = c.n_encoder_layers;

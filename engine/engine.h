@@ -51,6 +51,12 @@ PrefillResult Prefill(const Model& m, SequenceState& st, std::span<const int32_t
 // One token through all L layers; returns its logits [V].
 std::vector<float> DecodeStep(const Model& m, SequenceState& st, int32_t token, StepStats* stats = nullptr);
 
+// One token for each of several sequences, through all L layers together: the weight
+// products run once over the batch. Equals DecodeStep on each state (float tolerance).
+// REQUIRES: distinct states; tokens.size() == states.size(). Returns logits [V] per state.
+std::vector<std::vector<float>> DecodeBatch(const Model& m, std::span<SequenceState* const> states,
+                                            std::span<const int32_t> tokens, std::vector<StepStats>* stats = nullptr);
+
 // Encoder SWA Bounded Replay of the prefix st.tokens[0, st.pos): rows [P-R, P), R = min(W, P),
 // pass the encoder with floor P-R; regenerates encoder window entries and H_E (and layer E's
 // window entries) of those rows. Pools are never rewritten. REQUIRES st.tokens.size() == st.pos.

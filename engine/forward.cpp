@@ -56,88 +56,119 @@ void AppendWindowEntries(const Model& m, int l, RowStore& store, const float* u,
 
 }  // namespace
 
-void RunLayer(const Model& m, SequenceState& st, int l, Rows& h, int64_t out_from, int64_t floor, PassContext& ctx) {
+void RunLayerSegments(const Model& m, int l, std::vector<Segment>& segs, std::vector<float>& h) {
   const ModelConfig& c = m.config();
   const LayerWeights& w = m.layer(l);
   const int d = c.dim, cd = c.head_dim, H = c.n_heads, qr = c.q_lora_rank;
-  if (out_from < h.first) throw std::logic_error("RunLayer: out_from before the first row");
-  // u = RMSNorm_attn(h): [n, d]
-  std::vector<float> u(h.h.size());
-  k::RmsNorm(h.h.data(), w.attn_norm.data, u.data(), h.n, d, c.norm_eps);
-  AppendWindowEntries(m, l, st.windows[size_t(l)], u.data(), h.first, h.n);
-  if (c.IsKvSource(l)) CompressRows(m, l, st.PoolOfLayer(c, l), u.data(), h.first, h.n);
-
-  const int off = int(std::min<int64_t>(out_from - h.first, h.n));
-  const int n = h.n - off;  // rows whose output this layer computes
-  if (n <= 0) {
-    h.first = h.end();
-    h.n = 0;
-    h.h.clear();
-    return;
+  int n_in = 0;
+  for (const Segment& sg : segs) {
+    if (sg.out_from < sg.first) throw std::logic_error("RunLayer: out_from before the first row");
+    n_in += sg.n;
   }
-  const float* uo = u.data() + size_t(off) * d;  // [n, d]
-  // Queries: cq = RMSNorm_q(Wq_a u) [n, q_rank]; q = Rot(p)(Wq_b cq) [n, H, c]
-  std::vector<float> cq(size_t(n) * qr), q(size_t(n) * H * cd);
-  k::Matmul(uo, w.wq_a.data, cq.data(), n, d, qr);
-  k::RmsNorm(cq.data(), w.q_norm.data, cq.data(), n, qr, c.norm_eps);
-  k::Matmul(cq.data(), w.wq_b.data, q.data(), n, qr, H * cd);
+  // u = RMSNorm_attn(h): [n_in, d]
+  std::vector<float> u(h.size());
+  k::RmsNorm(h.data(), w.attn_norm.data, u.data(), n_in, d, c.norm_eps);
+  // Per segment: window entries, compressor; and where each segment's output rows start.
+  std::vector<int> in_off(segs.size()), out_off(segs.size());
+  int n = 0;  // output rows over all segments
+  for (size_t i = 0, r = 0; i < segs.size(); r += size_t(segs[i].n), ++i) {
+    Segment& sg = segs[i];
+    const float* us = u.data() + r * d;
+    AppendWindowEntries(m, l, sg.st->windows[size_t(l)], us, sg.first, sg.n);
+    if (c.IsKvSource(l)) CompressRows(m, l, sg.st->PoolOfLayer(c, l), us, sg.first, sg.n);
+    in_off[i] = int(r);
+    out_off[i] = n;
+    n += sg.n - int(std::min<int64_t>(sg.out_from - sg.first, sg.n));
+  }
+  std::vector<float> uo(size_t(n) * d), out(size_t(n) * d);  // output rows: [n, d]
   std::vector<int64_t> pos(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) pos[size_t(r)] = out_from + r;
-  const float base = c.RopeBaseOf(l);
-  k::Rope(q.data(), n, H, cd, c.rope_dim, pos.data(), base, 1);
-
-  const int ratio = c.RatioOf(l);
-  if (ratio > 0 && c.IsIndexSource(l)) SelectEntries(m, st, l, cq.data(), uo, out_from, n, ctx);
-  const Selection* sel = nullptr;
-  const Pool* pool = nullptr;
-  if (ratio > 0) {
-    auto it = ctx.topk.find(c.IndexSourceOf(l));
-    if (it == ctx.topk.end()) throw std::logic_error("RunLayer: no top-k from the index source of layer " + std::to_string(l));
-    sel = &it->second;
-    pool = &st.PoolOfLayer(c, l);
-  }
-
-  // Sink attention per row, then undo the rotation of the output's RoPE part: o [n, H, c]
-  std::vector<float> o(size_t(n) * H * cd);
-  const RowStore& win = st.windows[size_t(l)];
-  const float scale = 1.0f / std::sqrt(float(cd));
-  k::ParallelFor(n, 4, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t t = out_from + r;
-      const int64_t lo = std::max(std::max(floor, win.lo()), t - c.window + 1);
-      const int n_win = int(t - lo + 1);
-      const float* pool_entries = pool ? pool->entries.data() : nullptr;
-      const int32_t* idx = sel ? sel->Row(t) : nullptr;
-      const int n_sel = sel ? sel->Count(t) : 0;
-      k::SinkAttention(q.data() + size_t(r) * H * cd, H, cd, win.Row(lo), n_win, pool_entries, idx, n_sel,
-                       w.sink.data, scale, o.data() + size_t(r) * H * cd);
+  std::vector<int32_t> seg_of(static_cast<size_t>(n));
+  for (size_t i = 0; i < segs.size(); ++i) {
+    const Segment& sg = segs[i];
+    const int off = int(std::min<int64_t>(sg.out_from - sg.first, sg.n)), cnt = sg.n - off;
+    std::copy(u.begin() + size_t(in_off[i] + off) * d, u.begin() + size_t(in_off[i] + sg.n) * d, uo.begin() + size_t(out_off[i]) * d);
+    std::copy(h.begin() + size_t(in_off[i] + off) * d, h.begin() + size_t(in_off[i] + sg.n) * d, out.begin() + size_t(out_off[i]) * d);
+    for (int r = 0; r < cnt; ++r) {
+      pos[size_t(out_off[i] + r)] = sg.out_from + r;
+      seg_of[size_t(out_off[i] + r)] = int32_t(i);
     }
-  });
-  k::Rope(o.data(), n, H, cd, c.rope_dim, pos.data(), base, -1);
-
-  // Grouped output: g_k = Wo_a[k] concat(o of group k) [n, R]; y = Wo_b concat(g) [n, d]
-  const int G = c.o_groups, R = c.o_group_rank, gw = (H / G) * cd;
-  std::vector<float> grp(size_t(n) * gw), g(size_t(n) * G * R), gk(size_t(n) * R), y(size_t(n) * d);
-  for (int gi = 0; gi < G; ++gi) {
-    for (int r = 0; r < n; ++r)
-      std::copy(o.begin() + size_t(r) * H * cd + size_t(gi) * gw, o.begin() + size_t(r) * H * cd + size_t(gi + 1) * gw,
-                grp.begin() + size_t(r) * gw);
-    k::Matmul(grp.data(), w.wo_a.data + size_t(gi) * R * gw, gk.data(), n, gw, R);
-    for (int r = 0; r < n; ++r) std::copy(gk.begin() + size_t(r) * R, gk.begin() + size_t(r + 1) * R, g.begin() + size_t(r) * G * R + size_t(gi) * R);
   }
-  k::Matmul(g.data(), w.wo_b.data, y.data(), n, G * R, d);
+  if (n > 0) {
+    // Queries: cq = RMSNorm_q(Wq_a u) [n, q_rank]; q = Rot(p)(Wq_b cq) [n, H, c]
+    std::vector<float> cq(size_t(n) * qr), q(size_t(n) * H * cd);
+    k::Matmul(uo.data(), w.wq_a.data, cq.data(), n, d, qr);
+    k::RmsNorm(cq.data(), w.q_norm.data, cq.data(), n, qr, c.norm_eps);
+    k::Matmul(cq.data(), w.wq_b.data, q.data(), n, qr, H * cd);
+    const float base = c.RopeBaseOf(l);
+    k::Rope(q.data(), n, H, cd, c.rope_dim, pos.data(), base, 1);
 
-  // h <- h + y on the output rows; then the FFN sub-layer.
-  std::vector<float> out(h.h.begin() + size_t(off) * d, h.h.end());  // [n, d]
-  for (size_t i = 0; i < out.size(); ++i) out[i] += y[i];
-  std::vector<float> x(out.size());
-  k::RmsNorm(out.data(), w.ffn_norm.data, x.data(), n, d, c.norm_eps);
-  FfnAdd(m, l, x.data(), out.data(), n);
-  h.first = out_from;
-  h.n = n;
-  h.h = std::move(out);
-  ctx.layer_token_units += n;
-  if (l == c.n_layers - 1) ctx.last_layer_rows += n;
+    const int ratio = c.RatioOf(l);
+    std::vector<const Selection*> sel(segs.size(), nullptr);
+    for (size_t i = 0; i < segs.size(); ++i) {
+      Segment& sg = segs[i];
+      const int cnt = (i + 1 < segs.size() ? out_off[i + 1] : n) - out_off[i];
+      if (ratio == 0 || cnt == 0) continue;
+      if (c.IsIndexSource(l))
+        SelectEntries(m, *sg.st, l, cq.data() + size_t(out_off[i]) * qr, uo.data() + size_t(out_off[i]) * d, sg.out_from, cnt, *sg.ctx);
+      auto it = sg.ctx->topk.find(c.IndexSourceOf(l));
+      if (it == sg.ctx->topk.end()) throw std::logic_error("RunLayer: no top-k from the index source of layer " + std::to_string(l));
+      sel[i] = &it->second;
+    }
+
+    // Sink attention per row, then undo the rotation of the output's RoPE part: o [n, H, c]
+    std::vector<float> o(size_t(n) * H * cd);
+    const float scale = 1.0f / std::sqrt(float(cd));
+    k::ParallelFor(n, 4, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const size_t i = size_t(seg_of[size_t(r)]);
+        const Segment& sg = segs[i];
+        const RowStore& win = sg.st->windows[size_t(l)];
+        const int64_t t = pos[size_t(r)];
+        const int64_t lo = std::max(std::max(sg.floor, win.lo()), t - c.window + 1);
+        const int n_win = int(t - lo + 1);
+        const float* pool_entries = ratio > 0 ? sg.st->PoolOfLayer(c, l).entries.data() : nullptr;
+        const int32_t* idx = sel[i] ? sel[i]->Row(t) : nullptr;
+        const int n_sel = sel[i] ? sel[i]->Count(t) : 0;
+        k::SinkAttention(q.data() + size_t(r) * H * cd, H, cd, win.Row(lo), n_win, pool_entries, idx, n_sel,
+                         w.sink.data, scale, o.data() + size_t(r) * H * cd);
+      }
+    });
+    k::Rope(o.data(), n, H, cd, c.rope_dim, pos.data(), base, -1);
+
+    // Grouped output: g_k = Wo_a[k] concat(o of group k) [n, R]; y = Wo_b concat(g) [n, d]
+    const int G = c.o_groups, R = c.o_group_rank, gw = (H / G) * cd;
+    std::vector<float> grp(size_t(n) * gw), g(size_t(n) * G * R), gk(size_t(n) * R), y(size_t(n) * d);
+    for (int gi = 0; gi < G; ++gi) {
+      for (int r = 0; r < n; ++r)
+        std::copy(o.begin() + size_t(r) * H * cd + size_t(gi) * gw, o.begin() + size_t(r) * H * cd + size_t(gi + 1) * gw,
+                  grp.begin() + size_t(r) * gw);
+      k::Matmul(grp.data(), w.wo_a.data + size_t(gi) * R * gw, gk.data(), n, gw, R);
+      for (int r = 0; r < n; ++r) std::copy(gk.begin() + size_t(r) * R, gk.begin() + size_t(r + 1) * R, g.begin() + size_t(r) * G * R + size_t(gi) * R);
+    }
+    k::Matmul(g.data(), w.wo_b.data, y.data(), n, G * R, d);
+
+    // h <- h + y on the output rows; then the FFN sub-layer.
+    for (size_t i = 0; i < out.size(); ++i) out[i] += y[i];
+    std::vector<float> x(out.size());
+    k::RmsNorm(out.data(), w.ffn_norm.data, x.data(), n, d, c.norm_eps);
+    FfnAdd(m, l, x.data(), out.data(), n);
+  }
+  for (size_t i = 0; i < segs.size(); ++i) {
+    Segment& sg = segs[i];
+    const int cnt = (i + 1 < segs.size() ? out_off[i + 1] : n) - out_off[i];
+    sg.first = std::min(sg.out_from, sg.first + sg.n);
+    sg.n = cnt;
+    sg.ctx->layer_token_units += cnt;
+    if (l == c.n_layers - 1) sg.ctx->last_layer_rows += cnt;
+  }
+  h = std::move(out);
+}
+
+void RunLayer(const Model& m, SequenceState& st, int l, Rows& h, int64_t out_from, int64_t floor, PassContext& ctx) {
+  std::vector<Segment> segs{Segment{&st, &ctx, h.first, h.n, out_from, floor}};
+  RunLayerSegments(m, l, segs, h.h);
+  h.first = segs[0].n > 0 ? out_from : h.end();
+  h.n = segs[0].n;
 }
 
 }  // namespace cedar

@@ -53,6 +53,22 @@ struct PassContext {
 void RunLayer(const Model& m, SequenceState& st, int l, Rows& h, int64_t out_from, int64_t floor,
               PassContext& ctx);
 
+// Rows of one sequence inside a batch of several (RunLayerSegments).
+struct Segment {
+  SequenceState* st = nullptr;
+  PassContext* ctx = nullptr;
+  int64_t first = 0;     // position of the segment's first row entering the layer
+  int n = 0;             // rows entering
+  int64_t out_from = 0;  // rows >= this get the layer's output
+  int64_t floor = 0;     // window floor of this segment's rows
+};
+
+// RunLayer over several sequences at once: h holds the rows of every segment, in order
+// ([sum n, d]); the weight products run once over all of them (what makes batched decode
+// cheaper than one sequence at a time), the window, pool, indexer and attention per segment.
+// Afterwards h holds the output rows of every segment and each segment describes its own.
+void RunLayerSegments(const Model& m, int l, std::vector<Segment>& segs, std::vector<float>& h);
+
 // logits[V] = head * RMSNorm_final(h_row)
 std::vector<float> ComputeLogits(const Model& m, const float* h_row);
 

@@ -61,7 +61,8 @@ struct SessionManager::Impl {
 
   // turns.cpp
   void StartTurn(ActiveTurn& t);
-  void Step(ActiveTurn& t);
+  bool Sample(ActiveTurn& t);  // false when the turn ended
+  void StepAll();              // one batched decode step for every turn in flight
   void Finish(ActiveTurn& t, const std::string& reason);
   void Fail(ActiveTurn& t, ErrorKind kind, const std::string& message);
   SequenceState Restore(ActiveTurn& t, Session* s);

@@ -34,18 +34,17 @@ void SessionManager::Impl::Loop() {
       if (stopping && batch.empty() && active.empty()) break;
     }
     for (auto& f : batch) f();
-    // One decode step for every turn in flight: concurrent turns interleave token by token.
+    // One batched decode step for every turn in flight.
     bool cancel;
     {
       std::lock_guard<std::mutex> lk(mu);
       cancel = cancel_all;
     }
-    for (auto it = active.begin(); it != active.end();) {
-      if (cancel && !it->done) Finish(*it, "cancelled");
-      if (!it->done) Step(*it);
-      if (it->done) it = active.erase(it);
-      else ++it;
-    }
+    if (cancel)
+      for (ActiveTurn& t : active)
+        if (!t.done) Finish(t, "cancelled");
+    StepAll();
+    active.remove_if([](const ActiveTurn& t) { return t.done; });
   }
   for (auto& [id, s] : sessions) s.prefix.Release();  // handles must go before the cache
   if (cache) {

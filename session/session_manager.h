@@ -95,6 +95,7 @@ struct EngineMetrics {
   int64_t hit_tokens_live = 0, hit_tokens_ram = 0, hit_tokens_disk = 0;
   int64_t encoder_replays = 0, encoder_replay_rows = 0, decoder_replays = 0;
   int64_t layer_token_units = 0;
+  int64_t decode_batches = 0, decode_batch_rows = 0;  // batched decode steps and their rows
   int64_t sessions = 0;
   // From the prefix cache:
   uint64_t ram_bytes = 0, disk_bytes = 0, ram_budget = 0, disk_budget = 0;

@@ -176,7 +176,7 @@ void SessionManager::Impl::StartTurn(ActiveTurn& t) {
   }
 }
 
-void SessionManager::Impl::Step(ActiveTurn& t) {
+bool SessionManager::Impl::Sample(ActiveTurn& t) {
   TurnRequest& rq = t.request;
   const int32_t tok = t.sampler->Sample(t.logits);
   t.result.output.push_back(tok);
@@ -184,15 +184,35 @@ void SessionManager::Impl::Step(ActiveTurn& t) {
     t.first_token_seen = true;
     t.result.accounting.ttft_ms = Ms(t.submitted, std::chrono::steady_clock::now());
   }
-  if (rq.on_token && !rq.on_token(tok)) return Finish(t, "cancelled");
-  if (std::find(rq.stop_tokens.begin(), rq.stop_tokens.end(), tok) != rq.stop_tokens.end()) return Finish(t, "stop");
-  if (int(t.result.output.size()) >= rq.max_tokens) return Finish(t, "length");
+  if (rq.on_token && !rq.on_token(tok)) return Finish(t, "cancelled"), false;
+  if (std::find(rq.stop_tokens.begin(), rq.stop_tokens.end(), tok) != rq.stop_tokens.end()) return Finish(t, "stop"), false;
+  if (int(t.result.output.size()) >= rq.max_tokens) return Finish(t, "length"), false;
+  return true;
+}
+
+void SessionManager::Impl::StepAll() {
+  // Every turn samples its next token; those that go on decode it together in one batch.
+  std::vector<ActiveTurn*> going;
+  for (ActiveTurn& t : active)
+    if (!t.done && Sample(t)) going.push_back(&t);
+  if (going.empty()) return;
+  std::vector<SequenceState*> states;
+  std::vector<int32_t> tokens;
+  for (ActiveTurn* t : going) {
+    states.push_back(&*t->state);
+    tokens.push_back(t->result.output.back());
+  }
   try {
-    StepStats s;
-    t.logits = DecodeStep(*model, *t.state, tok, &s);
-    t.result.accounting.layer_token_units += s.layer_token_units;
+    std::vector<StepStats> stats;
+    auto logits = DecodeBatch(*model, states, tokens, &stats);
+    for (size_t i = 0; i < going.size(); ++i) {
+      going[i]->logits = std::move(logits[i]);
+      going[i]->result.accounting.layer_token_units += stats[i].layer_token_units;
+    }
+    metrics.decode_batches++;
+    metrics.decode_batch_rows += int64_t(going.size());
   } catch (const std::exception& e) {
-    Fail(t, ErrorKind::kInternal, e.what());
+    for (ActiveTurn* t : going) Fail(*t, ErrorKind::kInternal, e.what());
   }
 }
 

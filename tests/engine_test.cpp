@@ -133,3 +133,31 @@ TEST_CASE("layer-token units of every mode equal the formulas") {
   DecodeStep(m, st, 5, &s);
   CHECK(s.layer_token_units == L);
 }
+
+TEST_CASE("DecodeBatch over several sequences equals DecodeStep on each") {
+  const Model& m = TinyModel();
+  const ModelConfig& c = m.config();
+  std::vector<SequenceState> a, b;
+  const int lens[] = {1, 9, 30, 77, 150};
+  for (int n : lens) {
+    auto t = RandomTokens(n, c.vocab_size, 800 + n);
+    a.emplace_back(c);
+    b.emplace_back(c);
+    Run(m, a.back(), t, n % 2 ? PrefillMode::kBounded : PrefillMode::kExact);
+    Run(m, b.back(), t, n % 2 ? PrefillMode::kBounded : PrefillMode::kExact);
+  }
+  std::vector<SequenceState*> ptrs;
+  for (auto& s : a) ptrs.push_back(&s);
+  for (int step = 0; step < 4; ++step) {
+    std::vector<int32_t> toks;
+    for (size_t i = 0; i < a.size(); ++i) toks.push_back(int32_t((step * 31 + i * 7) % c.vocab_size));
+    std::vector<StepStats> stats;
+    auto batch = DecodeBatch(m, ptrs, toks, &stats);
+    for (size_t i = 0; i < a.size(); ++i) {
+      CAPTURE(i);
+      CHECK(RelError(batch[i], DecodeStep(m, b[i], toks[i])) <= kPathTol);
+      CHECK(stats[i].layer_token_units == c.n_layers);
+      ExpectStatesMatch(c, a[i], b[i], kPathTol);
+    }
+  }
+}

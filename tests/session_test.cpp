@@ -212,3 +212,34 @@ TEST_CASE("bad requests get clear errors and lose nothing") {
   CHECK(c.output.size() == 3);
   CHECK(sm->Metrics().turns_cancelled == 1);
 }
+
+TEST_CASE("concurrent turns decode together in one batch and each equals its own computation") {
+  auto m = Tiny();
+  auto sm = SessionManager::Start(m, {});
+  // Hold the engine thread inside the first turn's callback while three more turns queue up.
+  std::promise<void> release;
+  std::shared_future<void> gate = release.get_future().share();
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 4; ++i) prompts.push_back(RandomTokens(20 + 13 * i, 256, 40 + i));
+  std::vector<std::future<TurnResult>> futs;
+  for (int i = 0; i < 4; ++i) {
+    TurnRequest rq;
+    rq.prompt = prompts[size_t(i)];
+    rq.max_tokens = 6;
+    rq.decoder = DecoderPolicy::kExact;
+    rq.return_prompt_logits = true;
+    if (i == 0) rq.on_token = [gate](int32_t) {
+      gate.wait();
+      return true;
+    };
+    futs.push_back(sm->Submit(std::move(rq)));
+  }
+  release.set_value();
+  for (int i = 0; i < 4; ++i) {
+    TurnResult r = futs[size_t(i)].get();
+    CAPTURE(i);
+    ExpectMatchesScratch(*m, prompts[size_t(i)], r, 6);
+  }
+  EngineMetrics em = sm->Metrics();
+  CHECK(em.decode_batch_rows > em.decode_batches);  // some steps decoded several turns at once
+}
