@@ -3,6 +3,6 @@
 #pragma once
 
 namespace cedar {
-// argv: [--model DIR | --preset NAME] [--lengths 512,4096,16384] [--decode N] [--threads N]
+// argv: [--model DIR | --preset NAME] [--lengths 512,4096,16384] [--decode N] [--decode-batch 1,8] [--threads N]
 int RunEngineBenchMain(int argc, char** argv);
 }  // namespace cedar
