@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <optional>
 #include <fmt/format.h>
 
 namespace cedar::cache::detail {
@@ -16,11 +17,13 @@ namespace {
 static_assert(std::endian::native == std::endian::little,
               "disk entries store tokens and header fields in host (little-endian) order");
 
-constexpr uint32_t kEntryMagic = 0x43504443;  // "CDPC": Cedar prefix cache
+constexpr uint32_t kEntryMagic = 0x43504443;     // "CDPC": Cedar prefix cache page
+constexpr uint32_t kSnapshotMagic = 0x4e534443;  // "CDSN": Cedar prefix cache snapshot
 constexpr uint16_t kEntryVersion = 1;
+constexpr uint8_t kSnapshotTag = 'S';            // last byte of a snapshot entry's key
 
-// Fixed-layout header at the start of every value. Read and written with memcpy (LMDB values
-// are not aligned).
+// Fixed-layout header at the start of every page value. Read and written with memcpy (LMDB
+// values are not aligned).
 struct EntryHeader {
   uint32_t magic;
   uint16_t version;
@@ -38,32 +41,73 @@ struct EntryHeader {
 };
 static_assert(sizeof(EntryHeader) == 80);
 
-using DiskKey = std::array<uint8_t, 16>;
+// Fixed-layout header at the start of every snapshot value.
+struct SnapshotHeader {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t reserved;
+  uint64_t fingerprint;
+  uint64_t salt;
+  uint64_t digest;            // of the page that ends at `position`; also in the key
+  uint64_t position;          // tokens
+  uint64_t prefix_checksum;   // of the tokens before `position` (computed by PrefixCache)
+  uint64_t sequence;
+  uint64_t payload_bytes;
+  uint64_t meta_checksum;     // XXH3 over this header (both checksums zeroed)
+  uint64_t payload_checksum;  // XXH3 over the payload
+};
+static_assert(sizeof(SnapshotHeader) == 80);
+
+// Page keys are 16 bytes, snapshot keys 17 (the tag last): a snapshot sorts right after its page.
+struct DiskKey {
+  std::array<uint8_t, 17> bytes;
+  size_t size;
+};
 
 void PutBigEndian(uint64_t v, uint8_t* out) {
   for (int i = 7; i >= 0; --i, v >>= 8) out[i] = static_cast<uint8_t>(v & 0xff);
 }
 
-uint64_t GetBigEndian(const uint8_t* in) {
+uint64_t GetBigEndian(const void* in) {
+  const auto* b = static_cast<const uint8_t*>(in);
   uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = (v << 8) | in[i];
+  for (int i = 0; i < 8; ++i) v = (v << 8) | b[i];
   return v;
 }
 
-DiskKey MakeKey(ModelFingerprint fingerprint, uint64_t digest) {
-  DiskKey key;
-  PutBigEndian(fingerprint, key.data());
-  PutBigEndian(digest, key.data() + 8);
+DiskKey MakeKey(ModelFingerprint fingerprint, EntryKey entry) {
+  DiskKey key{};
+  PutBigEndian(fingerprint, key.bytes.data());
+  PutBigEndian(entry.digest, key.bytes.data() + 8);
+  key.size = 16;
+  if (entry.kind == EntryKind::kSnapshot) key.bytes[key.size++] = kSnapshotTag;
   return key;
 }
 
-MDB_val ValOf(DiskKey& key) { return MDB_val{key.size(), key.data()}; }
+MDB_val ValOf(DiskKey& key) { return MDB_val{key.size, key.bytes.data()}; }
+
+// Is `k` a key of this fingerprint (false: the scan is past them)? If so, `*entry` names it, or
+// is empty when the key has a shape this version does not write.
+bool DecodeKey(const MDB_val& k, ModelFingerprint fingerprint, std::optional<EntryKey>* entry) {
+  if (k.mv_size < 8 || GetBigEndian(k.mv_data) != fingerprint) return false;
+  const auto* b = static_cast<const uint8_t*>(k.mv_data);
+  entry->reset();
+  if (k.mv_size == 16) *entry = EntryKey{GetBigEndian(b + 8), EntryKind::kPage};
+  if (k.mv_size == 17 && b[16] == kSnapshotTag) *entry = EntryKey{GetBigEndian(b + 8), EntryKind::kSnapshot};
+  return true;
+}
 
 uint64_t MetaChecksum(EntryHeader header, const void* tokens, size_t token_bytes) {
   header.meta_checksum = 0;
   header.payload_checksum = 0;
   const uint64_t seed = XXH3_64bits(&header, sizeof(header));
   return XXH3_64bits_withSeed(tokens, token_bytes, seed);
+}
+
+uint64_t SnapshotMetaChecksum(SnapshotHeader header) {
+  header.meta_checksum = 0;
+  header.payload_checksum = 0;
+  return XXH3_64bits(&header, sizeof(header));
 }
 
 Status LmdbError(const char* what, int rc) {
@@ -93,6 +137,30 @@ Status ParseMeta(const MDB_val& val, ModelFingerprint fingerprint, size_t page_t
   return Status::Ok();
 }
 
+// Parses and verifies the header of one snapshot value. Returns it through `out`.
+Status ParseSnapshotMeta(const MDB_val& val, ModelFingerprint fingerprint, uint64_t key_digest,
+                         SnapshotHeader* out) {
+  if (val.mv_size < sizeof(SnapshotHeader)) return Status::Corruption("snapshot entry shorter than its header");
+  SnapshotHeader h;
+  std::memcpy(&h, val.mv_data, sizeof(h));
+  if (h.magic != kSnapshotMagic || h.version != kEntryVersion) {
+    return Status::Corruption("bad snapshot magic or version");
+  }
+  if (val.mv_size != sizeof(SnapshotHeader) + h.payload_bytes) {
+    return Status::Corruption(fmt::format("snapshot entry is {} bytes, header says {}", val.mv_size,
+                                          sizeof(SnapshotHeader) + h.payload_bytes));
+  }
+  if (SnapshotMetaChecksum(h) != h.meta_checksum) return Status::Corruption("snapshot metadata checksum mismatch");
+  if (h.fingerprint != fingerprint) return Status::Corruption("fingerprint differs from its key");
+  if (h.digest != key_digest) return Status::Corruption("digest differs from its key");
+  *out = h;
+  return Status::Ok();
+}
+
+SnapshotMeta SnapshotMetaOf(const SnapshotHeader& h) {
+  return SnapshotMeta{h.digest, h.salt, h.position, h.prefix_checksum, h.payload_bytes, h.sequence};
+}
+
 PageMeta MetaOf(const EntryHeader& h) {
   return PageMeta{h.digest, h.parent_digest, h.salt, h.page_index, h.payload_bytes, h.sequence};
 }
@@ -108,6 +176,8 @@ struct ReadTxn {
 uint64_t DiskStore::EntryBytes(size_t page_tokens, uint64_t payload_bytes) {
   return sizeof(EntryHeader) + page_tokens * sizeof(TokenId) + payload_bytes;
 }
+
+uint64_t DiskStore::SnapshotEntryBytes(uint64_t payload_bytes) { return sizeof(SnapshotHeader) + payload_bytes; }
 
 Result<std::unique_ptr<DiskStore>> DiskStore::Open(const std::string& dir, uint64_t budget_bytes,
                                                    ModelFingerprint fingerprint, size_t page_tokens,
@@ -148,9 +218,22 @@ DiskStore::~DiskStore() {
   if (env_) mdb_env_close(env_);
 }
 
-Status DiskStore::Put(std::span<const PageWrite> pages) {
+Status DiskStore::Put(std::span<const PageWrite> pages, std::span<const SnapshotWrite> snapshots) {
   MDB_txn* txn = nullptr;
   if (int rc = mdb_txn_begin(env_, nullptr, 0, &txn); rc != 0) return LmdbError("txn_begin", rc);
+  // Reserves `bytes` under `entry`'s key; null (transaction aborted, *status set) on failure.
+  Status status;
+  auto reserve = [&](EntryKey entry, size_t bytes) -> uint8_t* {
+    DiskKey key = MakeKey(fingerprint_, entry);
+    MDB_val k = ValOf(key);
+    MDB_val v{bytes, nullptr};
+    if (int rc = mdb_put(txn, dbi_, &k, &v, MDB_RESERVE); rc != 0) {
+      mdb_txn_abort(txn);
+      status = rc == MDB_MAP_FULL ? Status::ResourceExhausted("LMDB map is full") : LmdbError("put", rc);
+      return nullptr;
+    }
+    return static_cast<uint8_t*>(v.mv_data);
+  };
   for (const PageWrite& page : pages) {
     assert(page.tokens.size() == page_tokens_ && page.payload != nullptr);
     EntryHeader h{};
@@ -168,18 +251,31 @@ Status DiskStore::Put(std::span<const PageWrite> pages) {
     h.meta_checksum = MetaChecksum(h, page.tokens.data(), token_bytes);
     h.payload_checksum = XXH3_64bits(page.payload->data(), page.payload->size());
 
-    DiskKey key = MakeKey(fingerprint_, page.meta.digest);
-    MDB_val k = ValOf(key);
-    MDB_val v{EntryBytes(page.tokens.size(), page.payload->size()), nullptr};
-    if (int rc = mdb_put(txn, dbi_, &k, &v, MDB_RESERVE); rc != 0) {
-      mdb_txn_abort(txn);
-      if (rc == MDB_MAP_FULL) return Status::ResourceExhausted("LMDB map is full");
-      return LmdbError("put", rc);
-    }
-    auto* out = static_cast<uint8_t*>(v.mv_data);
+    uint8_t* out = reserve({page.meta.digest, EntryKind::kPage}, EntryBytes(page.tokens.size(), page.payload->size()));
+    if (out == nullptr) return status;
     std::memcpy(out, &h, sizeof(h));
     std::memcpy(out + sizeof(h), page.tokens.data(), token_bytes);
     if (!page.payload->empty()) std::memcpy(out + sizeof(h) + token_bytes, page.payload->data(), page.payload->size());
+  }
+  for (const SnapshotWrite& snap : snapshots) {
+    assert(snap.payload != nullptr && snap.payload->size() == snap.meta.payload_bytes);
+    SnapshotHeader h{};
+    h.magic = kSnapshotMagic;
+    h.version = kEntryVersion;
+    h.fingerprint = fingerprint_;
+    h.salt = snap.meta.salt;
+    h.digest = snap.meta.digest;
+    h.position = snap.meta.position;
+    h.prefix_checksum = snap.meta.prefix_checksum;
+    h.sequence = snap.meta.sequence;
+    h.payload_bytes = snap.payload->size();
+    h.meta_checksum = SnapshotMetaChecksum(h);
+    h.payload_checksum = XXH3_64bits(snap.payload->data(), snap.payload->size());
+
+    uint8_t* out = reserve({snap.meta.digest, EntryKind::kSnapshot}, SnapshotEntryBytes(snap.payload->size()));
+    if (out == nullptr) return status;
+    std::memcpy(out, &h, sizeof(h));
+    if (!snap.payload->empty()) std::memcpy(out + sizeof(h), snap.payload->data(), snap.payload->size());
   }
   if (int rc = mdb_txn_commit(txn); rc != 0) {
     if (rc == MDB_MAP_FULL) return Status::ResourceExhausted("LMDB map is full");
@@ -188,11 +284,11 @@ Status DiskStore::Put(std::span<const PageWrite> pages) {
   return Status::Ok();
 }
 
-Status DiskStore::Delete(std::span<const uint64_t> digests) {
+Status DiskStore::Delete(std::span<const EntryKey> keys) {
   MDB_txn* txn = nullptr;
   if (int rc = mdb_txn_begin(env_, nullptr, 0, &txn); rc != 0) return LmdbError("txn_begin", rc);
-  for (uint64_t digest : digests) {
-    DiskKey key = MakeKey(fingerprint_, digest);
+  for (EntryKey entry : keys) {
+    DiskKey key = MakeKey(fingerprint_, entry);
     MDB_val k = ValOf(key);
     if (int rc = mdb_del(txn, dbi_, &k, nullptr); rc != 0 && rc != MDB_NOTFOUND) {
       mdb_txn_abort(txn);
@@ -208,7 +304,7 @@ Status DiskStore::Read(std::span<const PageRead> pages, std::vector<Payload>* ou
   if (int rc = mdb_txn_begin(env_, nullptr, MDB_RDONLY, &rt.txn); rc != 0) return LmdbError("txn_begin", rc);
   for (size_t i = 0; i < pages.size(); ++i) {
     const PageRead& want = pages[i];
-    DiskKey key = MakeKey(fingerprint_, want.meta.digest);
+    DiskKey key = MakeKey(fingerprint_, {want.meta.digest, EntryKind::kPage});
     MDB_val k = ValOf(key);
     MDB_val v{};
     if (int rc = mdb_get(rt.txn, dbi_, &k, &v); rc != 0) {
@@ -235,22 +331,55 @@ Status DiskStore::Read(std::span<const PageRead> pages, std::vector<Payload>* ou
   return Status::Ok();
 }
 
+Result<Payload> DiskStore::ReadSnapshot(const SnapshotMeta& want) const {
+  ReadTxn rt;
+  if (int rc = mdb_txn_begin(env_, nullptr, MDB_RDONLY, &rt.txn); rc != 0) return LmdbError("txn_begin", rc);
+  DiskKey key = MakeKey(fingerprint_, {want.digest, EntryKind::kSnapshot});
+  MDB_val k = ValOf(key);
+  MDB_val v{};
+  if (int rc = mdb_get(rt.txn, dbi_, &k, &v); rc != 0) {
+    if (rc == MDB_NOTFOUND) return Status::NotFound("snapshot has no disk entry");
+    return LmdbError("get", rc);
+  }
+  SnapshotHeader h;
+  if (Status s = ParseSnapshotMeta(v, fingerprint_, want.digest, &h); !s.ok()) return s;
+  // The entry must be this very snapshot: same position, tenant, prefix tokens and size.
+  if (h.position != want.position || h.salt != want.salt || h.prefix_checksum != want.prefix_checksum ||
+      h.payload_bytes != want.payload_bytes) {
+    return Status::Corruption(fmt::format("snapshot entry at {} belongs to another prefix", want.position));
+  }
+  const uint8_t* payload = static_cast<const uint8_t*>(v.mv_data) + sizeof(h);
+  if (XXH3_64bits(payload, h.payload_bytes) != h.payload_checksum) {
+    return Status::Corruption(fmt::format("snapshot at {}: payload checksum mismatch", want.position));
+  }
+  return MakePayload(std::vector<uint8_t>(payload, payload + h.payload_bytes));
+}
+
 Result<DiskStore::ScanResult> DiskStore::Scan() const {
   ReadTxn rt;
   if (int rc = mdb_txn_begin(env_, nullptr, MDB_RDONLY, &rt.txn); rc != 0) return LmdbError("txn_begin", rc);
   MDB_cursor* cursor = nullptr;
   if (int rc = mdb_cursor_open(rt.txn, dbi_, &cursor); rc != 0) return LmdbError("cursor_open", rc);
   ScanResult result;
-  DiskKey start = MakeKey(fingerprint_, 0);
+  DiskKey start = MakeKey(fingerprint_, {0, EntryKind::kPage});
   MDB_val k = ValOf(start);
   MDB_val v{};
-  for (int rc = mdb_cursor_get(cursor, &k, &v, MDB_SET_RANGE); rc == 0;
+  std::optional<EntryKey> entry;
+  for (int rc = mdb_cursor_get(cursor, &k, &v, MDB_SET_RANGE); rc == 0 && DecodeKey(k, fingerprint_, &entry);
        rc = mdb_cursor_get(cursor, &k, &v, MDB_NEXT)) {
-    if (k.mv_size != 16 || GetBigEndian(static_cast<const uint8_t*>(k.mv_data)) != fingerprint_) break;
-    const uint64_t digest = GetBigEndian(static_cast<const uint8_t*>(k.mv_data) + 8);
+    if (!entry) continue;
+    if (entry->kind == EntryKind::kSnapshot) {
+      SnapshotHeader h;
+      if (!ParseSnapshotMeta(v, fingerprint_, entry->digest, &h).ok()) {
+        result.bad.push_back(*entry);
+      } else {
+        result.snapshots.push_back(SnapshotMetaOf(h));
+      }
+      continue;
+    }
     EntryHeader h;
-    if (!ParseMeta(v, fingerprint_, page_tokens_, digest, &h).ok()) {
-      result.bad_digests.push_back(digest);
+    if (!ParseMeta(v, fingerprint_, page_tokens_, entry->digest, &h).ok()) {
+      result.bad.push_back(*entry);
       continue;
     }
     const auto* tokens = reinterpret_cast<const uint8_t*>(v.mv_data) + sizeof(EntryHeader);
@@ -262,19 +391,19 @@ Result<DiskStore::ScanResult> DiskStore::Scan() const {
   return result;
 }
 
-Result<std::vector<std::pair<uint64_t, uint64_t>>> DiskStore::List() const {
+Result<std::vector<DiskStore::ListedEntry>> DiskStore::List() const {
   ReadTxn rt;
   if (int rc = mdb_txn_begin(env_, nullptr, MDB_RDONLY, &rt.txn); rc != 0) return LmdbError("txn_begin", rc);
   MDB_cursor* cursor = nullptr;
   if (int rc = mdb_cursor_open(rt.txn, dbi_, &cursor); rc != 0) return LmdbError("cursor_open", rc);
-  std::vector<std::pair<uint64_t, uint64_t>> entries;
-  DiskKey start = MakeKey(fingerprint_, 0);
+  std::vector<ListedEntry> entries;
+  DiskKey start = MakeKey(fingerprint_, {0, EntryKind::kPage});
   MDB_val k = ValOf(start);
   MDB_val v{};
-  for (int rc = mdb_cursor_get(cursor, &k, &v, MDB_SET_RANGE); rc == 0;
+  std::optional<EntryKey> entry;
+  for (int rc = mdb_cursor_get(cursor, &k, &v, MDB_SET_RANGE); rc == 0 && DecodeKey(k, fingerprint_, &entry);
        rc = mdb_cursor_get(cursor, &k, &v, MDB_NEXT)) {
-    if (k.mv_size != 16 || GetBigEndian(static_cast<const uint8_t*>(k.mv_data)) != fingerprint_) break;
-    entries.emplace_back(GetBigEndian(static_cast<const uint8_t*>(k.mv_data) + 8), v.mv_size);
+    if (entry) entries.push_back(ListedEntry{*entry, v.mv_size});
   }
   mdb_cursor_close(cursor);
   return entries;

@@ -1,13 +1,18 @@
-// Internal: the disk tier, an LMDB environment of page entries. One entry per page:
+// Internal: the disk tier, an LMDB environment of page entries and snapshot entries.
 //
-//   key   = model fingerprint (8 bytes, big-endian) | page digest (8 bytes, big-endian)
-//   value = EntryHeader | tokens (page_tokens x int32, host order) | payload bytes
+//   page      key   = model fingerprint (8 bytes, big-endian) | page digest (8 bytes, big-endian)
+//             value = PageHeader | tokens (page_tokens x int32, host order) | payload bytes
+//   snapshot  key   = model fingerprint | digest of the page ending at the snapshot | 'S'
+//             value = SnapshotHeader | payload bytes
 //
-// The header carries the chain (parent digest, page index, tenant salt), the write sequence
-// (for LRU order after a restart) and two XXH3-64 checksums: one over header and tokens
-// (verified at open, when the tree is rebuilt from metadata) and one over the payload
-// (verified when the payload is loaded). An entry that fails any check is reported, never
-// returned. Every write or delete is one LMDB transaction: all of it lands or none.
+// A page header carries the chain (parent digest, page index, tenant salt); a snapshot header
+// its position, tenant salt and a checksum of every token before it (so that an entry is never
+// taken for another prefix's, even under colliding digests). Both carry the write sequence (for
+// LRU order after a restart) and two XXH3-64 checksums: one over the metadata (verified at open,
+// when the tree is rebuilt) and one over the payload (verified when the payload is loaded). An
+// entry that fails any check is reported, never returned. Keys of this fingerprint with another
+// shape (no such entries are written) are ignored, like other fingerprints' entries. Every Put
+// or Delete is one LMDB transaction: all of it lands or none.
 //
 // Thread contract: owned by one PrefixCache, used from its owner thread only.
 #pragma once
@@ -36,6 +41,25 @@ struct PageMeta {
   uint64_t sequence = 0;        // logical time of the write (PrefixCache tick)
 };
 
+// What a snapshot entry says about itself (everything but the payload).
+struct SnapshotMeta {
+  uint64_t digest = 0;           // chained digest of the page that ends at `position`
+  TenantSalt salt = kNoTenant;
+  uint64_t position = 0;         // tokens before the snapshot, a multiple of the page size
+  uint64_t prefix_checksum = 0;  // PrefixCache's checksum of those tokens
+  uint64_t payload_bytes = 0;
+  uint64_t sequence = 0;         // logical time of the write (PrefixCache tick)
+};
+
+enum class EntryKind : uint8_t { kPage, kSnapshot };
+
+// Names one entry of this fingerprint: a page or a snapshot, by digest.
+struct EntryKey {
+  uint64_t digest = 0;
+  EntryKind kind = EntryKind::kPage;
+  friend bool operator==(const EntryKey&, const EntryKey&) = default;
+};
+
 class DiskStore {
  public:
   // Opens (creating the files if needed) the LMDB environment in `dir`, which must exist and be
@@ -47,20 +71,25 @@ class DiskStore {
   DiskStore(const DiskStore&) = delete;
   DiskStore& operator=(const DiskStore&) = delete;
 
-  // Bytes one entry takes in the budget: header + tokens + payload.
+  // Bytes one entry takes in the budget: header + tokens + payload, or header + payload.
   static uint64_t EntryBytes(size_t page_tokens, uint64_t payload_bytes);
+  static uint64_t SnapshotEntryBytes(uint64_t payload_bytes);
 
   struct PageWrite {
     PageMeta meta;
     std::span<const TokenId> tokens;  // page_tokens tokens
     const std::vector<uint8_t>* payload = nullptr;
   };
-  // Writes all pages in one transaction (overwriting same keys). Mutates. A full LMDB map
-  // gives ResourceExhausted and writes nothing.
-  Status Put(std::span<const PageWrite> pages);
+  struct SnapshotWrite {
+    SnapshotMeta meta;
+    const std::vector<uint8_t>* payload = nullptr;
+  };
+  // Writes all pages and snapshots in one transaction (overwriting same keys). Mutates. A full
+  // LMDB map gives ResourceExhausted and writes nothing.
+  Status Put(std::span<const PageWrite> pages, std::span<const SnapshotWrite> snapshots = {});
 
-  // Deletes the entries of these digests in one transaction; absent ones are ignored. Mutates.
-  Status Delete(std::span<const uint64_t> digests);
+  // Deletes these entries in one transaction; absent ones are ignored. Mutates.
+  Status Delete(std::span<const EntryKey> keys);
 
   struct PageRead {
     PageMeta meta;                    // expected header fields (sequence is not checked)
@@ -71,19 +100,28 @@ class DiskStore {
   // `out` then holds the payloads of the good pages before it. Does not mutate.
   Status Read(std::span<const PageRead> pages, std::vector<Payload>* out) const;
 
+  // Reads and fully verifies one snapshot against `want` (every field but the sequence):
+  // Corruption when it differs or fails a checksum, NotFound when it is gone. Does not mutate.
+  Result<Payload> ReadSnapshot(const SnapshotMeta& want) const;
+
   struct ScannedPage {
     PageMeta meta;
     std::vector<TokenId> tokens;
   };
   struct ScanResult {
-    std::vector<ScannedPage> pages;    // header and tokens verified (payload not yet)
-    std::vector<uint64_t> bad_digests; // entries of this fingerprint that failed verification
+    std::vector<ScannedPage> pages;       // header and tokens verified (payload not yet)
+    std::vector<SnapshotMeta> snapshots;  // header verified (payload not yet)
+    std::vector<EntryKey> bad;            // entries of this fingerprint that failed verification
   };
   // Reads the metadata of every entry of this fingerprint. Does not mutate.
   Result<ScanResult> Scan() const;
 
-  // (digest, value size) of every entry of this fingerprint, for integrity checks.
-  Result<std::vector<std::pair<uint64_t, uint64_t>>> List() const;
+  struct ListedEntry {
+    EntryKey key;
+    uint64_t bytes = 0;  // value size
+  };
+  // Every entry of this fingerprint with its size, for integrity checks.
+  Result<std::vector<ListedEntry>> List() const;
 
   const std::string& dir() const { return dir_; }
 

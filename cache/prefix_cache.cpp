@@ -261,7 +261,7 @@ std::vector<Node*> PrefixCache::LoadPathWithinBudget(Node* deepest, size_t* load
   std::vector<Node*> usable;
   uint64_t room = config_.ram_budget_bytes > ram_pinned_ ? config_.ram_budget_bytes - ram_pinned_ : 0;
   for (Node* n : PathTo(deepest)) {
-    const uint64_t need = n->pinned() ? 0 : n->payload_bytes + n->snapshot_bytes();
+    const uint64_t need = n->pinned() ? 0 : n->payload_bytes + n->snapshot_ram_bytes();
     if (need > room) {
       spdlog::debug("prefix cache: pin stops at {} tokens: RAM budget", n->start());
       break;
@@ -290,7 +290,10 @@ MatchResult PrefixCache::Match(std::span<const TokenId> tokens, TenantSalt salt)
   auto count = [&](const Node* n, size_t t) { (n->in_ram() ? r.ram_tokens : r.disk_tokens) += t; };
   for (const Node* n : m.full) {
     count(n, n->tokens.size());
-    if (n->snapshot) r.snapshot_position = n->end;
+    if (n->has_snapshot()) {
+      r.snapshot_position = n->end;
+      r.snapshot_on_disk = n->snapshot == nullptr;
+    }
   }
   if (m.partial) count(m.partial, m.partial_pages * config_.page_tokens);
   return r;
@@ -305,6 +308,7 @@ CacheSizes PrefixCache::Sizes() const {
   s.ram_pages = ram_pages_;
   s.disk_pages = disk_pages_;
   s.snapshots = snapshot_count_;
+  s.disk_snapshots = disk_snapshots_;
   return s;
 }
 
@@ -326,12 +330,14 @@ Result<PrefixHandle> PrefixCache::Acquire(std::span<const TokenId> tokens, Tenan
       handle.cache_ = this;
       handle.deepest_ = deepest;
       handle.tokens_ = deepest->end;
-      for (Node* n : path) {
-        handle.pages_.insert(handle.pages_.end(), n->payloads.begin(), n->payloads.end());
-        if (n->snapshot) {
-          handle.snapshot_position_ = n->end;
-          handle.snapshot_ = n->snapshot;
-        }
+      for (Node* n : path) handle.pages_.insert(handle.pages_.end(), n->payloads.begin(), n->payloads.end());
+      // The deepest usable snapshot: one only on disk is loaded (and verified) now.
+      for (auto it = path.rbegin(); it != path.rend(); ++it) {
+        Node* n = *it;
+        if (!n->has_snapshot() || (!n->snapshot && !LoadSnapshot(n))) continue;
+        handle.snapshot_position_ = n->end;
+        handle.snapshot_ = n->snapshot;
+        break;
       }
     }
   }
@@ -399,10 +405,7 @@ Result<InsertResult> PrefixCache::Insert(std::span<const TokenId> tokens, const 
     pos = raw->end;
   }
   Touch(parent);
-  for (const SnapshotInput& s : snapshots) {
-    Node* n = NodeEndingAt(parent, s.position);
-    Update(n, [&] { n->snapshot = s.payload; });
-  }
+  for (const SnapshotInput& s : snapshots) SetSnapshot(NodeEndingAt(parent, s.position), s.payload);
   spdlog::debug("prefix cache: insert {} tokens ({} new), {} snapshots", whole, result.added_tokens,
                 snapshots.size());
   Settle();
@@ -422,7 +425,7 @@ Status PrefixCache::AddSnapshot(std::span<const TokenId> tokens_prefix, size_t p
   }
   Node* n = MaterializePath(m);  // ends exactly at `position`
   Touch(n);
-  Update(n, [&] { n->snapshot = std::move(payload); });
+  SetSnapshot(n, std::move(payload));
   Settle();
   return Status::Ok();
 }

@@ -6,21 +6,34 @@
 // tokens are stored and the partial page at the end is not (the caller recomputes it). A match
 // therefore always ends on a page boundary, and snapshots sit on page boundaries.
 //
-// Tiers: RAM with a byte budget, then an LMDB directory with its own budget. Under RAM pressure,
-// in this order: (1) snapshots of unpinned nodes are dropped, least recently used first;
-// (2) page payloads of unpinned nodes spill to LMDB, least recently used leaves first (a page
-// whose disk write is refused is dropped instead); (3) to make room on disk, the least recently
-// used disk entries are deleted, leaves first, but only entries older than what is being
-// written: when disk holds only newer entries, the write is refused cleanly. Pinned state
-// (handles, soft pins) is never evicted.
+// Tiers: RAM with a byte budget, then an LMDB directory with its own budget. Pages and snapshots
+// both live in either tier or both; a snapshot is on disk only while its pages are (a snapshot
+// without its pages is useless), so deleting a page's disk entry deletes the disk snapshots at
+// and below it. Under RAM pressure, in this order: (1) snapshots of unpinned nodes leave RAM,
+// least recently used first: spilled when they have or get a disk entry (written with any of
+// their pages not yet on disk, in one transaction), dropped when there is no disk tier or the
+// write is refused; (2) page payloads of unpinned nodes spill to LMDB, least recently used leaves
+// first (a page whose disk write is refused is dropped instead); (3) to make room on disk, the
+// least recently used disk entries are deleted, leaves first, a node's snapshot entry before its
+// page entries (snapshots are cheaper to lose: the pages may then stay), but only entries older
+// than what is being written: when disk holds only newer entries, the write is refused cleanly.
+// Pinned state (handles, soft pins) is never evicted, in either tier.
 //
-// Restart: Open() over a directory rebuilds the tree eagerly from the entries' metadata (header
-// and tokens, checksummed); payloads are read and verified lazily, when an Acquire uses them.
-// RAM pages are written to disk by Flush() and, by default, when the cache is destroyed.
-// Snapshots live in RAM only and do not survive a restart.
+// Restart: Open() over a directory rebuilds the tree eagerly from the entries' metadata (page
+// headers and tokens, snapshot headers: position, size, tenant and a checksum of the tokens
+// before it, all checksummed); payloads are read and verified lazily, when an Acquire uses them.
+// RAM pages and snapshots are written to disk by Flush() and, by default, when the cache is
+// destroyed, so a restarted cache resumes exactly where the snapshots were. Match() reports a
+// snapshot on disk like one in RAM (MatchResult::snapshot_on_disk tells them apart); Acquire()
+// loads and verifies the one snapshot it returns, the deepest, and falls back to the next
+// shallower one if that entry fails verification (dropped and counted) or does not fit the RAM
+// budget. Setting a snapshot where one exists (Insert, AddSnapshot) deletes the old disk entry
+// at once (unless the new bytes equal the RAM copy), so a restart never resumes from a replaced
+// state.
 //
-// Disk entries are keyed by the model fingerprint: entries of another fingerprint in the same
-// directory are never read, counted or deleted. A missing or unwritable cache directory is an
+// Disk entries are keyed by the model fingerprint, then the page's chained digest (a snapshot:
+// the digest of the page it follows, then a snapshot tag): entries of another fingerprint in the
+// same directory are never read, counted or deleted. A missing or unwritable cache directory is an
 // error at Open() (IOError naming the path); there is no silent fallback to RAM, which would hide
 // a misconfiguration. An empty `disk_dir` asks for a RAM-only cache.
 //
@@ -45,7 +58,10 @@
 
 namespace cedar::cache {
 
-namespace detail { class DiskStore; }
+namespace detail {
+class DiskStore;
+struct SnapshotMeta;
+}  // namespace detail
 
 struct PrefixCacheConfig {
   size_t page_tokens = 16;                       // tokens per page: a power of two, >= 2
@@ -71,10 +87,11 @@ struct SnapshotInput {
 
 // What Match() found. All lengths are in tokens and multiples of the page size.
 struct MatchResult {
-  size_t matched_tokens = 0;     // longest cached prefix of the query
-  size_t ram_tokens = 0;         // of which held in RAM
-  size_t disk_tokens = 0;        // of which only on disk (Acquire loads them)
-  size_t snapshot_position = 0;  // deepest snapshot at or before matched_tokens; 0 = none
+  size_t matched_tokens = 0;      // longest cached prefix of the query
+  size_t ram_tokens = 0;          // of which held in RAM
+  size_t disk_tokens = 0;         // of which only on disk (Acquire loads them)
+  size_t snapshot_position = 0;   // deepest snapshot at or before matched_tokens; 0 = none
+  bool snapshot_on_disk = false;  // that snapshot is only on disk (Acquire loads and verifies it)
 };
 
 struct InsertResult {
@@ -93,13 +110,14 @@ struct TierBytes {
 };
 
 struct CacheSizes {
-  TierBytes ram;                     // page payloads in RAM + snapshots
-  TierBytes disk;                    // LMDB entries of this fingerprint
+  TierBytes ram;                     // page payloads and snapshots held in RAM
+  TierBytes disk;                    // LMDB entries of this fingerprint (pages and snapshots)
   uint64_t soft_pinned_ram_bytes = 0;  // part of ram.protected_bytes held by soft pins
   size_t nodes = 0;
   size_t ram_pages = 0;
   size_t disk_pages = 0;
-  size_t snapshots = 0;
+  size_t snapshots = 0;              // in RAM, on disk or both
+  size_t disk_snapshots = 0;         // of which with an LMDB entry
 };
 
 struct CacheCounters {
@@ -108,13 +126,20 @@ struct CacheCounters {
   uint64_t ram_hit_tokens = 0;           // tokens acquired from RAM
   uint64_t disk_hit_tokens = 0;          // tokens acquired by loading from disk
   uint64_t miss_tokens = 0;              // query tokens Acquire could not serve
-  uint64_t snapshots_dropped = 0;        // eviction kind 1
+  uint64_t snapshots_spilled = 0;        // eviction kind 1: RAM payload released, disk keeps it
+  uint64_t snapshots_dropped = 0;        // RAM snapshots lost: no disk copy (RAM-only cache, or
+                                         // the disk write was refused), or their node dropped
+  uint64_t snapshots_loaded = 0;         // snapshots Acquire read (and verified) from disk
   uint64_t pages_spilled = 0;            // eviction kind 2: RAM payload released, disk keeps it
   uint64_t pages_dropped = 0;            // RAM pages lost: disk refused or RAM-only cache
-  uint64_t disk_entries_deleted = 0;     // eviction kind 3
-  uint64_t corrupt_entries_dropped = 0;  // disk entries that failed verification (the entries
-                                         // after them in their prefix count as deleted)
-  uint64_t orphan_entries_dropped = 0;   // disk entries whose parent entry was missing at open
+  uint64_t disk_entries_deleted = 0;     // eviction kind 3: page entries
+  uint64_t disk_snapshots_deleted = 0;   // snapshot entries deleted: disk room, with their
+                                         // pages, or replaced by a new snapshot
+  uint64_t corrupt_entries_dropped = 0;  // disk entries (pages or snapshots) that failed
+                                         // verification (the entries after them in their prefix
+                                         // count as deleted)
+  uint64_t orphan_entries_dropped = 0;   // disk entries whose parent entry (for a snapshot: its
+                                         // page) was missing at open
   uint64_t disk_write_failures = 0;      // refused or failed disk writes (budget, collision, IO)
   uint64_t soft_pins_expired = 0;
   uint64_t soft_pins_yielded = 0;        // released early to respect the soft-pin cap
@@ -123,8 +148,8 @@ struct CacheCounters {
 class PrefixCache;
 
 // A pinned cached prefix. While alive, every node of the prefix (from the first page to the
-// last) stays in RAM and nothing evicts them or their snapshots. The payloads it hands out are
-// shared immutable buffers that stay valid after release. Move-only; releases the pin when
+// last) stays in RAM and nothing evicts them or their snapshots (in RAM or on disk). The
+// payloads it hands out are shared immutable buffers that stay valid after release. Move-only; releases the pin when
 // destroyed or on Release().
 // REQUIRES: released on the cache's owner thread, before the cache is destroyed.
 class PrefixHandle {
@@ -165,7 +190,7 @@ class PrefixCache {
   // rebuilds the tree from this fingerprint's entries (dropping and counting corrupt ones).
   // REQUIRES: no other open PrefixCache in this process uses the same directory.
   static Result<std::unique_ptr<PrefixCache>> Open(ModelFingerprint fingerprint, PrefixCacheConfig config);
-  ~PrefixCache();  // REQUIRES: no live handle. Flushes RAM pages to disk if flush_on_close.
+  ~PrefixCache();  // REQUIRES: no live handle. Flushes RAM pages and snapshots if flush_on_close.
   PrefixCache(const PrefixCache&) = delete;
   PrefixCache& operator=(const PrefixCache&) = delete;
 
@@ -192,7 +217,11 @@ class PrefixCache {
   // Pins the longest cached prefix of `tokens` and returns its payloads. Loads pages that live
   // on disk (a disk hit); a disk entry that fails verification is dropped with everything below
   // it and counted, and the handle ends before it. The pinned bytes never exceed the RAM budget:
-  // the handle stops at the last node that fits. An empty handle is a miss.
+  // the handle stops at the last node that fits. An empty handle is a miss. The handle's
+  // snapshot is the deepest one of the pinned prefix; one only on disk is loaded and verified
+  // (position, chain digest, tenant, prefix tokens, payload checksum): if it fails, its entry is
+  // deleted and counted and the next shallower snapshot is tried, so a handle never carries a
+  // wrong snapshot. A disk snapshot that does not fit the RAM budget left is skipped likewise.
   Result<PrefixHandle> Acquire(std::span<const TokenId> tokens, TenantSalt salt = kNoTenant);
 
   // Adds the missing whole pages of `tokens` (a trailing partial page is ignored). Planning
@@ -232,8 +261,10 @@ class PrefixCache {
   // state remains. Enforcing the budget is EvictRamTo(ram_budget_bytes).
   void EvictRamTo(uint64_t target_bytes);
 
-  // Writes every RAM page that has no disk entry yet (newest first), within the disk budget.
-  // RAM contents do not change. Ok when everything was written (or there is no disk tier).
+  // Writes every RAM page and every RAM snapshot that has no disk entry yet, newest first, within
+  // the disk budget: each node's missing pages (with those of its ancestors) and its snapshot in
+  // one transaction, or its pages alone if the snapshot does not fit too. RAM contents do not
+  // change. Ok when everything was written (or there is no disk tier).
   Status Flush();
 
  private:
@@ -268,11 +299,17 @@ class PrefixCache {
   Node* LoadNode(Node* node);                              // the verified part, or null
   void DropSubtree(Node* node);                            // unpinned node and all below it
   void SpillNode(Node* node);
-  Status WriteChain(Node* node);                           // node + ancestors not on disk
+  void SpillSnapshot(Node* node);                          // eviction kind 1
+  void SetSnapshot(Node* node, Payload payload);           // replaces any, in RAM and on disk
+  bool LoadSnapshot(Node* node);                           // false: none usable (entry dropped)
+  Status WriteChain(Node* node, bool with_snapshot);       // node + ancestors not on disk
   Status MakeDiskRoom(uint64_t bytes, const detail::LruKey& limit);
   Status EvictDiskNode(Node* node);
+  Status EvictDiskSnapshot(Node* node);
   uint64_t DiskBytes(const Node* node) const;
   uint64_t ChainDigest(const Node* parent) const;          // digest the next page chains from
+  uint64_t PrefixChecksum(const Node* node) const;         // of the tokens before node->end
+  detail::SnapshotMeta SnapshotMetaOf(const Node* node) const;
   Status RebuildFromDisk();
   void IndexRebuiltTree();
   void ReleaseSoftPin(std::list<SoftPinRecord>::iterator it);
@@ -293,9 +330,11 @@ class PrefixCache {
 
   // Indexes kept by Index()/Unindex() (leveldb-style: membership follows state exactly):
   //   ram_lru_      nodes with RAM pages and no pin
-  //   disk_lru_     nodes with disk entries and no pin
-  //   snapshot_lru_ nodes with a snapshot and no pin
-  //   disk_index_   page digest -> node, for every page with a disk entry (one owner per key)
+  //   disk_lru_     nodes with disk entries (pages, and maybe a snapshot) and no pin
+  //   snapshot_lru_ nodes with a RAM snapshot and no pin
+  //   disk_index_   page digest -> node, for every page with a disk entry (one owner per key);
+  //                 a disk snapshot is keyed by its node's last page digest, so this also
+  //                 finds the owner of every snapshot entry
   // LruKey orders leaves before their ancestors, so begin() is the next victim of each tier.
   std::set<detail::LruKey> ram_lru_;
   std::set<detail::LruKey> disk_lru_;
@@ -312,6 +351,7 @@ class PrefixCache {
   size_t ram_pages_ = 0;
   size_t disk_pages_ = 0;
   size_t snapshot_count_ = 0;
+  size_t disk_snapshots_ = 0;
   uint64_t subtrees_dropped_ = 0;  // lets Flush() notice that nodes it listed may be gone
 
   std::list<SoftPinRecord> soft_pins_;  // oldest (first pinned or renewed) first

@@ -46,6 +46,11 @@ Status PrefixCache::CheckNode(const Node* n) const {
     if (chain != n->page_digests[i]) return Violation(n, fmt::format("page {} digest breaks the chain", i));
   }
   if (!n->in_ram() && !n->on_disk) return Violation(n, "pages are neither in RAM nor on disk");
+  if (n->snapshot_on_disk && !n->on_disk) return Violation(n, "snapshot on disk without its pages");
+  if (n->snapshot && n->snapshot->size() != n->snapshot_size) {
+    return Violation(n, "snapshot size differs from its accounting");
+  }
+  if (!n->has_snapshot() && n->snapshot_size != 0) return Violation(n, "snapshot size without a snapshot");
   if (n->on_disk && !parent->is_root() && !parent->on_disk) return Violation(n, "on disk under a parent that is not");
   if (n->pinned() && !n->in_ram()) return Violation(n, "pinned but not in RAM");
   if (n->soft_pins > n->pins || n->ending_soft_pins > n->ending_pins) return Violation(n, "more soft pins than pins");
@@ -77,7 +82,8 @@ Status PrefixCache::CheckNode(const Node* n) const {
 Status PrefixCache::CheckIntegrity() const {
   struct Totals {
     uint64_t ram = 0, ram_pinned = 0, disk = 0, disk_pinned = 0, soft = 0;
-    size_t nodes = 0, ram_pages = 0, disk_pages = 0, snapshots = 0, ram_free = 0, disk_free = 0, snap_free = 0;
+    size_t nodes = 0, ram_pages = 0, disk_pages = 0, snapshots = 0, disk_snapshots = 0;
+    size_t ram_free = 0, disk_free = 0, snap_free = 0;
     uint64_t ending_hard = 0;
   } t;
   std::unordered_map<const Node*, uint32_t> soft_records;
@@ -121,7 +127,8 @@ Status PrefixCache::CheckIntegrity() const {
       if (node->soft_pins > 0) t.soft += node->ram_bytes();
       t.ram_pages += node->in_ram() ? node->pages() : 0;
       t.disk_pages += node->on_disk ? node->pages() : 0;
-      t.snapshots += node->snapshot != nullptr;
+      t.snapshots += node->has_snapshot();
+      t.disk_snapshots += node->snapshot_on_disk;
       t.ending_hard += node->ending_pins - node->ending_soft_pins;
     }
   }
@@ -139,6 +146,7 @@ Status PrefixCache::CheckIntegrity() const {
   if (t.ram_pages != ram_pages_) return mismatch("RAM pages", ram_pages_, t.ram_pages);
   if (t.disk_pages != disk_pages_) return mismatch("disk pages", disk_pages_, t.disk_pages);
   if (t.snapshots != snapshot_count_) return mismatch("snapshots", snapshot_count_, t.snapshots);
+  if (t.disk_snapshots != disk_snapshots_) return mismatch("disk snapshots", disk_snapshots_, t.disk_snapshots);
   if (t.ram_free != ram_lru_.size()) return mismatch("RAM LRU size", ram_lru_.size(), t.ram_free);
   if (t.disk_free != disk_lru_.size()) return mismatch("disk LRU size", disk_lru_.size(), t.disk_free);
   if (t.snap_free != snapshot_lru_.size()) return mismatch("snapshot LRU size", snapshot_lru_.size(), t.snap_free);
@@ -151,22 +159,42 @@ Status PrefixCache::CheckIntegrity() const {
   return CheckDisk();
 }
 
-// The disk index must name exactly this fingerprint's LMDB entries, with their sizes.
+// The disk index must name exactly this fingerprint's LMDB page entries, with their sizes, and
+// every LMDB snapshot entry must belong to a node that records it, with its size: no orphans.
 Status PrefixCache::CheckDisk() const {
-  if (!disk_) return disk_index_.empty() ? Status::Ok() : Status::Corruption("disk index without a disk tier");
+  if (!disk_) {
+    const bool none = disk_index_.empty() && disk_snapshots_ == 0;
+    return none ? Status::Ok() : Status::Corruption("disk state without a disk tier");
+  }
   auto entries = disk_->List();
   if (!entries.ok()) return entries.status();
-  if (entries->size() != disk_index_.size()) {
-    return Status::Corruption(fmt::format("LMDB holds {} entries, the index {}", entries->size(), disk_index_.size()));
-  }
-  for (const auto& [digest, bytes] : *entries) {
-    auto it = disk_index_.find(digest);
-    if (it == disk_index_.end()) return Status::Corruption(fmt::format("LMDB entry {:016x} is not indexed", digest));
-    const Node* n = it->second;
-    const size_t i = std::find(n->page_digests.begin(), n->page_digests.end(), digest) - n->page_digests.begin();
+  size_t pages = 0;
+  size_t snapshots = 0;
+  for (const auto& [key, bytes] : *entries) {
+    auto it = disk_index_.find(key.digest);
+    const Node* n = it == disk_index_.end() ? nullptr : it->second;
+    if (key.kind == detail::EntryKind::kSnapshot) {
+      ++snapshots;
+      if (n == nullptr || !n->snapshot_on_disk || n->page_digests.back() != key.digest) {
+        return Status::Corruption(fmt::format("LMDB snapshot entry {:016x} is an orphan", key.digest));
+      }
+      if (bytes != DiskStore::SnapshotEntryBytes(n->snapshot_size)) {
+        return Violation(n, fmt::format("LMDB snapshot entry has {} bytes", bytes));
+      }
+      continue;
+    }
+    ++pages;
+    if (n == nullptr) return Status::Corruption(fmt::format("LMDB entry {:016x} is not indexed", key.digest));
+    const size_t i = std::find(n->page_digests.begin(), n->page_digests.end(), key.digest) - n->page_digests.begin();
     if (bytes != DiskStore::EntryBytes(config_.page_tokens, n->page_bytes[i])) {
       return Violation(n, fmt::format("LMDB entry of page {} has {} bytes", i, bytes));
     }
+  }
+  if (pages != disk_index_.size()) {
+    return Status::Corruption(fmt::format("LMDB holds {} page entries, the index {}", pages, disk_index_.size()));
+  }
+  if (snapshots != disk_snapshots_) {
+    return Status::Corruption(fmt::format("LMDB holds {} snapshot entries, the tree {}", snapshots, disk_snapshots_));
   }
   return Status::Ok();
 }

@@ -22,6 +22,10 @@ namespace cedar::cache::detail {
 // have a disk entry (on_disk) or not. Every node has its pages somewhere: in RAM, on disk, or
 // both. Disk entries are prefix-closed: a node is on disk only if its parent is (or is a root),
 // so the entries on disk always form whole chains that a restarted process can rebuild.
+//
+// A snapshot (at position `end`) lives in RAM (`snapshot` non-null), on disk (snapshot_on_disk),
+// or both. A snapshot is on disk only if the node's pages are, so deleting a node's disk entries
+// deletes its snapshot's too; its size is known wherever it lives.
 struct Node {
   Node* parent = nullptr;               // null only for a tenant root
   TenantSalt salt = kNoTenant;          // the tenant root's salt, copied down for disk entries
@@ -32,7 +36,9 @@ struct Node {
   std::vector<Payload> payloads;        // one per page when in RAM, else empty
   uint64_t payload_bytes = 0;           // sum of page_bytes
   bool on_disk = false;                 // every page has a verified LMDB entry
-  Payload snapshot;                     // opaque resume state at position `end`, or null
+  Payload snapshot;                     // opaque resume state at position `end` in RAM, or null
+  uint64_t snapshot_size = 0;           // payload bytes of the snapshot wherever it lives; 0: none
+  bool snapshot_on_disk = false;        // the snapshot has an LMDB entry (header verified)
 
   // Pin counts. `pins` counts every pin whose path passes through this node (handles and soft
   // pins); `soft_pins` the soft ones among them. `ending_*` count pins whose deepest node this is,
@@ -54,8 +60,9 @@ struct Node {
   bool pinned() const { return pins > 0; }
   size_t pages() const { return page_digests.size(); }
   size_t start() const { return end - tokens.size(); }
-  uint64_t snapshot_bytes() const { return snapshot ? snapshot->size() : 0; }
-  uint64_t ram_bytes() const { return (in_ram() ? payload_bytes : 0) + snapshot_bytes(); }
+  bool has_snapshot() const { return snapshot != nullptr || snapshot_on_disk; }
+  uint64_t snapshot_ram_bytes() const { return snapshot ? snapshot->size() : 0; }
+  uint64_t ram_bytes() const { return (in_ram() ? payload_bytes : 0) + snapshot_ram_bytes(); }
 };
 
 // Eviction order: older tick first; on equal ticks the deeper node (larger end) first. Since a

@@ -19,8 +19,10 @@ struct SnapshotHeader {
 };
 
 void PutBytes(std::vector<uint8_t>& out, const void* p, size_t n) {
-  const auto* b = static_cast<const uint8_t*>(p);
-  out.insert(out.end(), b, b + n);
+  if (n == 0) return;
+  const size_t at = out.size();
+  out.resize(at + n);
+  std::memcpy(out.data() + at, p, n);
 }
 
 // Appends rows [lo, hi) of a store as (lo, n, floats).

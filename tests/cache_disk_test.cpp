@@ -1,5 +1,5 @@
 // Prefix cache behaviours of the disk tier (LMDB in a temporary directory): spill and load,
-// restart, fingerprints, corruption, budgets, collisions.
+// restart, fingerprints, corruption, budgets, collisions; snapshots on disk.
 #include <doctest/doctest.h>
 #include <lmdb.h>
 #include <stdlib.h>
@@ -18,6 +18,7 @@ namespace {
 constexpr size_t kPage = 4;
 constexpr size_t kPageBytes = 100;
 constexpr size_t kEntryBytes = 80 + kPage * sizeof(TokenId) + kPageBytes;  // header + tokens + payload
+constexpr size_t kSnapshotHeader = 80;  // a snapshot entry is this header + its payload
 
 Payload PagePayload(std::span<const TokenId> prefix, size_t end, size_t bytes = kPageBytes) {
   std::vector<uint8_t> b(bytes);
@@ -83,10 +84,23 @@ void CheckIntegrity(const PrefixCache& cache) {
   CHECK_MESSAGE(s.ok(), s.ToString());
 }
 
+// Deterministic pseudo-random bytes: a snapshot payload that no other test value equals.
+Payload Blob(size_t bytes, uint32_t seed) {
+  std::vector<uint8_t> b(bytes);
+  uint32_t x = seed * 2654435761u + 1;
+  for (auto& v : b) {
+    x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+    v = static_cast<uint8_t>(x);
+  }
+  return MakePayload(std::move(b));
+}
+
+using Bytes = std::vector<uint8_t>;
+
 // Opens the cache directory with raw LMDB (the cache must be closed) and lets `edit` change
-// values in place; returns how many it changed. Header layout: page_index at byte 8, tokens
-// from byte 80.
-int RewriteEntries(const std::string& dir, const std::function<bool(std::vector<uint8_t>&)>& edit) {
+// values in place, given their keys; returns how many it changed. Page keys are 16 bytes
+// (fingerprint, digest), snapshot keys 17 (then 'S').
+int RewriteKeyedEntries(const std::string& dir, const std::function<bool(const Bytes& key, Bytes& value)>& edit) {
   MDB_env* env = nullptr;
   REQUIRE(mdb_env_create(&env) == 0);
   REQUIRE(mdb_env_open(env, dir.c_str(), 0, 0644) == 0);
@@ -101,8 +115,9 @@ int RewriteEntries(const std::string& dir, const std::function<bool(std::vector<
   for (int rc = mdb_cursor_get(cursor, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cursor, &k, &v, MDB_NEXT)) {
     const auto* kb = static_cast<const uint8_t*>(k.mv_data);
     const auto* vb = static_cast<const uint8_t*>(v.mv_data);
+    std::vector<uint8_t> key(kb, kb + k.mv_size);
     std::vector<uint8_t> value(vb, vb + v.mv_size);
-    if (edit(value)) changed.emplace_back(std::vector<uint8_t>(kb, kb + k.mv_size), std::move(value));
+    if (edit(key, value)) changed.emplace_back(std::move(key), std::move(value));
   }
   mdb_cursor_close(cursor);
   for (auto& [key, value] : changed) {
@@ -113,6 +128,22 @@ int RewriteEntries(const std::string& dir, const std::function<bool(std::vector<
   REQUIRE(mdb_txn_commit(txn) == 0);
   mdb_env_close(env);
   return static_cast<int>(changed.size());
+}
+
+// The same for page entries only. Header layout: page_index at byte 8, tokens from byte 80.
+int RewriteEntries(const std::string& dir, const std::function<bool(Bytes&)>& edit) {
+  return RewriteKeyedEntries(dir, [&](const Bytes& key, Bytes& value) { return key.size() == 16 && edit(value); });
+}
+
+// The same for snapshot entries only. Header layout: position (uint64) at byte 32.
+int RewriteSnapshots(const std::string& dir, const std::function<bool(Bytes& value)>& edit) {
+  return RewriteKeyedEntries(dir, [&](const Bytes& key, Bytes& value) { return key.size() == 17 && edit(value); });
+}
+
+uint64_t PositionOf(const Bytes& snapshot_value) {
+  uint64_t p;
+  std::memcpy(&p, snapshot_value.data() + 32, sizeof(p));
+  return p;
 }
 
 uint32_t PageIndexOf(const std::vector<uint8_t>& value) {
@@ -181,11 +212,14 @@ TEST_CASE("a restarted cache finds the previous prefixes on disk") {
   const MatchResult m = cache->Match(a);
   CHECK(m.matched_tokens == 16);
   CHECK(m.disk_tokens == 16);
-  CHECK(m.snapshot_position == 0);  // snapshots live in RAM only
+  CHECK(m.snapshot_position == 8);  // flushed at close with the pages
+  CHECK(m.snapshot_on_disk);
   CHECK(cache->Match(b).matched_tokens == 8);
   auto h = cache->Acquire(a);
   REQUIRE(h.ok());
   CheckPayloads(*h, a);
+  CHECK(h->snapshot_position() == 8);
+  CHECK(*h->snapshot() == std::vector<uint8_t>{1, 2, 3});
   CHECK(cache->Counters().disk_hit_tokens == 16);
   h->Release();
   const auto longer = [&] { auto v = a; v.insert(v.end(), {7, 7, 7, 7}); return v; }();
@@ -343,6 +377,297 @@ TEST_CASE("colliding digests never return a wrong payload, before or after a res
   CHECK(cache->Counters().corrupt_entries_dropped == 1);
   CHECK(cache->Match(a).matched_tokens == 0);
   CheckIntegrity(*cache);
+}
+
+}  // namespace cedar::cache
+
+// ---- Snapshots on disk ----
+
+namespace cedar::cache {
+
+TEST_CASE("a flushed snapshot survives a restart and comes back byte-identical through Acquire") {
+  TempDir dir;
+  const auto a = Seq(0, 16);
+  const Payload s8 = Blob(300, 1);
+  const Payload s16 = Blob(1000, 2);
+  {
+    auto cache = OpenOrFail(DiskConfig(dir.path));
+    Insert(*cache, a, {{8, s8}, {16, s16}});
+    REQUIRE(cache->Flush().ok());
+    CHECK(cache->Sizes().disk_snapshots == 2);
+    CHECK(cache->Sizes().disk.used_bytes() == 4 * kEntryBytes + 2 * kSnapshotHeader + 300 + 1000);
+    CheckIntegrity(*cache);
+  }
+  auto cache = OpenOrFail(DiskConfig(dir.path));
+  CheckIntegrity(*cache);
+  CHECK(cache->Sizes().snapshots == 2);
+  CHECK(cache->Sizes().disk_snapshots == 2);
+  CHECK(cache->Sizes().ram.used_bytes() == 0);  // payloads are read lazily
+  CHECK(cache->Sizes().disk.used_bytes() == 4 * kEntryBytes + 2 * kSnapshotHeader + 300 + 1000);
+  MatchResult m = cache->Match(a);
+  CHECK(m.snapshot_position == 16);
+  CHECK(m.snapshot_on_disk);
+  CHECK(cache->Match(Seq(0, 15)).snapshot_position == 8);
+  {
+    auto h = cache->Acquire(a);
+    REQUIRE(h.ok());
+    CheckPayloads(*h, a);
+    REQUIRE(h->snapshot_position() == 16);
+    CHECK(*h->snapshot() == *s16);
+    CHECK(cache->Counters().snapshots_loaded == 1);  // only the deepest snapshot is read
+    CHECK(cache->Sizes().ram.protected_bytes == 4 * kPageBytes + 1000);
+    CHECK(!cache->Match(a).snapshot_on_disk);
+    auto shorter = cache->Acquire(Seq(0, 15));
+    REQUIRE(shorter.ok());
+    REQUIRE(shorter->snapshot_position() == 8);
+    CHECK(*shorter->snapshot() == *s8);
+    CHECK(cache->Counters().snapshots_loaded == 2);
+    CheckIntegrity(*cache);
+  }
+  CHECK(cache->Counters().corrupt_entries_dropped == 0);
+  CheckIntegrity(*cache);
+}
+
+TEST_CASE("RAM pressure spills a snapshot to disk instead of dropping it, and Acquire loads it back") {
+  TempDir dir;
+  const auto a = Seq(0, 16);
+  const Payload snap = Blob(200, 3);
+  auto cache = OpenOrFail(DiskConfig(dir.path, 10 * kPageBytes + 200));
+  Insert(*cache, a, {{16, snap}});
+  Insert(*cache, Seq(100, 16));
+  Insert(*cache, Seq(200, 12));  // 200 bytes over: the snapshot leaves RAM, before any page
+  CHECK(cache->Counters().snapshots_spilled == 1);
+  CHECK(cache->Counters().snapshots_dropped == 0);
+  CHECK(cache->Counters().pages_spilled == 0);
+  CHECK(cache->Sizes().disk_pages == 4);  // a snapshot lands on disk with its pages
+  CHECK(cache->Sizes().disk_snapshots == 1);
+  MatchResult m = cache->Match(a);
+  CHECK(m.ram_tokens == 16);
+  CHECK(m.snapshot_position == 16);
+  CHECK(m.snapshot_on_disk);
+  CheckIntegrity(*cache);
+  {
+    auto h = cache->Acquire(a);
+    REQUIRE(h.ok());
+    REQUIRE(h->snapshot_position() == 16);
+    CHECK(*h->snapshot() == *snap);
+    CHECK(cache->Counters().snapshots_loaded == 1);
+    CheckIntegrity(*cache);
+  }
+  // Under pressure again, it leaves RAM first: its disk entry is still valid, nothing is written.
+  const uint64_t pages_written = cache->Sizes().disk_pages;
+  cache->EvictRamTo(cache->Sizes().ram.used_bytes() - 1);
+  CHECK(cache->Counters().snapshots_spilled == 2);
+  CHECK(cache->Sizes().disk_pages == pages_written);
+  CHECK(cache->Counters().disk_write_failures == 0);
+  CHECK(cache->Match(a).snapshot_on_disk);
+  CheckIntegrity(*cache);
+
+  // The same pressure on a RAM-only cache loses the snapshot.
+  auto ram_only = OpenOrFail(DiskConfig("", 10 * kPageBytes + 200));
+  Insert(*ram_only, a, {{16, snap}});
+  Insert(*ram_only, Seq(100, 16));
+  Insert(*ram_only, Seq(200, 12));
+  CHECK(ram_only->Counters().snapshots_dropped == 1);
+  CHECK(ram_only->Counters().snapshots_spilled == 0);
+  CHECK(ram_only->Match(a).snapshot_position == 0);
+}
+
+TEST_CASE("a corrupt snapshot entry is dropped and counted, and Acquire returns the shallower snapshot") {
+  TempDir dir;
+  const auto a = Seq(0, 16);
+  const Payload s8 = Blob(50, 4);
+  {
+    auto cache = OpenOrFail(DiskConfig(dir.path));
+    Insert(*cache, a, {{8, s8}, {16, Blob(60, 5)}});
+  }
+  REQUIRE(RewriteSnapshots(dir.path, [](Bytes& v) {
+            if (PositionOf(v) != 16) return false;
+            v.back() ^= 0x5a;  // last payload byte: only the payload checksum can tell
+            return true;
+          }) == 1);
+  auto cache = OpenOrFail(DiskConfig(dir.path));
+  CHECK(cache->Match(a).snapshot_position == 16);  // the header is intact; the payload is read lazily
+  {
+    auto h = cache->Acquire(a);
+    REQUIRE(h.ok());
+    CHECK(h->tokens() == 16);  // the pages are fine
+    CheckPayloads(*h, a);
+    REQUIRE(h->snapshot_position() == 8);
+    CHECK(*h->snapshot() == *s8);
+    CHECK(cache->Counters().corrupt_entries_dropped == 1);
+    CHECK(cache->Match(a).snapshot_position == 8);
+    CHECK(cache->Sizes().disk_snapshots == 1);
+  }
+  CheckIntegrity(*cache);  // the bad entry is gone from LMDB too
+  cache.reset();
+  cache = OpenOrFail(DiskConfig(dir.path));
+  CHECK(cache->Counters().corrupt_entries_dropped + cache->Counters().orphan_entries_dropped == 0);
+  CHECK(cache->Match(a).snapshot_position == 8);
+}
+
+TEST_CASE("a snapshot entry with a bad header or under another prefix's key is dropped at open") {
+  TempDir dir;
+  const auto a = Seq(0, 16);
+  const auto b = Seq(100, 16);
+  {
+    auto cache = OpenOrFail(DiskConfig(dir.path));
+    Insert(*cache, a, {{8, Blob(40, 6)}, {16, Blob(40, 7)}});
+    Insert(*cache, b, {{16, Blob(40, 8)}});
+  }
+  // Swap the values of the two snapshots at 16 (same size, same position), and break the
+  // position field of the one at 8.
+  std::vector<Bytes> at16;
+  RewriteSnapshots(dir.path, [&](Bytes& v) {
+    if (PositionOf(v) == 16) at16.push_back(v);
+    return false;
+  });
+  REQUIRE(at16.size() == 2);
+  int swapped = 0;
+  REQUIRE(RewriteSnapshots(dir.path, [&](Bytes& v) {
+            if (PositionOf(v) == 16) {
+              v = at16[1 - swapped++];
+            } else {
+              v[32] ^= 0x10;
+            }
+            return true;
+          }) == 3);
+  auto cache = OpenOrFail(DiskConfig(dir.path));
+  CHECK(cache->Counters().corrupt_entries_dropped == 3);
+  CHECK(cache->Match(a).matched_tokens == 16);  // the pages are unaffected
+  CHECK(cache->Match(a).snapshot_position == 0);
+  CHECK(cache->Match(b).snapshot_position == 0);
+  CHECK(cache->Sizes().disk_snapshots == 0);
+  auto h = cache->Acquire(a);
+  REQUIRE(h.ok());
+  CHECK(h->snapshot_position() == 0);
+  h->Release();
+  CheckIntegrity(*cache);
+}
+
+TEST_CASE("deleting pages from disk deletes the snapshots at and below them") {
+  TempDir dir;
+  const auto a = Seq(0, 16);
+  const auto b = [&] { auto v = Seq(0, 8); v.insert(v.end(), {9, 9, 9, 9, 9, 9, 9, 9}); return v; }();
+  {
+    auto cache = OpenOrFail(DiskConfig(dir.path));
+    Insert(*cache, a, {{4, Blob(30, 9)}, {8, Blob(30, 10)}, {16, Blob(30, 11)}});
+    Insert(*cache, b, {{16, Blob(30, 12)}});
+  }
+  // a's second page is bad: it and everything after it in the tree go, with their snapshots.
+  REQUIRE(RewriteEntries(dir.path, [](Bytes& v) {
+            if (PageIndexOf(v) != 1) return false;
+            v.back() ^= 1;
+            return true;
+          }) == 1);
+  auto cache = OpenOrFail(DiskConfig(dir.path));
+  CHECK(cache->Sizes().disk_snapshots == 4);
+  auto h = cache->Acquire(b);
+  REQUIRE(h.ok());
+  CHECK(h->tokens() == 4);
+  CHECK(h->snapshot_position() == 4);  // the snapshot above the bad page stays
+  CHECK(cache->Counters().corrupt_entries_dropped == 1);
+  CHECK(cache->Counters().disk_snapshots_deleted == 3);  // at 8, and at 16 on both branches
+  CHECK(cache->Sizes().disk_snapshots == 1);
+  h->Release();
+  CheckIntegrity(*cache);  // no snapshot entry is left without its pages
+  cache.reset();
+  cache = OpenOrFail(DiskConfig(dir.path));
+  CHECK(cache->Counters().orphan_entries_dropped == 0);
+  CHECK(cache->Sizes().disk_snapshots == 1);
+  CheckIntegrity(*cache);
+}
+
+TEST_CASE("making disk room deletes a snapshot entry before its pages, and with them") {
+  TempDir dir;
+  constexpr uint64_t kSnap = kSnapshotHeader + 200;
+  auto cache = OpenOrFail(DiskConfig(dir.path, 4 * kPageBytes, 8 * kEntryBytes + kSnap));
+  const auto a = Seq(0, 16);
+  Insert(*cache, a, {{16, Blob(200, 13)}});  // the snapshot spills, with a's pages
+  CHECK(cache->Counters().snapshots_spilled == 1);
+  Insert(*cache, Seq(100, 16));  // a's pages spill (already on disk)
+  Insert(*cache, Seq(200, 4));   // b's pages spill: the disk is full
+  CHECK(cache->Sizes().disk.used_bytes() == 8 * kEntryBytes + kSnap);
+  Insert(*cache, Seq(300, 16));  // c's one page spills: a's snapshot entry alone makes room
+  CHECK(cache->Counters().disk_snapshots_deleted == 1);
+  CHECK(cache->Counters().disk_entries_deleted == 0);
+  CHECK(cache->Match(a).matched_tokens == 16);
+  CHECK(cache->Match(a).snapshot_position == 0);
+  CheckIntegrity(*cache);
+  Insert(*cache, Seq(400, 16));  // d's pages spill: now a's pages go
+  CHECK(cache->Counters().disk_entries_deleted == 4);
+  CHECK(cache->Match(a).matched_tokens == 0);
+  CHECK(cache->Sizes().disk.used_bytes() <= 8 * kEntryBytes + kSnap);
+  CheckIntegrity(*cache);
+}
+
+TEST_CASE("snapshot entries count in the disk budget; one that does not fit is dropped, its pages kept") {
+  TempDir dir;
+  const auto a = Seq(0, 16);
+  {
+    // Under RAM pressure: the pages fit on disk, the snapshot does not.
+    auto cache = OpenOrFail(DiskConfig(dir.path, 4 * kPageBytes, 4 * kEntryBytes + 100));
+    Insert(*cache, a, {{16, Blob(200, 14)}});
+    CHECK(cache->Counters().snapshots_dropped == 1);
+    CHECK(cache->Counters().snapshots_spilled == 0);
+    CHECK(cache->Counters().disk_write_failures == 1);
+    CHECK(cache->Sizes().disk_pages == 4);
+    CHECK(cache->Match(a).snapshot_position == 0);
+    CheckIntegrity(*cache);
+    // A smaller one fits exactly.
+    REQUIRE(cache->AddSnapshot(a, 16, Blob(20, 15)).ok());
+    CHECK(cache->Counters().snapshots_spilled == 1);
+    CHECK(cache->Sizes().disk.used_bytes() == 4 * kEntryBytes + kSnapshotHeader + 20);
+    CHECK(cache->Sizes().disk.used_bytes() <= cache->Sizes().disk.budget_bytes);
+    CheckIntegrity(*cache);
+  }
+  TempDir dir2;
+  auto cache = OpenOrFail(DiskConfig(dir2.path, 1 << 20, 4 * kEntryBytes + 100));
+  Insert(*cache, a, {{16, Blob(200, 16)}});
+  const Status s = cache->Flush();  // the pages are written, the snapshot is not: not Ok
+  CHECK(s.code() == StatusCode::kResourceExhausted);
+  CHECK(cache->Sizes().disk_pages == 4);
+  CHECK(cache->Sizes().disk_snapshots == 0);
+  CHECK(cache->Match(a).snapshot_position == 16);  // RAM is unchanged
+  CheckIntegrity(*cache);
+}
+
+TEST_CASE("replacing a snapshot deletes its disk copy at once; a restart never returns the old one") {
+  TempDir dir;
+  const auto a = Seq(0, 16);
+  const Payload s1 = Blob(40, 17);
+  const Payload s2 = Blob(50, 18);
+  PrefixCacheConfig c = DiskConfig(dir.path);
+  c.flush_on_close = false;
+  {
+    auto cache = OpenOrFail(c);
+    Insert(*cache, a, {{16, s1}});
+    REQUIRE(cache->Flush().ok());
+    REQUIRE(cache->AddSnapshot(a, 16, MakePayload(*s1)).ok());  // equal bytes: the entry stays
+    CHECK(cache->Sizes().disk_snapshots == 1);
+    CHECK(cache->Counters().disk_snapshots_deleted == 0);
+    REQUIRE(cache->AddSnapshot(a, 16, s2).ok());
+    CHECK(cache->Sizes().disk_snapshots == 0);
+    CHECK(cache->Counters().disk_snapshots_deleted == 1);
+    CheckIntegrity(*cache);
+  }  // closed without a flush: s2 is lost, and s1 must not come back
+  {
+    auto cache = OpenOrFail(c);
+    CHECK(cache->Match(a).matched_tokens == 16);
+    CHECK(cache->Match(a).snapshot_position == 0);
+    Insert(*cache, a, {{16, s1}});  // onto pages that are only on disk
+    REQUIRE(cache->Flush().ok());   // writes the snapshot alone
+    CHECK(cache->Sizes().disk_snapshots == 1);
+    Insert(*cache, a, {{16, s2}});  // Insert replaces too
+    CHECK(cache->Sizes().disk_snapshots == 0);
+    REQUIRE(cache->Flush().ok());
+    CheckIntegrity(*cache);
+  }
+  auto cache = OpenOrFail(c);
+  auto h = cache->Acquire(a);
+  REQUIRE(h.ok());
+  REQUIRE(h->snapshot_position() == 16);
+  CHECK(*h->snapshot() == *s2);
 }
 
 }  // namespace cedar::cache

@@ -6,9 +6,13 @@
 // end), so anything the cache returns can be checked exactly; the latest snapshot set for each
 // prefix is recorded. Properties:
 //   - every returned page payload equals the payload inserted for those tokens;
-//   - a returned snapshot is the latest one set for its prefix;
+//   - a returned snapshot is the latest one set for its prefix (also after restarts: a replaced
+//     snapshot never comes back from disk);
 //   - every held handle's prefix stays fully matchable, in RAM;
-//   - with budgets too large to evict, everything inserted stays matchable (across restarts).
+//   - a restart after a successful Flush() keeps every cached prefix and every snapshot (pages
+//     and snapshots survive restarts when flushed);
+//   - with budgets too large to evict, everything inserted, snapshots included, stays matchable
+//     and acquirable (across restarts).
 #include <doctest/doctest.h>
 #include <stdlib.h>
 
@@ -68,6 +72,8 @@ class ModelRun {
     Accumulate();
     return totals_;
   }
+  // Snapshots seen to survive a restart (checked after a successful flush).
+  size_t snapshots_across_restarts() const { return snapshots_across_restarts_; }
 
   void Run(int steps) {
     for (step_ = 0; step_ < steps; ++step_) {
@@ -92,6 +98,9 @@ class ModelRun {
     totals_.ram_hit_tokens += c.ram_hit_tokens - seen_.ram_hit_tokens;
     totals_.disk_hit_tokens += c.disk_hit_tokens - seen_.disk_hit_tokens;
     totals_.snapshots_dropped += c.snapshots_dropped - seen_.snapshots_dropped;
+    totals_.snapshots_spilled += c.snapshots_spilled - seen_.snapshots_spilled;
+    totals_.snapshots_loaded += c.snapshots_loaded - seen_.snapshots_loaded;
+    totals_.disk_snapshots_deleted += c.disk_snapshots_deleted - seen_.disk_snapshots_deleted;
     totals_.pages_spilled += c.pages_spilled - seen_.pages_spilled;
     totals_.pages_dropped += c.pages_dropped - seen_.pages_dropped;
     totals_.disk_entries_deleted += c.disk_entries_deleted - seen_.disk_entries_deleted;
@@ -197,7 +206,10 @@ class ModelRun {
       REQUIRE_MESSAGE(it != snapshots_.end(), "step " << step_ << ": snapshot that was never set");
       REQUIRE_MESSAGE(*h->snapshot() == it->second, "step " << step_ << ": stale or foreign snapshot");
     }
-    if (sc_.roomy) REQUIRE(h->tokens() == m.matched_tokens);
+    if (sc_.roomy) {
+      REQUIRE(h->tokens() == m.matched_tokens);
+      REQUIRE_MESSAGE(h->snapshot_position() == m.snapshot_position, "step " << step_ << ": snapshot not acquired");
+    }
     if (!h->empty() && Chance(0.4)) held_.push_back({salt, Prefix(tokens, h->tokens()), std::move(h).value()});
   }
 
@@ -231,12 +243,42 @@ class ModelRun {
     if (sc_.roomy) REQUIRE_MESSAGE(s.ok(), s.ToString());
   }
 
+  // What Match() says about every prompt and snapshot prefix the run knows.
+  std::vector<MatchResult> Visible() {
+    std::vector<MatchResult> v;
+    for (const Prompt& p : inserted_) v.push_back(cache_->Match(p.second, p.first));
+    for (const auto& [prompt, bytes] : snapshots_) v.push_back(cache_->Match(prompt.second, prompt.first));
+    return v;
+  }
+
   void Restart() {
     if (!sc_.disk) return;
     held_.clear();
+    // After a flush that wrote everything and deleted nothing (making disk room deletes older
+    // entries, which may have been flushed before), a restart loses nothing. Weak digests are
+    // excluded: a chained digest of 0 reads as a prefix's first page at open, and is dropped.
+    const CacheCounters c0 = cache_->Counters();
+    const bool wrote_all = cache_->Flush().ok();
+    const CacheCounters c1 = cache_->Counters();
+    const bool flushed = wrote_all && !sc_.weak_digest && c1.disk_entries_deleted == c0.disk_entries_deleted &&
+                         c1.disk_snapshots_deleted == c0.disk_snapshots_deleted;
+    const std::vector<MatchResult> before = flushed ? Visible() : std::vector<MatchResult>{};
     Accumulate();
     cache_.reset();
     Open();
+    if (!flushed) return;
+    const std::vector<MatchResult> after = Visible();
+    for (size_t i = 0; i < before.size(); ++i) {
+      REQUIRE_MESSAGE(after[i].matched_tokens == before[i].matched_tokens,
+                      "step " << step_ << ": prefix lost at restart");
+      REQUIRE_MESSAGE(after[i].snapshot_position == before[i].snapshot_position,
+                      "step " << step_ << ": snapshot lost at restart");
+      REQUIRE(after[i].ram_tokens == 0);
+      REQUIRE(after[i].snapshot_on_disk == (after[i].snapshot_position > 0));
+    }
+    for (size_t i = inserted_.size(); i < before.size(); ++i) {
+      snapshots_across_restarts_ += before[i].snapshot_position > 0;
+    }
   }
 
   void SoftPin() {
@@ -270,6 +312,10 @@ class ModelRun {
         REQUIRE_MESSAGE(cache_->Match(p.second, p.first).matched_tokens == p.second.size(),
                         "step " << step_ << ": an inserted prefix was lost");
       }
+      for (const auto& [p, bytes] : snapshots_) {
+        REQUIRE_MESSAGE(cache_->Match(p.second, p.first).snapshot_position == p.second.size(),
+                        "step " << step_ << ": a snapshot was lost");
+      }
     }
   }
 
@@ -290,6 +336,7 @@ class ModelRun {
   std::vector<Held> held_;  // declared after cache_: released first
   CacheCounters totals_;
   CacheCounters seen_;
+  size_t snapshots_across_restarts_ = 0;
   int step_ = 0;
 };
 
@@ -305,6 +352,9 @@ void RunScenario(const Scenario& s, int steps = 600) {
   if (s.disk && !s.roomy) CHECK(c.pages_spilled > 0);
   if (s.disk && !s.roomy && !s.weak_digest) CHECK(c.disk_entries_deleted > 0);
   if (s.disk && s.weak_digest) CHECK(c.disk_write_failures > 0);
+  if (s.disk && !s.roomy) CHECK(c.snapshots_spilled > 0);
+  if (s.disk && !s.weak_digest) CHECK(c.snapshots_loaded > 0);
+  if (s.disk && !s.weak_digest) CHECK(run.snapshots_across_restarts() > 0);
 }
 
 }  // namespace
