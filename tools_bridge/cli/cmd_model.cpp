@@ -15,6 +15,7 @@
 #include "engine/init.h"
 #include "engine/sampling.h"
 #include "kernels/ops.h"
+#include "tools_bridge/lib/tokenizer.h"
 #include "tools_bridge/cli/commands.h"
 
 namespace po = boost::program_options;
@@ -124,9 +125,10 @@ int RunGenerate(int argc, char** argv) {
   PrefillMode mode;
   if (!ParseMode(mode_s, &mode)) throw std::invalid_argument("--mode: expected full, exact, bounded or bounded-paper, found " + mode_s);
   auto m = Model::Load(model);
-  std::vector<int32_t> ids = tokens.empty() ? std::vector<int32_t>(prompt.begin(), prompt.end()) : ParseIds(tokens);
   if (!tokens.empty() && !prompt.empty()) throw std::invalid_argument("give --prompt or --tokens, not both");
-  for (int32_t& t : ids) t = tokens.empty() ? int32_t(uint8_t(t)) : t;
+  // Text goes through the byte tokenizer of the chat template (ids 0-255 are bytes).
+  const bridge::ByteTokenizer tokenizer(std::max(m->config().vocab_size, 512));
+  std::vector<int32_t> ids = tokens.empty() ? tokenizer.Encode(prompt) : ParseIds(tokens);
   if (ids.empty()) throw std::invalid_argument("the prompt is empty");
   std::vector<int32_t> stops = stop.empty() ? std::vector<int32_t>{} : ParseIds(stop);
   SequenceState st(m->config());
@@ -156,8 +158,7 @@ int RunGenerate(int argc, char** argv) {
   auto t2 = std::chrono::steady_clock::now();
   const uint64_t hash = XXH3_64bits(logits.data(), logits.size() * sizeof(float));
   const double prefill_s = std::chrono::duration<double>(t1 - t0).count(), decode_s = std::chrono::duration<double>(t2 - t1).count();
-  std::string text;
-  for (int32_t t : out) text += (t >= 32 && t < 127) ? char(t) : '.';
+  std::string text = tokenizer.Decode(out);
   if (vm.count("json")) {
     nlohmann::json j = {{"mode", mode_s}, {"prompt_tokens", ids.size()}, {"tokens", out}, {"text", text},
                         {"finish_reason", finish}, {"prefill_layer_token_units", pr.stats.layer_token_units},
