@@ -8,12 +8,16 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libxxhash-dev liblmdb-dev libboost-dev libboost-program-options-dev nlohmann-json3-dev libspdlog-dev libfmt-dev doctest-dev
   libopenblas-dev
-  python3 python3-numpy python3-torch
+  python3 python3-numpy python3-torch gnuplot-nox
+  nodejs npm curl
 )
 
 missing=()
 for p in "${PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" && continue
+  # NodeSource's nodejs bundles npm and conflicts with Debian's npm package: keep the bundled one.
+  [ "$p" = npm ] && command -v npm >/dev/null 2>&1 && continue
+  missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"

@@ -45,10 +45,16 @@ struct SessionManager::Impl {
     }
     cv.notify_one();
   }
+  // Runs f on the engine thread and waits. Throws std::runtime_error once shut down (the
+  // engine thread is gone: waiting would never end).
   template <class T>
   T Call(std::function<T()> f) {
     auto p = std::make_shared<std::promise<T>>();
     auto fut = p->get_future();
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      if (stopping) throw std::runtime_error("the session manager is shut down");
+    }
     Post([p, f = std::move(f)] {
       try {
         p->set_value(f());

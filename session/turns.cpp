@@ -220,7 +220,6 @@ void SessionManager::Impl::Finish(ActiveTurn& t, const std::string& reason) {
   t.done = true;
   t.result.finish_reason = reason;
   TurnAccounting& a = t.result.accounting;
-  a.total_ms = Ms(t.submitted, std::chrono::steady_clock::now());
   SequenceState& st = *t.state;
   // Remember: pages of everything consumed, snapshots at the prompt's and the output's ends.
   std::vector<cache::SnapshotInput> snaps = std::move(t.snapshots);
@@ -251,6 +250,7 @@ void SessionManager::Impl::Finish(ActiveTurn& t, const std::string& reason) {
   metrics.hit_tokens_disk += a.matched_disk;
   metrics.layer_token_units += a.layer_token_units;
   TouchSessionLimit();
+  a.total_ms = Ms(t.submitted, std::chrono::steady_clock::now());  // the cache insert included
   spdlog::debug("turn done: {} tokens, {} ({:.1f} ms)", t.result.output.size(), reason, a.total_ms);
   t.promise.set_value(std::move(t.result));
 }

@@ -7,4 +7,6 @@ int RunInfo(int argc, char** argv);
 int RunGenerate(int argc, char** argv);
 int RunBench(int argc, char** argv);
 int RunCheckGolden(int argc, char** argv);
+int RunServe(int argc, char** argv);
+int RunProfile(int argc, char** argv);
 }  // namespace cedar::cli

@@ -22,6 +22,8 @@ const Command kCommands[] = {
     {"generate", "prefill a prompt in a chosen mode and decode", cedar::cli::RunGenerate},
     {"bench", "engine benchmark: prefill/decode tokens/s vs the machine's sgemm and bandwidth", cedar::cli::RunBench},
     {"check-golden", "compare the engine with golden data from the reference implementation", cedar::cli::RunCheckGolden},
+    {"serve", "the HTTP API for agents (OpenAI-compatible) on a Unix socket and/or TCP", cedar::cli::RunServe},
+    {"profile", "prefix-cache hit rates and prefill compute on agent traces (simulation)", cedar::cli::RunProfile},
 };
 
 void Usage() {

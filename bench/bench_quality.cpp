@@ -1,0 +1,227 @@
+// Quality of the engine's execution modes on real text (bench/quality/quality.py drives it).
+//
+//   build/bench/bench_quality --model DIR --tokens FILE [--cuts 128,320] [--decode 128]
+//                             [--replay 128:144,384:400] [--modes exact,bounded,bounded-paper]
+//
+// FILE: one sequence per line, comma-separated token ids. For each sequence, with the C++
+// engine (F32):
+//   full     : the logits of every row, feeding one token at a time (decode = `full`, chunking
+//              never changes a result); its log-probabilities are the reference for the rest.
+//   <mode>@n : Prefill(tokens[0, n), mode), then DecodeStep for the next `decode` tokens
+//              (teacher-forced): rows n-1 .. n-1+decode.
+//   replay P:n: Prefill(tokens[0, P), full); drop every window entry and the H_E tail (what a
+//              cache eviction drops; pools stay); EncoderReplay; Prefill(tokens[P, n), bounded);
+//              then decode as above.
+// Prints one JSON object per (sequence, scenario) with per-row arrays: the row, the next
+// token's negative log-likelihood (nats) under the scenario and under full, KL(full || mode)
+// (nats), whether the argmax agrees (ties toward the lower id), and max |logit difference|.
+// It never asserts; the Python driver aggregates and cross-checks against its own numbers.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+#include "kernels/ops.h"
+
+namespace {
+
+using cedar::Model;
+using cedar::PrefillMode;
+using cedar::SequenceState;
+
+std::vector<int32_t> ParseInts(const std::string& s, char sep = ',') {
+  std::vector<int32_t> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, sep))
+    if (!item.empty()) v.push_back(int32_t(std::stol(item)));
+  return v;
+}
+
+std::vector<double> LogSoftmax(const std::vector<float>& x) {
+  double mx = -INFINITY;
+  for (float v : x) mx = std::max(mx, double(v));
+  double s = 0;
+  for (float v : x) s += std::exp(double(v) - mx);
+  const double lse = mx + std::log(s);
+  std::vector<double> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = double(x[i]) - lse;
+  return out;
+}
+
+size_t Argmax(const std::vector<float>& x) {
+  size_t b = 0;
+  for (size_t i = 1; i < x.size(); ++i)
+    if (x[i] > x[b]) b = i;
+  return b;
+}
+
+struct Rows {
+  nlohmann::json row = nlohmann::json::array(), nll = nlohmann::json::array(), nll_full = nlohmann::json::array(),
+                 kl = nlohmann::json::array(), top1 = nlohmann::json::array(), maxabs = nlohmann::json::array();
+};
+
+// Adds the comparison of `logits` (row r) with the full logits of that row.
+void AddRow(Rows& out, int64_t r, const std::vector<float>& logits, const std::vector<std::vector<float>>& full,
+            const std::vector<int32_t>& toks) {
+  const auto& f = full[size_t(r)];
+  const auto lp = LogSoftmax(logits), lf = LogSoftmax(f);
+  double kl = 0, mx = 0;
+  for (size_t i = 0; i < lp.size(); ++i) {
+    kl += std::exp(lf[i]) * (lf[i] - lp[i]);
+    mx = std::max(mx, std::fabs(double(logits[i]) - double(f[i])));
+  }
+  out.row.push_back(r);
+  const bool has_next = size_t(r + 1) < toks.size();
+  out.nll.push_back(has_next ? -lp[size_t(toks[size_t(r + 1)])] : 0.0);
+  out.nll_full.push_back(has_next ? -lf[size_t(toks[size_t(r + 1)])] : 0.0);
+  out.kl.push_back(kl);
+  out.top1.push_back(Argmax(logits) == Argmax(f) ? 1 : 0);
+  out.maxabs.push_back(mx);
+}
+
+nlohmann::json ToJson(const Rows& r) {
+  return {{"row", r.row}, {"nll", r.nll}, {"nll_full", r.nll_full}, {"kl", r.kl}, {"top1", r.top1}, {"max_abs", r.maxabs}};
+}
+
+// Prefilled state `st` whose last logits are `first` (row n-1): decode up to `decode` rows more.
+void DecodeRows(const Model& m, SequenceState& st, std::vector<float> logits, int64_t n, int decode,
+                const std::vector<int32_t>& toks, const std::vector<std::vector<float>>& full, Rows& out) {
+  AddRow(out, n - 1, logits, full, toks);
+  for (int i = 0; i < decode && size_t(n + i) < toks.size(); ++i) {
+    logits = cedar::DecodeStep(m, st, toks[size_t(n + i)]);
+    AddRow(out, n + i, logits, full, toks);
+  }
+}
+
+int Main(int argc, char** argv) {
+  std::string model_dir, tokens_file, cuts_s, replay_s, modes_s = "exact,bounded,bounded-paper";
+  int decode = 128, threads = 1;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--model") model_dir = next();
+    else if (a == "--tokens") tokens_file = next();
+    else if (a == "--cuts") cuts_s = next();
+    else if (a == "--replay") replay_s = next();
+    else if (a == "--modes") modes_s = next();
+    else if (a == "--decode") decode = std::stoi(next());
+    else if (a == "--threads") threads = std::stoi(next());
+    else if (a == "--help" || a == "-h") {
+      std::printf("usage: bench_quality --model DIR --tokens FILE [--cuts N,N] [--decode D] [--replay P:n,P:n] "
+                  "[--modes exact,bounded,bounded-paper] [--threads T]\n");
+      return 0;
+    } else throw std::invalid_argument("unknown option " + a);
+  }
+  if (model_dir.empty() || tokens_file.empty()) throw std::invalid_argument("--model and --tokens are required");
+  cedar::kernels::SetThreads(threads);
+  auto m = Model::Load(model_dir);
+  const auto cuts = ParseInts(cuts_s);
+  std::vector<std::pair<int64_t, int64_t>> replays;
+  {
+    std::stringstream ss(replay_s);
+    std::string item;
+    while (std::getline(ss, item, ','))
+      if (!item.empty()) {
+        auto pn = ParseInts(item, ':');
+        if (pn.size() != 2 || pn[0] < 1 || pn[1] < pn[0]) throw std::invalid_argument("--replay: expected P:n with n >= P >= 1");
+        replays.push_back({pn[0], pn[1]});
+      }
+  }
+  std::vector<std::string> modes;
+  {
+    std::stringstream ss(modes_s);
+    std::string item;
+    while (std::getline(ss, item, ','))
+      if (!item.empty()) modes.push_back(item);
+  }
+  std::ifstream in(tokens_file);
+  if (!in) throw std::runtime_error("cannot open " + tokens_file);
+  std::string line;
+  int seq = 0;
+  while (std::getline(in, line)) {
+    const auto toks = ParseInts(line);
+    if (toks.size() < 2) continue;
+    // full: one row at a time
+    std::vector<std::vector<float>> full;
+    {
+      SequenceState st(m->config());
+      cedar::PrefillOptions opt;
+      opt.mode = PrefillMode::kFull;
+      full.push_back(cedar::Prefill(*m, st, std::span<const int32_t>(toks.data(), 1), opt).logits);
+      for (size_t r = 1; r < toks.size(); ++r) full.push_back(cedar::DecodeStep(*m, st, toks[r]));
+      Rows rows;
+      for (size_t r = 0; r + 1 < toks.size(); ++r) AddRow(rows, int64_t(r), full[r], full, toks);
+      nlohmann::json j = {{"seq", seq}, {"scenario", "full"}, {"impl", "cedar-cpp"}};
+      j["nll"] = rows.nll;
+      std::printf("%s\n", j.dump().c_str());
+    }
+    for (const std::string& ms : modes) {
+      PrefillMode mode;
+      if (!cedar::ParseMode(ms, &mode)) throw std::invalid_argument("unknown mode " + ms);
+      for (int n : cuts) {
+        if (n < 1 || size_t(n) > toks.size()) continue;
+        SequenceState st(m->config());
+        cedar::PrefillOptions opt;
+        opt.mode = mode;
+        auto pr = cedar::Prefill(*m, st, std::span<const int32_t>(toks.data(), size_t(n)), opt);
+        Rows rows;
+        DecodeRows(*m, st, pr.logits, n, decode, toks, full, rows);
+        nlohmann::json j = {{"seq", seq}, {"scenario", ms}, {"impl", "cedar-cpp"}, {"n", n},
+                            {"prefill_layer_token_units", pr.stats.layer_token_units}};
+        j.update(ToJson(rows));
+        std::printf("%s\n", j.dump().c_str());
+      }
+    }
+    for (auto [P, n] : replays) {
+      if (size_t(n) > toks.size()) continue;
+      SequenceState st(m->config());
+      cedar::PrefillOptions opt;
+      opt.mode = PrefillMode::kFull;
+      cedar::Prefill(*m, st, std::span<const int32_t>(toks.data(), size_t(P)), opt);
+      st.DropWindowsAndResidual();
+      const auto rs = cedar::EncoderReplay(*m, st);
+      opt.mode = PrefillMode::kBounded;
+      std::vector<float> logits;
+      int64_t units = 0;
+      if (n > P) {
+        auto pr = cedar::Prefill(*m, st, std::span<const int32_t>(toks.data() + P, size_t(n - P)), opt);
+        logits = pr.logits;
+        units = pr.stats.layer_token_units;
+      } else {
+        throw std::invalid_argument("--replay: n must be > P (a suffix to prefill)");
+      }
+      Rows rows;
+      DecodeRows(*m, st, logits, n, decode, toks, full, rows);
+      nlohmann::json j = {{"seq", seq}, {"scenario", "encoder-replay"}, {"impl", "cedar-cpp"}, {"P", P}, {"n", n},
+                          {"replay_layer_token_units", rs.layer_token_units}, {"suffix_layer_token_units", units}};
+      j.update(ToJson(rows));
+      std::printf("%s\n", j.dump().c_str());
+    }
+    std::fflush(stdout);
+    ++seq;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return Main(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_quality: %s\n", e.what());
+    return 1;
+  }
+}

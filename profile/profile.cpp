@@ -1,0 +1,192 @@
+#include "profile/profile.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <ostream>
+#include <sstream>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "profile/cost.h"
+#include "profile/progress.h"
+#include "profile/simulator.h"
+#include "profile/synth.h"
+
+namespace cedar::profile {
+
+namespace fs = std::filesystem;
+
+uint64_t ParseBytes(const std::string& s) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    throw std::invalid_argument("'" + s + "' is not a size (expected e.g. 16G, 512M, 0)");
+  }
+  std::string unit = s.substr(used);
+  if (!unit.empty() && (unit.back() == 'B' || unit.back() == 'b')) unit.pop_back();
+  if (unit.size() == 2 && (unit[1] == 'i' || unit[1] == 'I')) unit.pop_back();  // "GiB"
+  double mult = 1;
+  if (unit.size() == 1) {
+    switch (unit[0]) {
+      case 'k': case 'K': mult = 0x1p10; break;
+      case 'm': case 'M': mult = 0x1p20; break;
+      case 'g': case 'G': mult = 0x1p30; break;
+      case 't': case 'T': mult = 0x1p40; break;
+      default: throw std::invalid_argument("'" + s + "': unknown size unit (expected K, M, G or T)");
+    }
+  } else if (!unit.empty()) {
+    throw std::invalid_argument("'" + s + "': unknown size unit (expected K, M, G or T)");
+  }
+  if (!(v >= 0) || !std::isfinite(v)) throw std::invalid_argument("'" + s + "': a size must be >= 0");
+  return uint64_t(std::llround(v * mult));
+}
+
+std::vector<uint64_t> ParseBytesList(const std::string& s) {
+  std::vector<uint64_t> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) v.push_back(ParseBytes(item));
+  }
+  return v;
+}
+
+std::string FormatBytes(uint64_t b) {
+  const char* units[] = {"", "K", "M", "G", "T"};
+  double v = double(b);
+  int k = 0;
+  while (v >= 1024 && k < 4) {
+    v /= 1024;
+    ++k;
+  }
+  return fmt::format("{:g}{}", std::round(v * 100) / 100, units[k]);
+}
+
+namespace {
+
+double Since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void CheckOptions(const ProfileOptions& o) {
+  if (o.live) {
+    throw std::runtime_error(
+        "--live is not yet available: replaying a trace against a running `cedar serve` needs a live driver "
+        "(profile/simulator.h, ReplayDriver) that is not written yet. Run without --live for simulation mode (the "
+        "real prefix cache with model-sized payloads).");
+  }
+  if (o.traces.empty()) throw std::invalid_argument("give at least one --trace FILE|DIR");
+  if (o.calibrate && o.units_per_s > 0) throw std::invalid_argument("give --calibrate or --units-per-s, not both");
+  if (o.units_per_s < 0) throw std::invalid_argument("--units-per-s must be > 0");
+  if (!(o.disk_gbs > 0)) throw std::invalid_argument("--disk-gbs must be > 0");
+  if (o.cache_ram == 0) throw std::invalid_argument("--cache-ram must be > 0");
+  if (o.payload_scale == 0) throw std::invalid_argument("--payload-scale must be >= 1");
+  for (size_t p : {o.page_tokens, o.block_tokens}) {
+    if (p < 2 || (p & (p - 1)) != 0) throw std::invalid_argument("page and block sizes must be powers of two >= 2");
+  }
+}
+
+// The model whose state sizes and unit formulas the simulation uses, and its name.
+std::pair<ModelConfig, std::string> ResolveModel(const ProfileOptions& o) {
+  if (!o.model_dir.empty()) return {LoadConfigFile(o.model_dir + "/config.json"), o.model_dir};
+  ModelConfig c;
+  if (!PresetConfig(o.preset, &c)) throw std::invalid_argument("unknown preset '" + o.preset + "' (tiny, small, flash)");
+  return {c, "preset " + o.preset};
+}
+
+CostModel MakeCostModel(const ProfileOptions& o, const ModelConfig& model, std::ostream& log) {
+  CostModel cm;
+  if (o.units_per_s > 0) {
+    cm.units_per_s = o.units_per_s;
+    cm.source = "--units-per-s";
+    cm.note = fmt::format("{:.4g} layer-token units/s, given with --units-per-s.", o.units_per_s);
+  } else if (o.calibrate) {
+    log << "calibrating: running the engine for " << o.calibrate_seconds << " s ...\n" << std::flush;
+    cm = Calibrate(model, o.model_dir, o.calibrate_seconds);
+  }
+  cm.disk_bytes_per_s = o.disk_gbs * 1e9;
+  if (cm.has_time()) cm.note += fmt::format(" Disk-tier hits are read back at {:g} GB/s (--disk-gbs).", o.disk_gbs);
+  return cm;
+}
+
+// Runs the simulation with the disk tiers under `disk_parent` (removed afterwards when temporary).
+ProfileResult Simulate(const ProfileOptions& o, const Trace& trace, SimConfig cfg, ReportInput in, std::ostream& log) {
+  std::string temp_dir;
+  if (cfg.disk_budget > 0 && cfg.disk_dir.empty()) {
+    temp_dir = (fs::temp_directory_path() / fmt::format("cedar-profile-{}", getpid())).string();
+    cfg.disk_dir = temp_dir;
+  }
+  if (!cfg.disk_dir.empty()) fs::create_directories(cfg.disk_dir);
+  if (cfg.disk_budget > 0) {
+    log << fmt::format("disk tier: pages and snapshots that leave RAM are written to LMDB under {} with 1/{} of their "
+                       "real size (--payload-scale); with a large model this is most of the run time\n",
+                       cfg.disk_dir, cfg.payload_scale);
+  }
+  ProfileResult result;
+  {
+    const auto t0 = std::chrono::steady_clock::now();
+    Simulation sim(cfg);
+    const bool show = o.progress == 1 || (o.progress == -1 && Progress::StderrIsTty());
+    Progress bar(trace.requests.size(), show, "requests");
+    Replay(trace, TokenSynth(o.seed, cfg.model.vocab_size), sim, [&](size_t done) { bar.Update(done); });
+    bar.Done();
+    result.simulate_s = Since(t0);
+    in.sim = &sim;
+    in.simulate_s = result.simulate_s;
+    result.report = BuildReportJson(in);
+    if (!o.out.empty()) result.files = WriteReport(o.out, result.report, in, o.plots);
+  }
+  if (!temp_dir.empty()) fs::remove_all(temp_dir);
+  log << fmt::format("simulated {} requests in {:.2f} s\n", trace.requests.size(), result.simulate_s);
+  return result;
+}
+
+}  // namespace
+
+ProfileResult RunProfile(const ProfileOptions& o, std::ostream& log) {
+  CheckOptions(o);
+  auto [model, model_name] = ResolveModel(o);
+
+  const auto t_load = std::chrono::steady_clock::now();
+  Trace trace = LoadTraces(o.traces, LoadOptions{o.format, o.strict});
+  const double load_s = Since(t_load);
+  for (const TraceIssue& is : trace.issues) log << "skipped malformed entry: " << is.where << ": " << is.what << "\n";
+  log << fmt::format("read {} requests from {} file(s) in {:.2f} s ({} malformed entries skipped)\n",
+                     trace.requests.size(), trace.files.size(), load_s, trace.issues.size());
+
+  const auto t_cal = std::chrono::steady_clock::now();
+  SimConfig cfg;
+  cfg.model = model;
+  cfg.page_tokens = o.page_tokens;
+  cfg.block_tokens = o.block_tokens;
+  cfg.ram_budget = o.cache_ram;
+  cfg.disk_budget = o.cache_disk;
+  cfg.disk_dir = o.cache_dir;
+  cfg.sweep_ram = o.sweep_ram;
+  cfg.threads = o.threads;
+  cfg.payload_scale = o.payload_scale;
+  cfg.cost = MakeCostModel(o, model, log);
+  const double calibrate_s = o.calibrate ? Since(t_cal) : 0.0;
+  if (cfg.cost.has_time()) log << "cost model: " << cfg.cost.note << "\n";
+
+  ReportInput in;
+  in.trace = &trace;
+  in.model_name = model_name;
+  in.command_line = o.command_line;
+  in.load_s = load_s;
+  in.calibrate_s = calibrate_s;
+  ProfileResult result = Simulate(o, trace, cfg, in, log);
+  if (!o.out.empty()) {
+    log << "report: " << result.files.html_path << "\n";
+    if (!result.files.plot_note.empty()) log << "note: " << result.files.plot_note << "\n";
+  }
+  return result;
+}
+
+}  // namespace cedar::profile

@@ -1,0 +1,65 @@
+// `cedar profile`: prefix-cache hit rates and prefill compute of Cedar against its baselines on
+// real agent traces. Simulation mode (the default) drives the real cache/ code with payload
+// sizes from a model config and counts layer-token units; see profile/simulator.h for the
+// designs and docs/PROFILE.md for how to read the report.
+//
+// Live mode (--live: replaying against a running `cedar serve`) is not available yet: the
+// server does not exist. A live driver will implement ReplayDriver (profile/simulator.h), which
+// receives the requests in arrival order with their times.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "profile/report.h"
+#include "profile/trace.h"
+
+namespace cedar::profile {
+
+struct ProfileOptions {
+  std::vector<std::string> traces;   // --trace (files or directories), at least one
+  TraceFormat format = TraceFormat::kAuto;
+  bool strict = false;               // stop at the first malformed entry
+  std::string model_dir;             // --model DIR: DIR/config.json (weights only for --calibrate)
+  std::string preset = "flash";      // --preset, when no --model
+  uint64_t cache_ram = 16ull << 30;  // --cache-ram
+  uint64_t cache_disk = 0;           // --cache-disk, 0 = no disk tier
+  std::string cache_dir;             // --cache-dir: parent of the simulated disk tiers ("" = a temp dir)
+  std::vector<uint64_t> sweep_ram;   // --sweep-ram
+  size_t page_tokens = 16;           // Cedar's page
+  size_t block_tokens = 16;          // the decoder-only baseline's block
+  bool calibrate = false;            // --calibrate
+  double calibrate_seconds = 2.0;
+  double units_per_s = 0;            // --units-per-s (0 = not given)
+  double disk_gbs = 2.0;             // --disk-gbs: disk-tier read rate for TTFT
+  uint64_t seed = 0;                 // token synthesis seed
+  uint64_t payload_scale = 1;        // --payload-scale: payloads and budgets / K (see SimConfig)
+  int threads = 0;                   // --threads: workers for the simulated caches (0 = per core)
+  std::string out = "out/profile";   // --out: the report folder
+  bool plots = true;
+  int progress = -1;                 // -1: when stderr is a TTY; 0 off; 1 on
+  bool live = false;
+  std::string command_line;
+};
+
+struct ProfileResult {
+  nlohmann::json report;
+  ReportFiles files;
+  double simulate_s = 0;
+};
+
+// Runs a profile and writes the report folder. Messages (trace issues, progress, where the
+// report went) go to `log`. Throws std::invalid_argument for bad options and
+// std::runtime_error for failures (unreadable trace, --strict on a malformed entry, --live).
+ProfileResult RunProfile(const ProfileOptions& options, std::ostream& log);
+
+// "16G", "512M", "1.5T", "64K", "0", "4096" (bytes); binary multiples; throws std::invalid_argument.
+uint64_t ParseBytes(const std::string& s);
+std::vector<uint64_t> ParseBytesList(const std::string& s);  // "1G,4G,16G"
+std::string FormatBytes(uint64_t bytes);                     // "16G", "1.5G", "512M"
+
+}  // namespace cedar::profile

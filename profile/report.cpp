@@ -1,0 +1,210 @@
+// report.json and the terminal summary. Plots and index.html are in report_files.cpp.
+#include "profile/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "engine/info.h"
+
+namespace cedar::profile {
+
+using nlohmann::json;
+
+namespace {
+
+// Nearest-rank percentile of sorted values (0 for none).
+double Percentile(const std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  const size_t rank = size_t(std::ceil(q * double(sorted.size())));
+  return sorted[std::min(sorted.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
+
+double Ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
+
+json CountersJson(const cache::CacheCounters& c) {
+  return {{"snapshots_dropped", c.snapshots_dropped},
+          {"snapshots_spilled_to_disk", c.snapshots_spilled},
+          {"pages_spilled_to_disk", c.pages_spilled},
+          {"pages_dropped", c.pages_dropped},
+          {"disk_entries_deleted", c.disk_entries_deleted},
+          {"disk_snapshots_deleted", c.disk_snapshots_deleted},
+          {"disk_write_failures", c.disk_write_failures}};
+}
+
+json TotalsJson(const Totals& t, const Totals& decoder_only_no_cache, const Totals& ced_no_cache) {
+  return {{"requests", t.requests},
+          {"prompt_tokens", t.prompt_tokens},
+          {"matched_tokens", t.matched_tokens},
+          {"hit_tokens", {{"ram", t.hit_ram}, {"disk", t.hit_disk}, {"total", t.hit_ram + t.hit_disk}}},
+          {"hit_rate", t.hit_rate()},
+          {"prefill_units",
+           {{"total", t.units}, {"encoder", t.encoder_units}, {"decoder", t.decoder_units}, {"replay", t.replay_units}}},
+          {"saved_vs_decoder_only_no_cache", 1.0 - Ratio(double(t.units), double(decoder_only_no_cache.units))},
+          {"saved_vs_ced_no_cache", 1.0 - Ratio(double(t.units), double(ced_no_cache.units))}};
+}
+
+json DesignJson(const DesignRun& run, const Simulation& sim) {
+  const Totals& dec0 = sim.runs()[3].totals;
+  const Totals& ced0 = sim.runs()[2].totals;
+  json j = TotalsJson(run.totals, dec0, ced0);
+  j["label"] = DesignLabel(run.design);
+  std::vector<double> ttft;
+  for (const Outcome& o : run.outcomes) ttft.push_back(o.ttft_s);
+  std::sort(ttft.begin(), ttft.end());
+  if (sim.config().cost.has_time()) {
+    j["ttft_s"] = {{"mean", Ratio(run.totals.ttft_s, double(run.totals.requests))},
+                   {"p50", Percentile(ttft, 0.5)},
+                   {"p90", Percentile(ttft, 0.9)},
+                   {"p99", Percentile(ttft, 0.99)},
+                   {"max", ttft.empty() ? 0.0 : ttft.back()}};
+  } else {
+    j["ttft_s"] = nullptr;
+  }
+  if (HasCache(run.design)) {
+    j["evictions"] = CountersJson(run.counters);
+    j["replays"] = {{"encoder_replays_snapshot_evicted", run.totals.replays_snapshot_evicted},
+                    {"encoder_replays_no_snapshot_stored", run.totals.replays_no_snapshot_stored},
+                    {"encoder_replay_units", run.totals.replay_units}};
+    if (run.design == Design::kCedar) j["replays"]["decoder_replay_units"] = run.totals.decoder_units;
+    const uint64_t k = std::max<uint64_t>(1, sim.config().payload_scale);
+    j["bytes"] = {{"peak_ram", run.totals.peak_ram_bytes},
+                  {"peak_disk", run.totals.peak_disk_bytes},
+                  {"final_ram", run.final_sizes.ram.used_bytes() * k},
+                  {"final_disk", run.final_sizes.disk.used_bytes() * k},
+                  {"final_snapshots", run.final_sizes.snapshots}};
+  }
+  return j;
+}
+
+json OutcomeJson(Design d, const Outcome& o, bool time) {
+  json j = {{"units", o.units}};
+  if (time) j["ttft_s"] = o.ttft_s;
+  if (!HasCache(d)) return j;
+  j["matched"] = o.matched;
+  j["hit_ram"] = o.hit_ram;
+  j["hit_disk"] = o.hit_disk;
+  j["ram_bytes"] = o.ram_bytes;
+  j["disk_bytes"] = o.disk_bytes;
+  if (d == Design::kCedar) {
+    j["snapshot"] = o.snapshot_position;
+    j["replay"] = ReplayKindName(o.replay);
+  }
+  return j;
+}
+
+json TraceJson(const Trace& trace) {
+  json files = json::array();
+  for (size_t i = 0; i < trace.files.size(); ++i) files.push_back({{"path", trace.files[i]}, {"format", trace.formats[i]}});
+  json issues = json::array();
+  for (const TraceIssue& is : trace.issues) issues.push_back({{"where", is.where}, {"what", is.what}});
+  std::set<std::string> sessions;
+  int64_t in = 0, out = 0;
+  double last = 0;
+  for (const TraceRequest& r : trace.requests) {
+    sessions.insert(r.session);
+    in += r.input_tokens;
+    out += r.output_tokens;
+    last = std::max(last, r.t);
+  }
+  return {{"files", files},          {"requests", trace.requests.size()}, {"sessions", sessions.size()},
+          {"prompt_tokens", in},     {"output_tokens", out},              {"duration_s", last},
+          {"malformed_skipped", trace.issues.size()}, {"issues", issues}};
+}
+
+json SweepJson(const Simulation& sim) {
+  const Totals& dec0 = sim.runs()[3].totals;
+  const Totals& ced0 = sim.runs()[2].totals;
+  json points = json::array();
+  for (const SweepPoint& p : sim.sweep()) {
+    json c = TotalsJson(p.cedar, dec0, ced0);
+    c["evictions"] = CountersJson(p.cedar_counters);
+    json d = TotalsJson(p.decoder_only, dec0, ced0);
+    d["evictions"] = CountersJson(p.decoder_only_counters);
+    points.push_back({{"ram_budget", p.ram_budget}, {"cedar", c}, {"decoder-only-lru", d}});
+  }
+  return points;
+}
+
+}  // namespace
+
+json BuildReportJson(const ReportInput& in) {
+  const Simulation& sim = *in.sim;
+  const SimConfig& cfg = sim.config();
+  const ModelConfig& m = cfg.model;
+  const ModelInfo info = ComputeInfo(m);
+  const StateBytes bytes = ComputeStateBytes(m, cfg.page_tokens, cfg.block_tokens);
+  json report;
+  report["run"] = {{"command", in.command_line}, {"load_s", in.load_s}, {"simulate_s", in.simulate_s},
+                   {"calibrate_s", in.calibrate_s}};
+  report["model"] = {{"name", in.model_name}, {"n_layers", m.n_layers}, {"n_encoder_layers", m.n_encoder_layers},
+                     {"window", m.window}, {"head_dim", m.head_dim}, {"dim", m.dim},
+                     {"cedar_bytes_per_token", info.cached_bytes_per_token},
+                     {"decoder_only_bytes_per_token", info.decoder_only_bytes_per_token},
+                     {"snapshot_bytes", bytes.Snapshot(m, m.window)},
+                     {"cedar_page_bytes", bytes.cedar_page}, {"decoder_only_block_bytes", bytes.decoder_only_page}};
+  report["cache"] = {{"page_tokens", cfg.page_tokens}, {"decoder_only_block_tokens", cfg.block_tokens},
+                     {"cedar_node_pages", cache::PrefixCacheConfig{}.max_node_pages},
+                     {"decoder_only_node_blocks", CacheSim::DecoderOnlyNodeBlocks(cfg)},
+                     {"ram_budget", cfg.ram_budget}, {"disk_budget", cfg.disk_budget}, {"sweep_ram", cfg.sweep_ram},
+                     {"payload_scale", cfg.payload_scale}};
+  report["cost_model"] = {{"source", cfg.cost.source},
+                          {"units_per_s", cfg.cost.has_time() ? json(cfg.cost.units_per_s) : json(nullptr)},
+                          {"disk_bytes_per_s", cfg.cost.disk_bytes_per_s}, {"note", cfg.cost.note}};
+  report["trace"] = TraceJson(*in.trace);
+  json designs = json::object();
+  for (const DesignRun& run : sim.runs()) designs[DesignName(run.design)] = DesignJson(run, sim);
+  report["designs"] = designs;
+  report["sweep"] = SweepJson(sim);
+  json requests = json::array();
+  const bool time = cfg.cost.has_time();
+  for (size_t i = 0; i < in.trace->requests.size() && i < sim.prompt_tokens().size(); ++i) {
+    const TraceRequest& r = in.trace->requests[i];
+    json j = {{"i", i}, {"t", r.t}, {"session", r.session}, {"source", r.source},
+              {"prompt_tokens", r.input_tokens}, {"output_tokens", r.output_tokens}};
+    for (const DesignRun& run : sim.runs()) j[DesignName(run.design)] = OutcomeJson(run.design, run.outcomes[i], time);
+    requests.push_back(std::move(j));
+  }
+  report["requests"] = std::move(requests);
+  return report;
+}
+
+namespace {
+std::string Units(double u) {
+  const char* suffix[] = {"", "K", "M", "G", "T", "P", "E"};
+  int k = 0;
+  while (std::abs(u) >= 1000 && k < 6) {
+    u /= 1000;
+    ++k;
+  }
+  return fmt::format("{:.3g}{}", u, suffix[k]);
+}
+}  // namespace
+
+std::string SummaryTable(const json& report) {
+  std::string s = fmt::format("{:<32} {:>9} {:>17} {:>14} {:>12} {:>12} {:>10} {:>10}\n", "design", "hit rate",
+                              "hit RAM / disk", "prefill units", "saved vs", "saved vs", "TTFT p50", "TTFT p99");
+  s += fmt::format("{:<32} {:>9} {:>17} {:>14} {:>12} {:>12} {:>10} {:>10}\n", "", "", "(tokens)", "",
+                   "dec. no $", "CED no $", "(s)", "(s)");
+  for (Design design : kAllDesigns) {
+    const json& d = report.at("designs").at(DesignName(design));
+    const bool cache = d.contains("evictions");
+    const std::string hits =
+        cache ? Units(d["hit_tokens"]["ram"].get<double>()) + " / " + Units(d["hit_tokens"]["disk"].get<double>()) : "-";
+    std::string p50 = "-", p99 = "-";
+    if (!d["ttft_s"].is_null()) {
+      p50 = fmt::format("{:.3g}", d["ttft_s"]["p50"].get<double>());
+      p99 = fmt::format("{:.3g}", d["ttft_s"]["p99"].get<double>());
+    }
+    s += fmt::format("{:<32} {:>9} {:>17} {:>14} {:>11.1f}% {:>11.1f}% {:>10} {:>10}\n", d["label"].get<std::string>(),
+                     cache ? fmt::format("{:.3f}", d["hit_rate"].get<double>()) : "-", hits,
+                     Units(d["prefill_units"]["total"].get<double>()),
+                     100 * d["saved_vs_decoder_only_no_cache"].get<double>(),
+                     100 * d["saved_vs_ced_no_cache"].get<double>(), p50, p99);
+  }
+  return s;
+}
+
+}  // namespace cedar::profile

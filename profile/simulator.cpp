@@ -1,0 +1,202 @@
+#include "profile/simulator.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <xxhash.h>
+
+namespace cedar::profile {
+
+namespace fs = std::filesystem;
+
+const char* DesignName(Design d) {
+  switch (d) {
+    case Design::kCedar: return "cedar";
+    case Design::kDecoderOnlyLru: return "decoder-only-lru";
+    case Design::kCedNoCache: return "ced-no-cache";
+    case Design::kDecoderOnlyNoCache: return "decoder-only-no-cache";
+  }
+  return "?";
+}
+
+const char* DesignLabel(Design d) {
+  switch (d) {
+    case Design::kCedar: return "Cedar (CED + prefix cache)";
+    case Design::kDecoderOnlyLru: return "decoder-only + LRU block cache";
+    case Design::kCedNoCache: return "CED, no cache";
+    case Design::kDecoderOnlyNoCache: return "decoder-only, no cache";
+  }
+  return "?";
+}
+
+bool HasCache(Design d) { return d == Design::kCedar || d == Design::kDecoderOnlyLru; }
+
+const char* ReplayKindName(ReplayKind k) {
+  switch (k) {
+    case ReplayKind::kNone: return "none";
+    case ReplayKind::kSnapshotEvicted: return "snapshot-evicted";
+    case ReplayKind::kNoSnapshotStored: return "no-snapshot-stored";
+  }
+  return "?";
+}
+
+void Totals::Add(const Outcome& o, int64_t prompt) {
+  ++requests;
+  prompt_tokens += prompt;
+  matched_tokens += o.matched;
+  hit_ram += o.hit_ram;
+  hit_disk += o.hit_disk;
+  units += o.units;
+  encoder_units += o.encoder_units;
+  decoder_units += o.decoder_units;
+  replay_units += o.replay_units;
+  replays_snapshot_evicted += o.replay == ReplayKind::kSnapshotEvicted;
+  replays_no_snapshot_stored += o.replay == ReplayKind::kNoSnapshotStored;
+  ttft_s += o.ttft_s;
+  peak_ram_bytes = std::max(peak_ram_bytes, o.ram_bytes);
+  peak_disk_bytes = std::max(peak_disk_bytes, o.disk_bytes);
+}
+
+void Replay(const Trace& trace, const TokenSynth& synth, ReplayDriver& driver,
+            const std::function<void(size_t)>& progress) {
+  std::vector<int32_t> prompt, output;
+  for (size_t i = 0; i < trace.requests.size(); ++i) {
+    const TraceRequest& t = trace.requests[i];
+    synth.Prompt(t, &prompt);
+    synth.Output(t, &output);
+    driver.Submit(ReplayRequest{i, &t, prompt, output});
+    if (progress) progress(i + 1);
+  }
+  driver.Finish();
+}
+
+// ---- CacheSim ----
+
+size_t CacheSim::DecoderOnlyNodeBlocks(const SimConfig& config) {
+  if (config.block_node_blocks > 0) return config.block_node_blocks;
+  const StateBytes b = ComputeStateBytes(config.model, config.page_tokens, config.block_tokens);
+  const double cedar_node = double(cache::PrefixCacheConfig{}.max_node_pages) * double(b.cedar_page);
+  return std::max<size_t>(1, size_t(cedar_node / double(b.decoder_only_page) + 0.5));
+}
+
+CacheSim::CacheSim(Design design, const SimConfig& config, uint64_t ram_budget)
+    : design_(design),
+      config_(config),
+      ram_budget_(ram_budget),
+      bytes_(ComputeStateBytes(config.model, config.page_tokens, config.block_tokens)) {
+  const bool cedar = design == Design::kCedar;
+  cache::PrefixCacheConfig c;
+  c.page_tokens = cedar ? config.page_tokens : config.block_tokens;
+  // Cedar keeps its own node granularity. Nodes are what eviction removes, so the baseline's
+  // nodes hold about as many bytes as Cedar's (a few blocks; vLLM evicts single blocks).
+  if (!cedar) c.max_node_pages = DecoderOnlyNodeBlocks(config);
+  const uint64_t k = std::max<uint64_t>(1, config.payload_scale);
+  c.ram_budget_bytes = ram_budget / k;
+  c.sync_disk_writes = false;  // a simulation: durability does not matter, speed does
+  c.flush_on_close = false;
+  if (config.disk_budget > 0) {
+    if (config.disk_dir.empty()) throw std::runtime_error("a disk tier needs a directory (--cache-dir)");
+    dir_ = (fs::path(config.disk_dir) / fmt::format("{}-{}", DesignName(design), ram_budget)).string();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    c.disk_dir = dir_;
+    c.disk_budget_bytes = config.disk_budget / k;
+  }
+  auto opened = cache::PrefixCache::Open(cedar ? 1 : 2, std::move(c));
+  if (!opened.ok()) throw std::runtime_error("cannot open the simulated cache: " + opened.status().ToString());
+  cache_ = std::move(opened).value();
+  page_ = cache::MakePayload(std::vector<uint8_t>(Scaled(cedar ? bytes_.cedar_page : bytes_.decoder_only_page)));
+}
+
+CacheSim::~CacheSim() {
+  cache_.reset();
+  if (!dir_.empty()) {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+}
+
+cache::Payload CacheSim::SnapshotPayload(int64_t position) {
+  const uint64_t size = Scaled(bytes_.Snapshot(config_.model, position));
+  for (auto& [s, p] : snapshots_) {
+    if (s == size) return p;
+  }
+  snapshots_.emplace_back(size, cache::MakePayload(std::vector<uint8_t>(size)));
+  return snapshots_.back().second;
+}
+
+namespace {
+uint64_t PrefixKey(std::span<const int32_t> tokens, size_t n) {
+  return XXH3_64bits_withSeed(tokens.data(), n * sizeof(int32_t), n);
+}
+}  // namespace
+
+// The prompt and the output go into the cache, Cedar's with a snapshot at the end of each.
+void CacheSim::InsertTurn(const ReplayRequest& r) {
+  const bool cedar = design_ == Design::kCedar;
+  full_.assign(r.prompt.begin(), r.prompt.end());
+  full_.insert(full_.end(), r.output.begin(), r.output.end());
+  const size_t page = cedar ? config_.page_tokens : config_.block_tokens;
+  std::vector<cache::SnapshotInput> snaps;
+  if (cedar) {
+    for (size_t end : {r.prompt.size(), full_.size()}) {
+      const size_t p = end / page * page;
+      if (p > 0 && (snaps.empty() || snaps.back().position != p)) {
+        snaps.push_back({p, SnapshotPayload(int64_t(p))});
+        snapshot_keys_.insert(PrefixKey(full_, p));
+      }
+    }
+  }
+  auto inserted = cache_->Insert(
+      full_, [this](size_t, std::span<const cache::TokenId>) -> cache::Result<cache::Payload> { return page_; }, snaps);
+  if (!inserted.ok()) throw std::runtime_error("cache insert failed: " + inserted.status().ToString());
+}
+
+Outcome CacheSim::Run(const ReplayRequest& r) {
+  const bool cedar = design_ == Design::kCedar;
+  const int64_t n = int64_t(r.prompt.size());
+  Outcome o;
+  o.matched = int64_t(cache_->Match(r.prompt).matched_tokens);
+  const cache::CacheCounters before = cache_->Counters();
+  auto acquired = cache_->Acquire(r.prompt);
+  if (!acquired.ok()) throw std::runtime_error("cache acquire failed: " + acquired.status().ToString());
+  cache::PrefixHandle handle = std::move(acquired).value();
+  const cache::CacheCounters after = cache_->Counters();
+  o.hit_ram = int64_t(after.ram_hit_tokens - before.ram_hit_tokens);
+  o.hit_disk = int64_t(after.disk_hit_tokens - before.disk_hit_tokens);
+  const int64_t hit = int64_t(handle.tokens());
+  o.snapshot_position = int64_t(handle.snapshot_position());
+
+  if (cedar) {
+    const bool at_end = hit > 0 && o.snapshot_position == hit;
+    const CedarUnits u = CedarPrefillUnits(config_.model, n, hit, at_end);
+    o.encoder_units = u.encoder;
+    o.decoder_units = u.decoder;
+    o.replay_units = u.replay;
+    o.units = u.total();
+    if (u.replay > 0) {
+      o.replay = snapshot_keys_.count(PrefixKey(r.prompt, size_t(hit))) ? ReplayKind::kSnapshotEvicted
+                                                                         : ReplayKind::kNoSnapshotStored;
+    }
+  } else {
+    o.units = DecoderOnlyUnits(config_.model, n, hit);
+  }
+  if (config_.cost.has_time()) {
+    const size_t page = cedar ? config_.page_tokens : config_.block_tokens;
+    const uint64_t page_bytes = cedar ? bytes_.cedar_page : bytes_.decoder_only_page;
+    uint64_t disk_bytes = uint64_t(o.hit_disk) / page * page_bytes;
+    if (after.snapshots_loaded > before.snapshots_loaded) disk_bytes += bytes_.Snapshot(config_.model, o.snapshot_position);
+    o.ttft_s = config_.cost.Seconds(o.units, disk_bytes);
+  }
+
+  InsertTurn(r);  // while the handle still pins the prefix it restored
+  handle.Release();
+  const cache::CacheSizes s = cache_->Sizes();
+  o.ram_bytes = s.ram.used_bytes() * scale();
+  o.disk_bytes = s.disk.used_bytes() * scale();
+  return o;
+}
+
+}  // namespace cedar::profile

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# End to end: the example agent (examples/agent, the official `openai` npm client) against
+# `cedar serve` on the tiny model, once over the Unix socket (whole responses) and once over
+# TCP with an API key (streamed responses). Asserts, through check_runs.mjs: every turn after
+# the first has cached tokens covering the previous context, streamed and whole runs give the
+# same text for the same seed, and the server's /metrics agree with what the client saw; and
+# here: the socket's mode is 0600, SIGTERM stops the server with exit 0 and removes the socket.
+#
+# Usage: agent_e2e.sh CEDAR_BINARY SOURCE_DIR
+# Exit 77 (skipped) when node/npm or the openai package cannot be had. Everything lives in a
+# temporary directory; every process it starts is stopped on exit.
+set -uo pipefail
+CEDAR=${1:?usage: agent_e2e.sh CEDAR_BINARY SOURCE_DIR}
+SRC=${2:?usage: agent_e2e.sh CEDAR_BINARY SOURCE_DIR}
+HERE="$SRC/tests/e2e"
+
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*"; exit 1; }
+
+command -v node >/dev/null 2>&1 || skip "node is not installed"
+command -v npm >/dev/null 2>&1 || skip "npm is not installed"
+NODE_MAJOR=$(node -p 'process.versions.node.split(".")[0]')
+[ "$NODE_MAJOR" -ge 18 ] || skip "node $NODE_MAJOR is older than 18"
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/cedar-e2e-XXXXXX")
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+  for pid in "${PIDS[@]}"; do
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+  done
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+# The example and its client library: reuse examples/agent/node_modules when present, else
+# install from the lock file into the temporary copy.
+mkdir -p "$TMP/agent"
+cp "$SRC/examples/agent/"{agent.mjs,unix_fetch.mjs,package.json,package-lock.json} "$TMP/agent/"
+if [ -f "$SRC/examples/agent/node_modules/openai/package.json" ]; then
+  ln -s "$SRC/examples/agent/node_modules" "$TMP/agent/node_modules"
+else
+  (cd "$TMP/agent" && timeout 300 npm ci --prefer-offline --no-audit --no-fund >"$TMP/npm.log" 2>&1) ||
+    { cat "$TMP/npm.log"; skip "npm ci could not install the openai package"; }
+fi
+
+timeout 120 "$CEDAR" init --preset tiny --seed 1 --out "$TMP/tiny" >/dev/null || fail "cedar init"
+
+# start_server NAME ARGS...: starts `cedar serve`, waits for its "listening" line.
+start_server() {
+  local name=$1; shift
+  "$CEDAR" serve --model "$TMP/tiny" --drain-timeout 5 "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" &
+  SERVER_PID=$!
+  PIDS+=("$SERVER_PID")
+  for _ in $(seq 300); do
+    grep -q '"event":"listening"' "$TMP/$name.out" 2>/dev/null && return 0
+    kill -0 "$SERVER_PID" 2>/dev/null || { cat "$TMP/$name.err"; fail "$name: the server exited at start"; }
+    sleep 0.1
+  done
+  fail "$name: the server did not start within 30 s"
+}
+
+# stop_server NAME: SIGTERM, then it must exit 0 within 30 s.
+stop_server() {
+  local name=$1
+  kill -TERM "$SERVER_PID"
+  for _ in $(seq 300); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$SERVER_PID" 2>/dev/null && fail "$name: still running 30 s after SIGTERM"
+  wait "$SERVER_PID"
+  local rc=$?
+  [ "$rc" -eq 0 ] || { cat "$TMP/$name.err"; fail "$name: exit status $rc after SIGTERM"; }
+}
+
+# 1. The Unix socket, whole responses.
+SOCK="$TMP/run/cedar.sock"
+mkdir -p "$TMP/run"
+start_server unix --socket "$SOCK"
+[ "$(stat -c %a "$SOCK")" = "600" ] || fail "the socket's mode is $(stat -c %a "$SOCK"), not 600"
+timeout 120 node "$TMP/agent/agent.mjs" --socket "$SOCK" --turns 5 --json >"$TMP/unix.jsonl" 2>"$TMP/unix.agent.err" ||
+  { cat "$TMP/unix.agent.err" "$TMP/unix.err"; fail "the agent over the Unix socket"; }
+stop_server unix
+[ -e "$SOCK" ] && fail "the socket file is still there after shutdown"
+
+# 2. TCP on a free port (the kernel picks it; the server prints it), an API key, streaming.
+start_server tcp --socket none --host 127.0.0.1 --port 0 --api-key e2e-key
+PORT=$(node -e 'const l=require("fs").readFileSync(process.argv[1],"utf8").split("\n").find(x=>x.includes("listening"));console.log(JSON.parse(l).tcp.split(":").pop())' "$TMP/tcp.out")
+STATUS=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/v1/models" 2>/dev/null || echo none)
+[ "$STATUS" = "401" ] || [ "$STATUS" = "none" ] || fail "TCP without the API key answered $STATUS, not 401"
+timeout 120 node "$TMP/agent/agent.mjs" --base-url "http://127.0.0.1:$PORT/v1" --api-key e2e-key --turns 5 --stream --json \
+  >"$TMP/tcp.jsonl" 2>"$TMP/tcp.agent.err" || { cat "$TMP/tcp.agent.err" "$TMP/tcp.err"; fail "the agent over TCP"; }
+stop_server tcp
+
+timeout 60 node "$HERE/check_runs.mjs" "$TMP/unix.jsonl" "$TMP/tcp.jsonl" || fail "check_runs"
+echo "PASS"

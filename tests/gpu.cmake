@@ -1,0 +1,34 @@
+# GPU tests (label gpu) and the kernel benchmark: only when the CUDA kernels are built
+# (CEDAR_CUDA, or the standalone kernels/cuda build). A test exits 77 when there is no usable
+# device, which ctest reports as skipped (SKIP_RETURN_CODE).
+if(NOT TARGET cedar_kernels_cuda)
+  return()
+endif()
+if(NOT TARGET doctest::doctest)
+  message(WARNING "doctest not found: the gpu tests are not built (put doctest/doctest.h under .deps/include)")
+  return()
+endif()
+
+get_filename_component(CEDAR_GPU_ROOT "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
+
+# The tests are plain C++ that see only the host-only headers (kernels/cuda/*.h) and the scalar
+# references, compiled in directly so the tests need no CPU-backend dependency (OpenBLAS).
+add_library(cedar_gpu_test_main STATIC
+  ${CEDAR_GPU_ROOT}/tests/gpu_test_main.cpp
+  ${CEDAR_GPU_ROOT}/kernels/reference_ops.cpp)
+target_include_directories(cedar_gpu_test_main PUBLIC ${CEDAR_GPU_ROOT})
+target_link_libraries(cedar_gpu_test_main PUBLIC cedar_kernels_cuda doctest::doctest)
+
+foreach(name gpu_ops_test gpu_select_test gpu_attention_moe_test)
+  add_executable(${name} ${CEDAR_GPU_ROOT}/tests/${name}.cpp)
+  target_link_libraries(${name} PRIVATE cedar_gpu_test_main)
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 600)
+endforeach()
+
+# Kernel benchmark (not a test): JSON lines, run by scripts/gpu-check.sh.
+add_executable(gpu_bench ${CEDAR_GPU_ROOT}/tests/gpu_bench.cu)
+set_target_properties(gpu_bench PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON)  # see kernels/cuda/CMakeLists.txt
+set_property(TARGET gpu_bench PROPERTY COMPILE_OPTIONS "")
+target_include_directories(gpu_bench PRIVATE ${CEDAR_GPU_ROOT})
+target_link_libraries(gpu_bench PRIVATE cedar_kernels_cuda CUDA::cudart CUDA::cublas)

@@ -1,0 +1,155 @@
+// cedar serve: the HTTP API (docs/SERVER.md) on a Unix socket and optionally TCP.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <string>
+
+#include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "engine/model.h"
+#include "kernels/ops.h"
+#include "session/session_manager.h"
+#include "tools_bridge/cli/commands.h"
+#include "tools_bridge/server/api.h"
+#include "tools_bridge/server/http_server.h"
+
+namespace po = boost::program_options;
+
+namespace cedar::cli {
+namespace {
+
+// "512M", "1G", "1048576" -> bytes.
+uint64_t ParseBytes(const std::string& s, const char* flag) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    throw std::invalid_argument(std::string(flag) + ": expected a size like 512M or 2G, found '" + s + "'");
+  }
+  const std::string unit = s.substr(used);
+  double mult = 1;
+  if (unit == "K" || unit == "k" || unit == "KiB") mult = 1024.0;
+  else if (unit == "M" || unit == "MiB") mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB") mult = 1024.0 * 1024 * 1024;
+  else if (!unit.empty()) throw std::invalid_argument(std::string(flag) + ": unknown unit '" + unit + "' (K, M or G)");
+  if (v < 0) throw std::invalid_argument(std::string(flag) + ": must be >= 0");
+  return uint64_t(v * mult);
+}
+
+// The default directory (under /tmp when XDG_RUNTIME_DIR is unset) must be ours and closed to
+// others: another user could otherwise pre-create it and swap the socket.
+void CheckDefaultSocketDir(const std::string& socket_path) {
+  const std::string dir = std::filesystem::path(socket_path).parent_path().string();
+  struct stat st{};
+  if (::lstat(dir.c_str(), &st) != 0) return;  // HttpServer creates it with mode 0700
+  if (!S_ISDIR(st.st_mode) || st.st_uid != ::getuid() || (st.st_mode & 0022)) {
+    throw std::runtime_error("the socket directory '" + dir +
+                             "' is not a directory of ours closed to others; remove it or pass --socket PATH");
+  }
+}
+
+}  // namespace
+
+int RunServe(int argc, char** argv) {
+  po::options_description desc("cedar serve");
+  std::string model_dir, socket_path, host, api_key, model_name, cache_ram, cache_disk, cache_dir;
+  int port = -1, io_threads = 2, threads = 0, max_sessions = 1024, default_max_tokens = 256;
+  size_t max_connections = 1024, max_body = 32u << 20;
+  double read_timeout = 60, drain_timeout = 10;
+  desc.add_options()("model", po::value(&model_dir)->required(), "model directory (config.json + model.safetensors)")(
+      "socket", po::value(&socket_path),
+      ("Unix socket path (mode 0600); default " + server::DefaultSocketPath() + "; \"none\" = TCP only").c_str())(
+      "host", po::value(&host), "also listen on TCP at this address (default 127.0.0.1 when --port is given)")(
+      "port", po::value(&port), "TCP port (0 = any free port, printed at start)")(
+      "api-key", po::value(&api_key), "TCP requests must send 'Authorization: Bearer KEY' (or env CEDAR_API_KEY)")(
+      "model-name", po::value(&model_name), "the model id /v1/models lists (default: the directory's name)")(
+      "cache-ram", po::value(&cache_ram)->default_value("1G"), "prefix cache RAM budget")(
+      "cache-disk", po::value(&cache_disk)->default_value("8G"), "prefix cache disk budget")(
+      "cache-dir", po::value(&cache_dir), "prefix cache disk tier (LMDB) directory; none = RAM only")(
+      "max-sessions", po::value(&max_sessions)->default_value(1024), "sessions that keep a live state")(
+      "default-max-tokens", po::value(&default_max_tokens)->default_value(256), "max_tokens when a request gives none")(
+      "io-threads", po::value(&io_threads)->default_value(2), "I/O threads")(
+      "threads", po::value(&threads)->default_value(0), "CPU threads for the model (0 = default)")(
+      "max-connections", po::value(&max_connections)->default_value(1024), "open connections at most")(
+      "max-body-bytes", po::value(&max_body)->default_value(32u << 20), "largest request body (413 beyond)")(
+      "read-timeout", po::value(&read_timeout)->default_value(60), "seconds to read one request; keep-alive idle time")(
+      "drain-timeout", po::value(&drain_timeout)->default_value(10),
+      "at SIGINT/SIGTERM, seconds in-flight turns may run before they are cancelled");
+  desc.add_options()("help,h", "show this help");
+  po::variables_map vm;
+  po::store(po::parse_command_line(argc, argv, desc), vm);
+  if (vm.count("help")) {
+    std::cout << "usage: cedar serve --model DIR [--socket PATH] [--host ADDR --port N] [--api-key KEY]\n\n"
+              << desc << "\n";
+    return 0;
+  }
+  po::notify(vm);
+  // Logs go to stderr: stdout carries only the "listening" line.
+  {
+    const spdlog::level::level_enum level = spdlog::get_level();
+    spdlog::set_default_logger(spdlog::stderr_color_mt("cedar-serve"));
+    spdlog::set_level(level);
+  }
+  if (api_key.empty()) {
+    if (const char* k = std::getenv("CEDAR_API_KEY")) api_key = k;
+  }
+  if (!vm.count("socket")) {
+    socket_path = server::DefaultSocketPath();
+    CheckDefaultSocketDir(socket_path);
+  }
+  if (socket_path == "none") socket_path.clear();
+  if (vm.count("host") && port < 0) throw std::invalid_argument("--host needs --port");
+  if (port > 65535) throw std::invalid_argument("--port: expected 0..65535");
+  if (port >= 0 && host.empty()) host = "127.0.0.1";
+  if (!api_key.empty() && host.empty()) spdlog::warn("--api-key applies to TCP only; the Unix socket is guarded by its mode");
+
+  kernels::SetThreads(threads);
+  std::shared_ptr<const Model> model = Model::Load(model_dir);
+  if (model_name.empty()) model_name = std::filesystem::path(model_dir).lexically_normal().filename().string();
+  if (model_name.empty()) model_name = "cedar";
+
+  session::ManagerOptions mo;
+  mo.cache_ram_bytes = ParseBytes(cache_ram, "--cache-ram");
+  mo.cache_disk_bytes = ParseBytes(cache_disk, "--cache-disk");
+  mo.cache_dir = cache_dir;
+  mo.max_sessions = max_sessions;
+  std::unique_ptr<session::SessionManager> manager = session::SessionManager::Start(model, mo);
+
+  server::ApiOptions ao;
+  ao.model_name = model_name;
+  ao.default_max_tokens = default_max_tokens;
+  server::Api api(*manager, ao);
+
+  server::ServerOptions so;
+  so.unix_socket = socket_path;
+  so.tcp_host = host;
+  so.tcp_port = uint16_t(port < 0 ? 0 : port);
+  so.api_key = api_key;
+  so.io_threads = io_threads;
+  so.max_connections = max_connections;
+  so.max_body_bytes = max_body;
+  so.read_timeout_s = read_timeout;
+  so.drain_timeout_s = drain_timeout;
+  server::HttpServer http(api, *manager, so);
+  std::signal(SIGPIPE, SIG_IGN);
+  http.Start();
+  // One JSON line on stdout says where the server listens (scripts read it; see docs/SERVER.md).
+  nlohmann::json ready = {{"event", "listening"}, {"model", model_name}, {"pid", ::getpid()}};
+  ready["unix_socket"] = http.unix_path().empty() ? nlohmann::json(nullptr) : nlohmann::json(http.unix_path());
+  ready["tcp"] = host.empty() ? nlohmann::json(nullptr) : nlohmann::json(host + ":" + std::to_string(http.tcp_port()));
+  std::cout << ready.dump() << std::endl;
+  const int rc = http.RunUntilSignal();
+  spdlog::info("stopped cleanly");
+  return rc;
+}
+
+}  // namespace cedar::cli

@@ -1,0 +1,272 @@
+// Api: routing, sessions, models, health, metrics and cache state. The turn endpoints are in
+// api_turns.cpp.
+#include "tools_bridge/server/api.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+
+#include "tools_bridge/lib/openai_json.h"
+#include "tools_bridge/server/api_error.h"
+#include "tools_bridge/server/request_parse.h"
+
+namespace cedar::server {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr std::string_view kSessionsPrefix = "/v1/sessions/";
+
+int64_t UnixNow() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+ApiError MethodNotAllowed(const std::string& method, const std::string& path, const char* allow) {
+  return ApiError(405, "invalid_request_error", "method_not_allowed",
+                  method + " " + path + " is not supported (allowed: " + allow + ")");
+}
+
+json SessionJson(const session::SessionInfo& s) {
+  return {{"id", s.id},          {"object", "session"},         {"tokens", s.tokens},
+          {"live", s.live},      {"turns", s.turns},            {"pinned_tokens", s.pinned_tokens},
+          {"idle_seconds", s.idle_seconds}};
+}
+
+}  // namespace
+
+Api::Api(session::SessionManager& manager, ApiOptions options)
+    : manager_(manager),
+      options_(std::move(options)),
+      tokenizer_(manager.model().config().vocab_size),
+      template_(tokenizer_),
+      memory_(options_.remembered_turns_per_session),
+      created_(UnixNow()),
+      rng_(std::random_device{}()) {}
+
+void Api::DetachManager() {
+  draining_.store(true);
+  std::unique_lock<std::shared_mutex> lk(gate_);
+  manager_detached_ = true;
+}
+
+std::string Api::RouteOf(const std::string& path) {
+  for (const char* r : {"/v1/chat/completions", "/v1/completions", "/v1/sessions", "/v1/models", "/v1/cache",
+                        "/metrics", "/health"}) {
+    if (path == r) return r;
+  }
+  if (path.starts_with(kSessionsPrefix) && path.size() > kSessionsPrefix.size()) return "/v1/sessions/{id}";
+  if (path.starts_with("/v1/models/")) return "/v1/models/{id}";
+  return "other";
+}
+
+HttpResponse Api::Handle(const HttpRequest& request) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::string path = request.target.substr(0, request.target.find('?'));
+  const std::string route = RouteOf(path);
+  HttpResponse response;
+  try {
+    if (route == "/v1/chat/completions" || route == "/v1/completions") {
+      if (request.method != "POST") throw MethodNotAllowed(request.method, path, "POST");
+      if (route == "/v1/chat/completions") response = ChatCompletions(request, start);
+      else response = Completions(request, start);
+    } else {
+      response = Route(request, path);
+    }
+  } catch (const ApiError& e) {
+    response = ErrorResponse(e);
+  } catch (const std::exception& e) {
+    spdlog::error("{} {}: {}", request.method, path, e.what());
+    response = ErrorResponse(ApiError(500, "server_error", "internal_error", e.what()));
+  }
+  // A streamed response is counted by its `complete`, when its turn ends.
+  if (!response.stream) {
+    metrics_.Request(route, response.status,
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return response;
+}
+
+HttpResponse Api::Route(const HttpRequest& request, const std::string& path) {
+  const std::string& m = request.method;
+  if (path == "/health") {
+    if (m != "GET" && m != "HEAD") throw MethodNotAllowed(m, path, "GET");
+    return Health();
+  }
+  if (path == "/metrics") {
+    if (m != "GET") throw MethodNotAllowed(m, path, "GET");
+    return Metrics();
+  }
+  if (path == "/v1/models") {
+    if (m != "GET") throw MethodNotAllowed(m, path, "GET");
+    return Models();
+  }
+  if (path.starts_with("/v1/models/")) {
+    if (m != "GET") throw MethodNotAllowed(m, path, "GET");
+    const std::string id = path.substr(11);
+    if (id != options_.model_name) throw ApiError(404, "not_found_error", "model_not_found", "unknown model '" + id + "'");
+    return JsonResponse(200, json::parse(Models().body)["data"][0]);
+  }
+  if (path == "/v1/cache") {
+    if (m != "GET") throw MethodNotAllowed(m, path, "GET");
+    return Cache();
+  }
+  if (path == "/v1/sessions") {
+    if (m == "POST") return CreateSession(request);
+    if (m == "GET") return ListSessions();
+    throw MethodNotAllowed(m, path, "GET, POST");
+  }
+  if (path.starts_with(kSessionsPrefix) && path.size() > kSessionsPrefix.size()) {
+    const std::string id = path.substr(kSessionsPrefix.size());
+    if (m == "GET") return GetSession(id);
+    if (m == "DELETE") return DeleteSession(id);
+    throw MethodNotAllowed(m, path, "GET, DELETE");
+  }
+  throw ApiError(404, "not_found_error", "unknown_route", "no route for " + m + " " + path);
+}
+
+void Api::RequireNotDraining() const {
+  if (draining_.load()) throw FromErrorKind(session::ErrorKind::kShuttingDown, "the server is shutting down");
+}
+
+void Api::RequireSession(const std::string& id) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!sessions_.count(id)) {
+    throw FromErrorKind(session::ErrorKind::kSessionNotFound,
+                        "unknown session '" + id + "' (create it with POST /v1/sessions)");
+  }
+}
+
+std::string Api::NewId(const char* prefix) {
+  uint64_t a, b;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    a = rng_();
+    b = rng_();
+  }
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%016llx%08llx", (unsigned long long)a, (unsigned long long)(b & 0xffffffffu));
+  return std::string(prefix) + buf;
+}
+
+HttpResponse Api::CreateSession(const HttpRequest& request) {
+  RequireNotDraining();
+  const json body = request.body.empty() ? json::object() : ParseJsonBody(request.body);
+  const std::string id = SessionIdOf(body, request);
+  std::vector<int32_t> pin;
+  double ttl = options_.default_pin_ttl_s;
+  if (auto it = body.find("pin_ttl_s"); it != body.end() && !it->is_null()) {
+    if (!it->is_number() || it->get<double>() < 0) throw InvalidRequest("pin_ttl_s: expected a number >= 0", "pin_ttl_s");
+    ttl = it->get<double>();
+  }
+  if (auto it = body.find("messages"); it != body.end() && !it->is_null()) {
+    json tools = body.value("tools", json());
+    if (!tools.is_null() && !tools.is_array()) throw InvalidRequest("tools: expected an array", "tools");
+    try {
+      pin = template_.Render(bridge::MessagesFromJson(*it), tools);
+    } catch (const bridge::ChatTemplateError& e) {
+      throw InvalidRequest(e.what(), "messages");
+    }
+    if (int64_t(pin.size()) >= manager_.model().config().max_seq_len) {
+      throw FromErrorKind(session::ErrorKind::kPromptTooLong,
+                          "pinned messages render to " + std::to_string(pin.size()) +
+                              " tokens; the model's limit is " + std::to_string(manager_.model().config().max_seq_len));
+    }
+  }
+  std::string sid;
+  try {
+    sid = WithManager([&](session::SessionManager& m) { return m.CreateSession(id, pin, pin.empty() ? 0 : ttl); });
+  } catch (const std::invalid_argument& e) {
+    if (std::string_view(e.what()).find("already exists") != std::string_view::npos) {
+      throw ApiError(409, "conflict_error", "session_exists", e.what(), "session_id");
+    }
+    throw InvalidRequest(e.what());
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    sessions_.insert(sid);
+  }
+  return JsonResponse(200, {{"id", sid},
+                            {"object", "session"},
+                            {"created", UnixNow()},
+                            {"pinned_tokens", pin.size()},
+                            {"pin_ttl_s", pin.empty() ? json(nullptr) : json(ttl)}});
+}
+
+HttpResponse Api::GetSession(const std::string& id) {
+  std::optional<session::SessionInfo> info = WithManager([&](session::SessionManager& m) { return m.GetSession(id); });
+  if (!info) throw FromErrorKind(session::ErrorKind::kSessionNotFound, "unknown session '" + id + "'");
+  return JsonResponse(200, SessionJson(*info));
+}
+
+HttpResponse Api::DeleteSession(const std::string& id) {
+  if (!WithManager([&](session::SessionManager& m) { return m.DeleteSession(id); })) {
+    if (WithManager([&](session::SessionManager& m) { return m.GetSession(id).has_value(); })) {
+      throw FromErrorKind(session::ErrorKind::kSessionBusy, "session '" + id + "' has a turn in flight");
+    }
+    throw FromErrorKind(session::ErrorKind::kSessionNotFound, "unknown session '" + id + "'");
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    sessions_.erase(id);
+  }
+  memory_.Forget(id);
+  return JsonResponse(200, {{"id", id}, {"object", "session.deleted"}, {"deleted", true}});
+}
+
+HttpResponse Api::ListSessions() {
+  json data = json::array();
+  for (const session::SessionInfo& s : WithManager([](session::SessionManager& m) { return m.ListSessions(); })) {
+    data.push_back(SessionJson(s));
+  }
+  return JsonResponse(200, {{"object", "list"}, {"data", std::move(data)}});
+}
+
+HttpResponse Api::Models() const {
+  const ModelConfig& c = manager_.model().config();
+  json model = {{"id", options_.model_name},
+                {"object", "model"},
+                {"created", created_},
+                {"owned_by", "cedar"},
+                {"max_model_len", c.max_seq_len},
+                {"cedar",
+                 {{"dir", manager_.model().dir()},
+                  {"vocab_size", c.vocab_size},
+                  {"n_layers", c.n_layers},
+                  {"n_encoder_layers", c.n_encoder_layers},
+                  {"window", c.window},
+                  {"max_seq_len", c.max_seq_len}}}};
+  return JsonResponse(200, {{"object", "list"}, {"data", json::array({model})}});
+}
+
+HttpResponse Api::Health() const {
+  if (draining_.load()) return JsonResponse(503, {{"status", "draining"}});
+  return JsonResponse(200, {{"status", "ok"}, {"model", options_.model_name}});
+}
+
+HttpResponse Api::Metrics() {
+  HttpResponse r;
+  r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  r.body = metrics_.Render(WithManager([](session::SessionManager& m) { return m.Metrics(); }));
+  return r;
+}
+
+HttpResponse Api::Cache() {
+  const session::EngineMetrics e = WithManager([](session::SessionManager& m) { return m.Metrics(); });
+  return JsonResponse(
+      200, {{"object", "cache"},
+            {"ram", {{"used_bytes", e.ram_bytes}, {"budget_bytes", e.ram_budget}}},
+            {"disk", {{"used_bytes", e.disk_bytes}, {"budget_bytes", e.disk_budget}}},
+            {"hit_tokens", {{"live", e.hit_tokens_live}, {"ram", e.hit_tokens_ram}, {"disk", e.hit_tokens_disk}}},
+            {"evictions",
+             {{"snapshots_dropped", e.snapshots_dropped},
+              {"pages_spilled", e.pages_spilled},
+              {"disk_entries_deleted", e.disk_entries_deleted}}},
+            {"corrupt_entries", e.corrupt_entries},
+            {"encoder_replays", e.encoder_replays},
+            {"decoder_replays", e.decoder_replays},
+            {"sessions", e.sessions},
+            {"remembered_turns", memory_.entries()}});
+}
+
+}  // namespace cedar::server

@@ -1,0 +1,131 @@
+// The HTTP API as a function from request to response, without sockets (the transport is
+// http_server.h). Endpoints (OpenAI's shapes where OpenAI has them):
+//
+//   POST   /v1/chat/completions   messages, tools, tool_choice, stream, max_tokens, ... (+ session_id)
+//   POST   /v1/completions        prompt as text or token ids
+//   POST   /v1/sessions           create a session, optionally pinning its first messages
+//   GET    /v1/sessions           list sessions
+//   GET    /v1/sessions/{id}      one session
+//   DELETE /v1/sessions/{id}      delete a session
+//   GET    /v1/models             the served model
+//   GET    /v1/cache              the prefix cache's state (JSON)
+//   GET    /metrics               Prometheus text
+//   GET    /health                liveness ("ok", or 503 while draining)
+//
+// Errors use OpenAI's shape ({"error": {message, type, param, code}}) with the status that
+// fits: 400 (bad JSON, wrong types, a tool message answering no call, prompt too long), 404
+// (unknown session or route), 405, 409 (a turn already in flight on the session), 503
+// (draining), 500.
+//
+// Thread contract: Handle may be called from many threads at once; it blocks while a
+// non-streamed turn runs (the transport calls it on a worker thread, never an I/O thread).
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <set>
+#include <shared_mutex>
+#include <string>
+
+#include "session/session_manager.h"
+#include "tools_bridge/lib/chat_template.h"
+#include "tools_bridge/lib/tokenizer.h"
+#include "tools_bridge/server/api_error.h"
+#include "tools_bridge/server/generation_memory.h"
+#include "tools_bridge/server/http_message.h"
+#include "tools_bridge/server/request_parse.h"
+#include "tools_bridge/server/server_metrics.h"
+#include "tools_bridge/server/turn_format.h"
+
+namespace cedar::server {
+
+struct ApiOptions {
+  std::string model_name = "cedar";       // the `model` /v1/models lists and responses echo
+  int default_max_tokens = 256;           // when a request names no max_tokens
+  double default_pin_ttl_s = 600;         // POST /v1/sessions with messages and no pin_ttl_s
+  size_t remembered_turns_per_session = 256;  // GenerationMemory per scope
+};
+
+class Api {
+ public:
+  // REQUIRES: `manager` outlives the Api. The tokenizer is the ByteTokenizer sized to the
+  // model's vocabulary.
+  Api(session::SessionManager& manager, ApiOptions options);
+
+  HttpResponse Handle(const HttpRequest& request);
+
+  // From now on new turns and sessions are refused with 503 and /health says "draining".
+  void StartDraining() { draining_.store(true); }
+  // Call before SessionManager::Shutdown: from now on no request calls the manager (each
+  // answers 503 instead); returns once the calls in progress have returned.
+  void DetachManager();
+  ServerMetrics& metrics() { return metrics_; }
+  const bridge::ChatTemplate& chat_template() const { return template_; }
+  const bridge::Tokenizer& tokenizer() const { return tokenizer_; }
+  const GenerationMemory& memory() const { return memory_; }
+
+  // The route label of a path ("/v1/sessions/{id}"; "other" for unknown paths).
+  static std::string RouteOf(const std::string& path);
+
+ private:
+  // A validated turn, ready to submit.
+  struct TurnPlan {
+    bool chat = true;
+    bool stream = false;
+    session::TurnRequest request;
+    std::vector<std::string> stop;
+    TurnMeta meta;
+  };
+
+  HttpResponse Route(const HttpRequest& request, const std::string& path);
+  HttpResponse ChatCompletions(const HttpRequest& request, std::chrono::steady_clock::time_point start);
+  HttpResponse Completions(const HttpRequest& request, std::chrono::steady_clock::time_point start);
+  HttpResponse RunTurn(TurnPlan plan, const HttpRequest& request, const std::string& route,
+                       std::chrono::steady_clock::time_point start);
+  void Finished(const TurnPlan& plan, LiveTurn& turn);
+  TurnPlan PlanTurn(const GenerationParams& params, std::vector<int32_t> prompt, bool chat);
+
+  HttpResponse CreateSession(const HttpRequest& request);
+  HttpResponse GetSession(const std::string& id);
+  HttpResponse DeleteSession(const std::string& id);
+  HttpResponse ListSessions();
+  HttpResponse Models() const;
+  HttpResponse Health() const;
+  HttpResponse Metrics();
+  HttpResponse Cache();
+
+  void RequireSession(const std::string& id);
+  // Runs f(manager_) unless the manager is detached (then 503). Not for waiting on turns.
+  template <class F>
+  auto WithManager(F f) -> decltype(f(std::declval<session::SessionManager&>()));
+  void RequireNotDraining() const;
+  std::string NewId(const char* prefix);
+
+  session::SessionManager& manager_;
+  ApiOptions options_;
+  bridge::ByteTokenizer tokenizer_;
+  bridge::ChatTemplate template_;
+  GenerationMemory memory_;
+  ServerMetrics metrics_;
+  std::atomic<bool> draining_{false};
+  std::shared_mutex gate_;       // shared: a call into the manager; unique: DetachManager
+  bool manager_detached_ = false;  // guarded by gate_
+  int64_t created_ = 0;  // unix seconds at start (the model's `created`)
+
+  std::mutex mu_;  // guards sessions_ and rng_
+  std::set<std::string> sessions_;  // sessions created through this API and not deleted
+  std::mt19937_64 rng_;
+};
+
+template <class F>
+auto Api::WithManager(F f) -> decltype(f(std::declval<session::SessionManager&>())) {
+  std::shared_lock<std::shared_mutex> lk(gate_);
+  if (manager_detached_) {
+    throw ApiError(503, "server_error", "shutting_down", "the server is shutting down");
+  }
+  return f(manager_);
+}
+
+}  // namespace cedar::server

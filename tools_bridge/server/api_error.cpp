@@ -1,0 +1,47 @@
+#include "tools_bridge/server/api_error.h"
+
+namespace cedar::server {
+
+using nlohmann::json;
+
+json ApiError::ToJson() const {
+  return {{"error",
+           {{"message", what()},
+            {"type", type},
+            {"param", param.empty() ? json(nullptr) : json(param)},
+            {"code", code.empty() ? json(nullptr) : json(code)}}}};
+}
+
+ApiError InvalidRequest(const std::string& message, const std::string& param, const std::string& code) {
+  return ApiError(400, "invalid_request_error", code, message, param);
+}
+
+ApiError FromErrorKind(session::ErrorKind kind, const std::string& message) {
+  using session::ErrorKind;
+  switch (kind) {
+    case ErrorKind::kInvalidRequest: return InvalidRequest(message);
+    case ErrorKind::kSessionNotFound:
+      return ApiError(404, "not_found_error", "session_not_found", message, "session_id");
+    case ErrorKind::kSessionBusy:
+      return ApiError(409, "conflict_error", "session_busy",
+                      message + "; wait for it to finish (or cancel it) before sending the next turn",
+                      "session_id");
+    case ErrorKind::kPromptTooLong:
+      return InvalidRequest(message, "messages", "context_length_exceeded");
+    case ErrorKind::kShuttingDown: return ApiError(503, "server_error", "shutting_down", message);
+    case ErrorKind::kNone:
+    case ErrorKind::kInternal: break;
+  }
+  return ApiError(500, "server_error", "internal_error", message);
+}
+
+HttpResponse JsonResponse(int status, const json& body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  return r;
+}
+
+HttpResponse ErrorResponse(const ApiError& error) { return JsonResponse(error.status, error.ToJson()); }
+
+}  // namespace cedar::server

@@ -1,0 +1,38 @@
+// Errors in OpenAI's shape: {"error": {"message", "type", "param", "code"}} with an HTTP status.
+#pragma once
+#include <stdexcept>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "session/session_manager.h"
+#include "tools_bridge/server/http_message.h"
+
+namespace cedar::server {
+
+// A request the API refuses. Thrown by request parsing and the endpoints; Api::Handle turns it
+// into a response, so it never reaches the transport.
+class ApiError : public std::runtime_error {
+ public:
+  ApiError(int status, std::string type, std::string code, std::string message, std::string param = "")
+      : std::runtime_error(message), status(status), type(std::move(type)), code(std::move(code)),
+        param(std::move(param)) {}
+  int status;
+  std::string type;   // "invalid_request_error", "not_found_error", "authentication_error", ...
+  std::string code;   // "context_length_exceeded", "session_busy", ... ("" = null)
+  std::string param;  // the offending field ("" = null)
+
+  nlohmann::json ToJson() const;
+};
+
+// 400 invalid_request_error, naming `param`.
+ApiError InvalidRequest(const std::string& message, const std::string& param = "",
+                        const std::string& code = "");
+// A session manager refusal: kInvalidRequest 400, kSessionNotFound 404, kSessionBusy 409,
+// kPromptTooLong 400 context_length_exceeded, kShuttingDown 503, kInternal 500.
+ApiError FromErrorKind(session::ErrorKind kind, const std::string& message);
+
+HttpResponse ErrorResponse(const ApiError& error);
+HttpResponse JsonResponse(int status, const nlohmann::json& body);
+
+}  // namespace cedar::server

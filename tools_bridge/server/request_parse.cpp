@@ -1,0 +1,210 @@
+#include "tools_bridge/server/request_parse.h"
+
+#include <cmath>
+#include <limits>
+
+#include "tools_bridge/lib/openai_json.h"
+#include "tools_bridge/server/api_error.h"
+
+namespace cedar::server {
+namespace {
+
+using nlohmann::json;
+
+std::string Shown(const json& v) {
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+}
+
+[[noreturn]] void Expected(const std::string& field, const std::string& what, const json& found) {
+  throw InvalidRequest(field + ": expected " + what + ", found " + Shown(found), field);
+}
+
+const json* Find(const json& body, const char* key) {
+  auto it = body.find(key);
+  return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+bool ReadBool(const json& body, const char* key, bool fallback) {
+  const json* v = Find(body, key);
+  if (!v) return fallback;
+  if (!v->is_boolean()) Expected(key, "a boolean", *v);
+  return v->get<bool>();
+}
+
+std::optional<double> ReadNumber(const json& body, const char* key, double lo, double hi, bool lo_open,
+                                 const char* range) {
+  const json* v = Find(body, key);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) Expected(key, std::string("a number in ") + range, *v);
+  const double x = v->get<double>();
+  if (!std::isfinite(x) || x > hi || x < lo || (lo_open && x == lo)) {
+    Expected(key, std::string("a number in ") + range, *v);
+  }
+  return x;
+}
+
+std::optional<int64_t> ReadInt(const json& body, const char* key) {
+  const json* v = Find(body, key);
+  if (!v) return std::nullopt;
+  if (!v->is_number_integer()) Expected(key, "an integer", *v);
+  return v->get<int64_t>();
+}
+
+std::vector<std::string> ReadStop(const json& body) {
+  const json* v = Find(body, "stop");
+  std::vector<std::string> out;
+  if (!v) return out;
+  if (v->is_string()) {
+    out.push_back(v->get<std::string>());
+  } else if (v->is_array()) {
+    for (const json& s : *v) {
+      if (!s.is_string()) Expected("stop", "a string or an array of strings", *v);
+      out.push_back(s.get<std::string>());
+    }
+  } else {
+    Expected("stop", "a string or an array of strings", *v);
+  }
+  if (out.size() > kMaxStopStrings) {
+    throw InvalidRequest("stop: at most " + std::to_string(kMaxStopStrings) + " strings", "stop");
+  }
+  for (const std::string& s : out) {
+    if (s.empty()) throw InvalidRequest("stop: strings must not be empty", "stop");
+  }
+  return out;
+}
+
+GenerationParams ReadParams(const json& body, const HttpRequest& request) {
+  GenerationParams p;
+  if (const json* v = Find(body, "model")) {
+    if (!v->is_string()) Expected("model", "a string", *v);
+    p.model = v->get<std::string>();
+  }
+  p.session_id = SessionIdOf(body, request);
+  for (const char* key : {"max_completion_tokens", "max_tokens"}) {
+    if (auto n = ReadInt(body, key)) {
+      if (*n < 0 || *n > std::numeric_limits<int>::max()) Expected(key, "an integer >= 0", body[key]);
+      if (!p.max_tokens) p.max_tokens = int(*n);
+    }
+  }
+  if (auto t = ReadNumber(body, "temperature", 0, 2, false, "[0, 2]")) p.sampling.temperature = float(*t);
+  if (auto t = ReadNumber(body, "top_p", 0, 1, true, "(0, 1]")) p.sampling.top_p = float(*t);
+  if (auto s = ReadInt(body, "seed")) p.sampling.seed = uint64_t(*s);
+  if (auto n = ReadInt(body, "n"); n && *n != 1) throw InvalidRequest("n: only n = 1 is supported", "n");
+  p.stop = ReadStop(body);
+  p.stream = ReadBool(body, "stream", false);
+  p.ignore_eos = ReadBool(body, "ignore_eos", false);
+  if (const json* so = Find(body, "stream_options")) {
+    if (!so->is_object()) Expected("stream_options", "an object", *so);
+    p.include_usage = ReadBool(*so, "include_usage", false);
+  }
+  return p;
+}
+
+void CheckToolChoice(const json& choice, const json& tools) {
+  if (choice.is_null()) return;
+  if (choice.is_string()) {
+    const std::string& c = choice.get_ref<const std::string&>();
+    if (c != "none" && c != "auto" && c != "required") {
+      Expected("tool_choice", "\"none\", \"auto\", \"required\" or {\"type\":\"function\",...}", choice);
+    }
+    if (c == "required" && (!tools.is_array() || tools.empty())) {
+      throw InvalidRequest("tool_choice: \"required\" needs a non-empty tools array", "tool_choice");
+    }
+    return;
+  }
+  const json* fn = choice.is_object() ? Find(choice, "function") : nullptr;
+  const json* name = fn && fn->is_object() ? Find(*fn, "name") : nullptr;
+  if (!name || !name->is_string()) {
+    Expected("tool_choice", "\"none\", \"auto\", \"required\" or {\"type\":\"function\",\"function\":{\"name\":...}}",
+             choice);
+  }
+  if (tools.is_array()) {
+    for (const json& t : tools) {
+      if (t.is_object() && t.contains("function") && t["function"].is_object() &&
+          t["function"].value("name", json()) == *name) {
+        return;
+      }
+    }
+  }
+  throw InvalidRequest("tool_choice: no tool named " + Shown(*name) + " in tools", "tool_choice");
+}
+
+}  // namespace
+
+json ParseJsonBody(const std::string& body) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    // Parse again with exceptions for the position of the error.
+    try {
+      json again = json::parse(body);
+    } catch (const json::parse_error& e) {
+      throw InvalidRequest(std::string("invalid JSON body: ") + e.what(), "", "invalid_json");
+    }
+    throw InvalidRequest("invalid JSON body", "", "invalid_json");
+  }
+  if (!j.is_object()) throw InvalidRequest("the body must be a JSON object, found " + Shown(j));
+  return j;
+}
+
+std::string SessionIdOf(const json& body, const HttpRequest& request) {
+  std::string id;
+  if (const json* v = Find(body, "session_id")) {
+    if (!v->is_string()) Expected("session_id", "a string", *v);
+    id = v->get<std::string>();
+  }
+  if (const std::string* h = request.Header("x-session-id"); h && !h->empty()) {
+    if (!id.empty() && id != *h) {
+      throw InvalidRequest("session_id \"" + id + "\" and header X-Session-Id \"" + *h + "\" differ", "session_id");
+    }
+    id = *h;
+  }
+  return id;
+}
+
+ChatRequest ParseChatRequest(const json& body, const HttpRequest& request) {
+  ChatRequest r;
+  r.params = ReadParams(body, request);
+  const json* messages = Find(body, "messages");
+  if (!messages) throw InvalidRequest("messages: required", "messages");
+  if (!messages->is_array() || messages->empty()) Expected("messages", "a non-empty array", *messages);
+  try {
+    r.messages = bridge::MessagesFromJson(*messages);
+  } catch (const bridge::ChatTemplateError& e) {
+    throw InvalidRequest(e.what(), "messages");
+  }
+  if (const json* tools = Find(body, "tools")) {
+    if (!tools->is_array()) Expected("tools", "an array", *tools);
+    r.tools = *tools;
+  }
+  if (const json* choice = Find(body, "tool_choice")) r.tool_choice = *choice;
+  CheckToolChoice(r.tool_choice, r.tools);
+  return r;
+}
+
+CompletionRequest ParseCompletionRequest(const json& body, const HttpRequest& request) {
+  CompletionRequest r;
+  r.params = ReadParams(body, request);
+  const json* p = Find(body, "prompt");
+  if (!p) throw InvalidRequest("prompt: required", "prompt");
+  const json* v = p;
+  // [ "text" ] and [ [ids] ] (a batch of one) read as "text" and [ids].
+  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) v = &(*p)[0];
+  if (v->is_string()) {
+    r.prompt_text = v->get<std::string>();
+    if (r.prompt_text->empty()) throw InvalidRequest("prompt: must not be empty", "prompt");
+    return r;
+  }
+  if (!v->is_array() || v->empty()) Expected("prompt", "a string or a non-empty array of token ids", *p);
+  for (const json& id : *v) {
+    if (!id.is_number_integer()) Expected("prompt", "a string or a non-empty array of token ids", *p);
+    const int64_t x = id.get<int64_t>();
+    if (x < 0 || x > std::numeric_limits<int32_t>::max()) {
+      throw InvalidRequest("prompt: token id " + std::to_string(x) + " is out of range", "prompt");
+    }
+    r.prompt_ids.push_back(int32_t(x));
+  }
+  return r;
+}
+
+}  // namespace cedar::server

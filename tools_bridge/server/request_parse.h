@@ -1,0 +1,55 @@
+// Reading and validating request bodies: JSON text -> typed requests. Every refusal is an
+// ApiError (400) naming the field, e.g. "temperature: expected a number in [0, 2], found "hot"".
+// Unknown fields are ignored (clients send many we do not use).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/sampling.h"
+#include "tools_bridge/lib/chat_template.h"
+#include "tools_bridge/server/http_message.h"
+
+namespace cedar::server {
+
+// Fields /v1/chat/completions and /v1/completions share.
+struct GenerationParams {
+  std::string model;                 // echoed back; any name is accepted
+  std::string session_id;            // body `session_id` or header X-Session-Id ("" = none)
+  std::optional<int> max_tokens;     // max_completion_tokens or max_tokens; unset = default
+  SamplingParams sampling;           // temperature, top_p, seed
+  std::vector<std::string> stop;     // `stop`: up to kMaxStopStrings non-empty strings
+  bool stream = false;
+  bool include_usage = false;        // stream_options.include_usage
+  bool ignore_eos = false;           // `ignore_eos` (as vLLM): only max_tokens ends the turn
+};
+
+inline constexpr size_t kMaxStopStrings = 16;
+
+struct ChatRequest {
+  GenerationParams params;
+  std::vector<bridge::Message> messages;
+  nlohmann::json tools;              // null or the `tools` array
+  nlohmann::json tool_choice;        // null, "none", "auto", "required" or a named function
+};
+
+struct CompletionRequest {
+  GenerationParams params;
+  std::optional<std::string> prompt_text;  // `prompt` as a string
+  std::vector<int32_t> prompt_ids;         // `prompt` as token ids
+};
+
+// Parses the body as a JSON object (400 "invalid JSON: ..." otherwise).
+nlohmann::json ParseJsonBody(const std::string& body);
+
+ChatRequest ParseChatRequest(const nlohmann::json& body, const HttpRequest& request);
+CompletionRequest ParseCompletionRequest(const nlohmann::json& body, const HttpRequest& request);
+
+// The session id a request names: body `session_id`, or the X-Session-Id header. Both given
+// and different: 400.
+std::string SessionIdOf(const nlohmann::json& body, const HttpRequest& request);
+
+}  // namespace cedar::server

@@ -1,0 +1,150 @@
+#include "tools_bridge/server/server_metrics.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace cedar::server {
+namespace {
+
+std::string Num(double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.10g", x);
+  return buf;
+}
+
+void Head(std::string& out, const char* name, const char* type, const char* help) {
+  out += "# HELP ";
+  out += name;
+  out += ' ';
+  out += help;
+  out += "\n# TYPE ";
+  out += name;
+  out += ' ';
+  out += type;
+  out += '\n';
+}
+
+void Line(std::string& out, const std::string& name, const std::string& labels, double value) {
+  out += name;
+  if (!labels.empty()) out += "{" + labels + "}";
+  out += ' ' + Num(value) + '\n';
+}
+
+void Metric(std::string& out, const char* name, const char* type, const char* help, double value) {
+  Head(out, name, type, help);
+  Line(out, name, "", value);
+}
+
+}  // namespace
+
+void Histogram::Observe(double seconds) {
+  const size_t b = size_t(std::lower_bound(kBounds.begin(), kBounds.end(), seconds) - kBounds.begin());
+  counts_[b]++;
+  sum_ += seconds;
+  count_++;
+}
+
+void Histogram::Render(const std::string& name, const std::string& labels, std::string& out) const {
+  const std::string sep = labels.empty() ? "" : labels + ",";
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i <= kBounds.size(); ++i) {
+    cumulative += counts_[i];
+    const std::string le = i < kBounds.size() ? Num(kBounds[i]) : "+Inf";
+    Line(out, name + "_bucket", sep + "le=\"" + le + "\"", double(cumulative));
+  }
+  Line(out, name + "_sum", labels, sum_);
+  Line(out, name + "_count", labels, double(count_));
+}
+
+void ServerMetrics::Request(const std::string& route, int status, double seconds) {
+  std::lock_guard<std::mutex> lk(mu_);
+  requests_[{route, status}]++;
+  durations_[route].Observe(seconds);
+  totals_.requests++;
+}
+
+void ServerMetrics::Turn(const session::TurnAccounting& a, int64_t completion_tokens, const std::string& finish_reason) {
+  std::lock_guard<std::mutex> lk(mu_);
+  totals_.turns++;
+  totals_.prompt_tokens += a.prompt_tokens;
+  totals_.cached_tokens += a.cached_tokens();
+  totals_.completion_tokens += completion_tokens;
+  finish_reasons_[finish_reason]++;
+  ttft_.Observe(a.ttft_ms / 1000.0);
+  turn_total_.Observe(a.total_ms / 1000.0);
+}
+
+void ServerMetrics::Connection(int delta) {
+  std::lock_guard<std::mutex> lk(mu_);
+  totals_.connections_open += delta;
+  if (delta > 0) totals_.connections_total += delta;
+}
+
+ServerMetrics::Totals ServerMetrics::totals() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return totals_;
+}
+
+std::string ServerMetrics::Render(const session::EngineMetrics& e) const {
+  std::string out;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    Head(out, "cedar_http_requests_total", "counter", "HTTP requests answered, by route and status.");
+    for (const auto& [key, n] : requests_) {
+      Line(out, "cedar_http_requests_total", "route=\"" + key.first + "\",status=\"" + std::to_string(key.second) + "\"",
+           double(n));
+    }
+    Head(out, "cedar_http_request_duration_seconds", "histogram",
+         "Time from a request's arrival to the end of its response (streams included).");
+    for (const auto& [route, h] : durations_) h.Render("cedar_http_request_duration_seconds", "route=\"" + route + "\"", out);
+    Metric(out, "cedar_http_connections_open", "gauge", "Open client connections.", double(totals_.connections_open));
+    Metric(out, "cedar_http_connections_total", "counter", "Client connections accepted.",
+           double(totals_.connections_total));
+    Metric(out, "cedar_server_turns_total", "counter", "Turns the server answered (the usage it returned).",
+           double(totals_.turns));
+    Metric(out, "cedar_server_prompt_tokens_total", "counter", "usage.prompt_tokens summed over answered turns.",
+           double(totals_.prompt_tokens));
+    Metric(out, "cedar_server_cached_tokens_total", "counter",
+           "usage.prompt_tokens_details.cached_tokens summed over answered turns.", double(totals_.cached_tokens));
+    Metric(out, "cedar_server_completion_tokens_total", "counter", "usage.completion_tokens summed over answered turns.",
+           double(totals_.completion_tokens));
+    Head(out, "cedar_server_finish_reasons_total", "counter", "Answered turns by finish_reason.");
+    for (const auto& [reason, n] : finish_reasons_) Line(out, "cedar_server_finish_reasons_total", "reason=\"" + reason + "\"", double(n));
+    Head(out, "cedar_time_to_first_token_seconds", "histogram", "Submit to first token, per answered turn.");
+    ttft_.Render("cedar_time_to_first_token_seconds", "", out);
+    Head(out, "cedar_turn_duration_seconds", "histogram", "Submit to end of turn in the session manager.");
+    turn_total_.Render("cedar_turn_duration_seconds", "", out);
+  }
+  Metric(out, "cedar_turns_total", "counter", "Turns the engine finished.", double(e.turns));
+  Metric(out, "cedar_turns_cancelled_total", "counter", "Turns cancelled (client gone, stop string, shutdown).",
+         double(e.turns_cancelled));
+  Metric(out, "cedar_turns_failed_total", "counter", "Turns refused or failed in the engine.", double(e.turns_failed));
+  Metric(out, "cedar_prompt_tokens_total", "counter", "Prompt tokens of finished turns.", double(e.prompt_tokens));
+  Metric(out, "cedar_generated_tokens_total", "counter", "Tokens generated.", double(e.generated_tokens));
+  Head(out, "cedar_cache_hit_tokens_total", "counter", "Prompt tokens served without encoding, by tier.");
+  Line(out, "cedar_cache_hit_tokens_total", "tier=\"live\"", double(e.hit_tokens_live));
+  Line(out, "cedar_cache_hit_tokens_total", "tier=\"ram\"", double(e.hit_tokens_ram));
+  Line(out, "cedar_cache_hit_tokens_total", "tier=\"disk\"", double(e.hit_tokens_disk));
+  Metric(out, "cedar_encoder_replays_total", "counter", "Encoder SWA Bounded Replays (snapshot missing).",
+         double(e.encoder_replays));
+  Metric(out, "cedar_encoder_replay_rows_total", "counter", "Rows recomputed by encoder replays.",
+         double(e.encoder_replay_rows));
+  Metric(out, "cedar_decoder_replays_total", "counter", "Decoder SWA Bounded Replays.", double(e.decoder_replays));
+  Metric(out, "cedar_layer_token_units_total", "counter", "Work done, in layer-token units.", double(e.layer_token_units));
+  Metric(out, "cedar_sessions", "gauge", "Sessions open.", double(e.sessions));
+  Head(out, "cedar_cache_bytes", "gauge", "Bytes held by the prefix cache, by tier.");
+  Line(out, "cedar_cache_bytes", "tier=\"ram\"", double(e.ram_bytes));
+  Line(out, "cedar_cache_bytes", "tier=\"disk\"", double(e.disk_bytes));
+  Head(out, "cedar_cache_budget_bytes", "gauge", "Byte budget of the prefix cache, by tier.");
+  Line(out, "cedar_cache_budget_bytes", "tier=\"ram\"", double(e.ram_budget));
+  Line(out, "cedar_cache_budget_bytes", "tier=\"disk\"", double(e.disk_budget));
+  Head(out, "cedar_cache_evictions_total", "counter", "Cache evictions, by kind.");
+  Line(out, "cedar_cache_evictions_total", "kind=\"snapshot_dropped\"", double(e.snapshots_dropped));
+  Line(out, "cedar_cache_evictions_total", "kind=\"page_spilled_to_disk\"", double(e.pages_spilled));
+  Line(out, "cedar_cache_evictions_total", "kind=\"disk_entry_deleted\"", double(e.disk_entries_deleted));
+  Metric(out, "cedar_cache_corrupt_entries_total", "counter", "Disk entries dropped as corrupt.",
+         double(e.corrupt_entries));
+  return out;
+}
+
+}  // namespace cedar::server
