@@ -11,34 +11,15 @@
 #include <numeric>
 
 #include "cache/prefix_cache.h"
+#include "tests/cache_test_util.h"
 
 namespace cedar::cache {
 namespace {
 
-constexpr size_t kPage = 4;
-constexpr size_t kPageBytes = 100;
+using namespace testing;
+
 constexpr size_t kEntryBytes = 80 + kPage * sizeof(TokenId) + kPageBytes;  // header + tokens + payload
 constexpr size_t kSnapshotHeader = 80;  // a snapshot entry is this header + its payload
-
-Payload PagePayload(std::span<const TokenId> prefix, size_t end, size_t bytes = kPageBytes) {
-  std::vector<uint8_t> b(bytes);
-  uint32_t h = 2166136261u;
-  for (size_t i = 0; i < end; ++i) h = (h ^ static_cast<uint32_t>(prefix[i])) * 16777619u;
-  for (size_t i = 0; i < bytes; ++i) b[i] = static_cast<uint8_t>((h >> (i % 4 * 8)) + i);
-  return MakePayload(std::move(b));
-}
-
-PrefixCache::PageProvider Provider(std::vector<TokenId> tokens, size_t bytes = kPageBytes) {
-  return [tokens = std::move(tokens), bytes](size_t page_index, std::span<const TokenId>) -> Result<Payload> {
-    return PagePayload(tokens, (page_index + 1) * kPage, bytes);
-  };
-}
-
-std::vector<TokenId> Seq(TokenId first, size_t n) {
-  std::vector<TokenId> v(n);
-  std::iota(v.begin(), v.end(), first);
-  return v;
-}
 
 struct TempDir {
   std::string path;
@@ -60,28 +41,10 @@ PrefixCacheConfig DiskConfig(const std::string& dir, uint64_t ram_budget = 1 << 
   return c;
 }
 
-std::unique_ptr<PrefixCache> OpenOrFail(PrefixCacheConfig c, ModelFingerprint fp = 1) {
-  auto cache = PrefixCache::Open(fp, std::move(c));
-  REQUIRE_MESSAGE(cache.ok(), cache.status().ToString());
-  return std::move(cache).value();
-}
-
 void Insert(PrefixCache& cache, const std::vector<TokenId>& tokens, std::vector<SnapshotInput> snapshots = {},
             size_t bytes = kPageBytes) {
-  auto r = cache.Insert(tokens, Provider(tokens, bytes), snapshots);
+  auto r = cache.Insert(tokens, Provider(tokens, nullptr, bytes), snapshots);
   REQUIRE_MESSAGE(r.ok(), r.status().ToString());
-}
-
-void CheckPayloads(const PrefixHandle& h, const std::vector<TokenId>& tokens) {
-  REQUIRE(h.pages().size() * kPage == h.tokens());
-  for (size_t i = 0; i < h.pages().size(); ++i) {
-    CHECK_MESSAGE(*h.pages()[i] == *PagePayload(tokens, (i + 1) * kPage), "page " << i);
-  }
-}
-
-void CheckIntegrity(const PrefixCache& cache) {
-  const Status s = cache.CheckIntegrity();
-  CHECK_MESSAGE(s.ok(), s.ToString());
 }
 
 // Deterministic pseudo-random bytes: a snapshot payload that no other test value equals.

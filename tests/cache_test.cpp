@@ -5,35 +5,12 @@
 #include <numeric>
 
 #include "cache/prefix_cache.h"
+#include "tests/cache_test_util.h"
 
 namespace cedar::cache {
 namespace {
 
-constexpr size_t kPage = 4;
-constexpr size_t kPageBytes = 100;  // every page payload in these tests has this size
-
-// The payload a page of `prefix` (ending at `end`) would hold: a pure function of the tokens.
-Payload PagePayload(std::span<const TokenId> prefix, size_t end, size_t bytes = kPageBytes) {
-  std::vector<uint8_t> b(bytes);
-  uint32_t h = 2166136261u;
-  for (size_t i = 0; i < end; ++i) h = (h ^ static_cast<uint32_t>(prefix[i])) * 16777619u;
-  for (size_t i = 0; i < bytes; ++i) b[i] = static_cast<uint8_t>((h >> (i % 4 * 8)) + i);
-  return MakePayload(std::move(b));
-}
-
-// A provider that serves PagePayload for the pages of `tokens` and counts its calls.
-PrefixCache::PageProvider Provider(std::vector<TokenId> tokens, int* calls = nullptr, size_t bytes = kPageBytes) {
-  return [tokens = std::move(tokens), calls, bytes](size_t page_index, std::span<const TokenId>) -> Result<Payload> {
-    if (calls) ++*calls;
-    return PagePayload(tokens, (page_index + 1) * kPage, bytes);
-  };
-}
-
-std::vector<TokenId> Seq(TokenId first, size_t n) {
-  std::vector<TokenId> v(n);
-  std::iota(v.begin(), v.end(), first);
-  return v;
-}
+using namespace testing;
 
 std::vector<TokenId> Concat(std::vector<TokenId> a, const std::vector<TokenId>& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -47,28 +24,10 @@ PrefixCacheConfig RamConfig(uint64_t ram_budget = 1 << 20) {
   return c;
 }
 
-std::unique_ptr<PrefixCache> OpenOrFail(PrefixCacheConfig c, ModelFingerprint fp = 1) {
-  auto cache = PrefixCache::Open(fp, std::move(c));
-  REQUIRE_MESSAGE(cache.ok(), cache.status().ToString());
-  return std::move(cache).value();
-}
-
 void Insert(PrefixCache& cache, const std::vector<TokenId>& tokens, std::vector<SnapshotInput> snapshots = {},
             TenantSalt salt = kNoTenant) {
   auto r = cache.Insert(tokens, Provider(tokens), snapshots, salt);
   REQUIRE_MESSAGE(r.ok(), r.status().ToString());
-}
-
-void CheckPayloads(const PrefixHandle& h, const std::vector<TokenId>& tokens) {
-  REQUIRE(h.pages().size() * kPage == h.tokens());
-  for (size_t i = 0; i < h.pages().size(); ++i) {
-    CHECK_MESSAGE(*h.pages()[i] == *PagePayload(tokens, (i + 1) * kPage), "page " << i);
-  }
-}
-
-void CheckIntegrity(const PrefixCache& cache) {
-  const Status s = cache.CheckIntegrity();
-  CHECK_MESSAGE(s.ok(), s.ToString());
 }
 
 }  // namespace
