@@ -6,6 +6,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "engine/attention.h"
 #include "engine/layer_parts.h"
 #include "kernels/ops.h"
 #include "kernels/thread_pool.h"
@@ -117,22 +118,21 @@ void RunLayerSegments(const Model& m, int l, std::vector<Segment>& segs, std::ve
 
     // Sink attention per row, then undo the rotation of the output's RoPE part: o [n, H, c]
     std::vector<float> o(size_t(n) * H * cd);
-    const float scale = 1.0f / std::sqrt(float(cd));
-    k::ParallelFor(n, 4, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const size_t i = size_t(seg_of[size_t(r)]);
-        const Segment& sg = segs[i];
-        const RowStore& win = sg.st->windows[size_t(l)];
-        const int64_t t = pos[size_t(r)];
-        const int64_t lo = std::max(std::max(sg.floor, win.lo()), t - c.window + 1);
-        const int n_win = int(t - lo + 1);
-        const float* pool_entries = ratio > 0 ? sg.st->PoolOfLayer(c, l).entries.data() : nullptr;
-        const int32_t* idx = sel[i] ? sel[i]->Row(t) : nullptr;
-        const int n_sel = sel[i] ? sel[i]->Count(t) : 0;
-        k::SinkAttention(q.data() + size_t(r) * H * cd, H, cd, win.Row(lo), n_win, pool_entries, idx, n_sel,
-                         w.sink.data, scale, o.data() + size_t(r) * H * cd);
-      }
-    });
+    std::vector<AttentionRow> rows(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      const size_t i = size_t(seg_of[size_t(r)]);
+      const Segment& sg = segs[i];
+      const RowStore& win = sg.st->windows[size_t(l)];
+      const int64_t t = pos[size_t(r)];
+      AttentionRow& a = rows[size_t(r)];
+      const int64_t lo = std::max(std::max(sg.floor, win.lo()), t - c.window + 1);
+      a.n_win = int(t - lo + 1);
+      a.win = win.Row(lo);
+      a.pool = ratio > 0 ? sg.st->PoolOfLayer(c, l).entries.data() : nullptr;
+      a.sel = sel[i] ? sel[i]->Row(t) : nullptr;
+      a.n_sel = sel[i] ? sel[i]->Count(t) : 0;
+    }
+    AttendRows(c, rows, q.data(), w.sink.data, 1.0f / std::sqrt(float(cd)), o.data());
     k::Rope(o.data(), n, H, cd, c.rope_dim, pos.data(), base, -1);
 
     // Grouped output: g_k = Wo_a[k] concat(o of group k) [n, R]; y = Wo_b concat(g) [n, d]

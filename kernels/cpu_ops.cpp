@@ -3,18 +3,20 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu_internal.h"
 #include "kernels/ops.h"
 #include "kernels/thread_pool.h"
+#include "kernels/work_counters.h"
 
 namespace cedar::kernels {
 
-namespace {
-
-// BLAS runs single-threaded; parallelism comes from our pool (see thread_pool.h).
+namespace internal {
 void EnsureBlasSingleThreaded() {
   static const bool once = [] {
     openblas_set_num_threads(1);
@@ -22,6 +24,11 @@ void EnsureBlasSingleThreaded() {
   }();
   (void)once;
 }
+}  // namespace internal
+
+namespace {
+
+using internal::EnsureBlasSingleThreaded;
 
 // y[n, out] (+)= x[n, in] w[out, in]^T, split over output columns (each part streams its own
 // slice of the weights) or, for narrow outputs, over rows.
@@ -33,7 +40,10 @@ void MatmulImpl(const float* x, const float* w, float* y, int n, int in, int out
     return;
   }
   const double work = double(n) * in * out;
-  const int64_t min_cols = work < 2e5 ? out : 64;  // small products stay on one thread
+  // Small products stay on one thread. For a few rows (decode) the product streams its
+  // weights from memory, and splitting 128 KB of them already pays for the hand-off (~1 us).
+  const double split_above = n < 8 ? 3e4 : 2e5;
+  const int64_t min_cols = work < split_above ? out : (n < 8 ? 16 : 64);
   if (out >= 2 * min_cols || n < 8) {
     ParallelFor(out, min_cols, [&](int64_t b, int64_t e) {
       const int cols = int(e - b);
@@ -44,7 +54,7 @@ void MatmulImpl(const float* x, const float* w, float* y, int n, int in, int out
                     y + b, out);
     });
   } else {
-    ParallelFor(n, work < 2e5 ? n : 16, [&](int64_t b, int64_t e) {
+    ParallelFor(n, work < split_above ? n : 16, [&](int64_t b, int64_t e) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(e - b), out, in, 1.0f, x + size_t(b) * in, in, w, in,
                   beta, y + size_t(b) * out, out);
     });
@@ -57,10 +67,21 @@ void SetThreads(int n) {
   if (n > 0) SetPoolThreads(n);
 }
 
-void Matmul(const float* x, const float* w, float* y, int n, int in, int out) { MatmulImpl(x, w, y, n, in, out, 0.0f); }
+// MatmulImpl, counted when the work counters are on (time only for top-level calls: nested
+// calls run on several threads at once and their times would overlap).
+static void CountedMatmul(const float* x, const float* w, float* y, int n, int in, int out, float beta) {
+  if (!internal::WorkCountersOn()) return MatmulImpl(x, w, y, n, in, out, beta);
+  const bool top = !InPoolJob();
+  const auto t0 = std::chrono::steady_clock::now();
+  MatmulImpl(x, w, y, n, in, out, beta);
+  const double s = top ? std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() : 0.0;
+  internal::CountMatmul(2.0 * n * in * out, s);
+}
+
+void Matmul(const float* x, const float* w, float* y, int n, int in, int out) { CountedMatmul(x, w, y, n, in, out, 0.0f); }
 
 void MatmulAccumulate(const float* x, const float* w, float* y, int n, int in, int out) {
-  MatmulImpl(x, w, y, n, in, out, 1.0f);
+  CountedMatmul(x, w, y, n, in, out, 1.0f);
 }
 
 float Dot(const float* a, const float* b, int n) {
@@ -127,82 +148,11 @@ void SwiGLU(const float* g, const float* u, float* out, int n, float limit) {
   }
 }
 
-namespace {
-
-// scores[h] = q[h, :] . e for every head at once: one pass over the entry, kHeadBlock
-// accumulators live in registers (the per-(entry, head) Dot spent its time in reductions).
-constexpr int kHeadBlock = 8;
-inline void ScoreAllHeads(const float* q, int n_heads, int dim, const float* e, float* scores) {
-  for (int h0 = 0; h0 < n_heads; h0 += kHeadBlock) {
-    const int hb = std::min(kHeadBlock, n_heads - h0);
-    float acc[kHeadBlock][16] = {};
-    int i = 0;
-    for (; i + 16 <= dim; i += 16)
-      for (int h = 0; h < hb; ++h) {
-        const float* qh = q + size_t(h0 + h) * dim + i;
-#pragma omp simd
-        for (int j = 0; j < 16; ++j) acc[h][j] += qh[j] * e[i + j];
-      }
-    for (int h = 0; h < hb; ++h) {
-      float s = 0.0f;
-      for (int j = 0; j < 16; ++j) s += acc[h][j];
-      const float* qh = q + size_t(h0 + h) * dim;
-      for (int t = i; t < dim; ++t) s += qh[t] * e[t];
-      scores[h0 + h] = s;
-    }
-  }
-}
-
-}  // namespace
-
-void SinkAttention(const float* q, int n_heads, int dim, const float* win, int n_win,
-                   const float* pool, const int32_t* sel, int n_sel, const float* sink,
-                   float scale, float* out) {
-  const int n = n_win + n_sel;
-  // [n, n_heads] logits, then probabilities (entry-major: one entry's heads are adjacent).
-  thread_local std::vector<float> logits;
-  logits.resize(size_t(n_heads) * std::max(n, 1));
-  auto entry = [&](int e) -> const float* {
-    return e < n_win ? win + size_t(e) * dim : pool + size_t(sel[e - n_win]) * dim;
-  };
-  for (int e = 0; e < n; ++e) ScoreAllHeads(q, n_heads, dim, entry(e), logits.data() + size_t(e) * n_heads);
-  thread_local std::vector<float> mx, denom;
-  mx.assign(sink, sink + n_heads);
-  for (int e = 0; e < n; ++e)
-    for (int h = 0; h < n_heads; ++h) {
-      float& l = logits[size_t(e) * n_heads + h];
-      l *= scale;
-      mx[size_t(h)] = std::max(mx[size_t(h)], l);
-    }
-  denom.resize(size_t(n_heads));
-  for (int h = 0; h < n_heads; ++h) denom[size_t(h)] = std::exp(sink[h] - mx[size_t(h)]);
-  for (int e = 0; e < n; ++e)
-    for (int h = 0; h < n_heads; ++h) {
-      float& l = logits[size_t(e) * n_heads + h];
-      l = std::exp(l - mx[size_t(h)]);
-      denom[size_t(h)] += l;
-    }
-  std::fill(out, out + size_t(n_heads) * dim, 0.0f);
-  for (int e = 0; e < n; ++e) {
-    const float* ev = entry(e);
-    for (int h = 0; h < n_heads; ++h) {
-      const float p = logits[size_t(e) * n_heads + h];
-      float* oh = out + size_t(h) * dim;
-#pragma omp simd
-      for (int i = 0; i < dim; ++i) oh[i] += p * ev[i];
-    }
-  }
-  for (int h = 0; h < n_heads; ++h) {
-    const float inv = 1.0f / denom[size_t(h)];
-    float* oh = out + size_t(h) * dim;
-    for (int i = 0; i < dim; ++i) oh[i] *= inv;
-  }
-}
-
 void IndexScores(const float* q, const float* w, const float* keys, int n_rows, int n_heads,
                  int head_dim, int n_keys, float* scores) {
   if (n_rows <= 0 || n_keys <= 0) return;
   EnsureBlasSingleThreaded();
+  if (internal::WorkCountersOn()) internal::CountIndex(2.0 * n_rows * n_keys * n_heads * head_dim);
   std::fill(scores, scores + size_t(n_rows) * n_keys, 0.0f);
   auto rows_part = [&](int64_t r0, int64_t r1) {
     const int nr = int(r1 - r0);
@@ -226,20 +176,37 @@ void IndexScores(const float* q, const float* w, const float* keys, int n_rows, 
 }
 
 int TopK(const float* scores, int n, int k, int32_t* out) {
-  thread_local std::vector<int32_t> idx;
-  idx.clear();
+  // Select on the values (no index comparator), then one ascending scan: every score above
+  // the k-th largest value, and ties with it from the lowest index up. The output comes out
+  // in index order, so no sort is needed.
+  if (k <= 0 || n <= 0) return 0;
   const float ninf = -std::numeric_limits<float>::infinity();
+  thread_local std::vector<float> vals;
+  vals.clear();
   for (int i = 0; i < n; ++i)
-    if (scores[i] != ninf) idx.push_back(i);
-  const int m = std::min<int>(k, int(idx.size()));
+    if (scores[i] != ninf) vals.push_back(scores[i]);
+  const int m = std::min<int>(k, int(vals.size()));
   if (m <= 0) return 0;
-  auto better = [&](int32_t a, int32_t b) {
-    return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
-  };
-  if (m < int(idx.size())) std::nth_element(idx.begin(), idx.begin() + (m - 1), idx.end(), better);
-  std::sort(idx.begin(), idx.begin() + m);
-  std::copy(idx.begin(), idx.begin() + m, out);
-  return m;
+  int written = 0;
+  if (m == int(vals.size())) {  // every finite score is chosen
+    for (int i = 0; i < n; ++i)
+      if (scores[i] != ninf) out[written++] = i;
+    return written;
+  }
+  std::nth_element(vals.begin(), vals.begin() + (m - 1), vals.end(), std::greater<float>());
+  const float kth = vals[size_t(m - 1)];
+  int above = 0;
+  for (int i = 0; i < m - 1; ++i) above += vals[size_t(i)] > kth;  // the m-1 before kth are >= it
+  int ties = m - above;
+  for (int i = 0; i < n && written < m; ++i) {
+    const float v = scores[i];
+    if (v > kth) out[written++] = i;
+    else if (v == kth && ties > 0) {
+      out[written++] = i;
+      --ties;
+    }
+  }
+  return written;
 }
 
 }  // namespace cedar::kernels

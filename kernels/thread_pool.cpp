@@ -23,8 +23,12 @@ inline void CpuRelax() {
 #endif
 }
 
-// Workers wait for a new job generation: they spin briefly (a layer issues jobs back to back,
-// and waking a sleeping thread costs tens of microseconds), then sleep on the condition.
+// Jobs are split into parts that threads CLAIM (the caller included), rather than parts
+// assigned to workers: when the machine is oversubscribed and a worker is not running, the
+// caller does its parts instead of spinning until the scheduler runs the worker again (with
+// assigned parts a 2-core machine busy with a compiler measured 3 decode tokens/s, not 100).
+// Workers spin briefly between jobs (a layer issues jobs back to back, and waking a sleeping
+// thread costs tens of microseconds), then sleep on the condition variable.
 class Pool {
  public:
   explicit Pool(int n) { Start(n); }
@@ -45,17 +49,18 @@ class Pool {
     }
     t_in_pool_job = true;
     std::lock_guard<std::mutex> run_lock(run_mutex_);
+    const uint64_t job = ++jobs_;
     fn_ = &fn;
     n_ = n;
     parts_ = parts;
-    pending_.store(parts - 1, std::memory_order_relaxed);
+    done_.store(0, std::memory_order_relaxed);
     {
       std::lock_guard<std::mutex> lk(mutex_);
-      generation_.fetch_add(1, std::memory_order_release);
+      state_.store(Pack(job, 0, parts), std::memory_order_release);
     }
     cv_.notify_all();
-    RunPart(0);
-    for (int spin = 0; pending_.load(std::memory_order_acquire) > 0; ++spin) {
+    for (int part; Claim(job, &part);) Finish(part);
+    for (int spin = 0; done_.load(std::memory_order_acquire) < parts; ++spin) {
       if (spin < 100000) CpuRelax();
       else std::this_thread::yield();
     }
@@ -63,57 +68,76 @@ class Pool {
   }
 
  private:
-  void RunPart(int part) {
+  // state_ = job id (32 bits) | next unclaimed part (16) | parts (16): one word, so a claim
+  // can never take a part of a job other than the one the claimer saw.
+  static uint64_t Pack(uint64_t job, uint64_t next, uint64_t parts) { return job << 32 | next << 16 | parts; }
+
+  bool Claim(uint64_t job, int* part) {
+    uint64_t s = state_.load(std::memory_order_acquire);
+    for (;;) {
+      const uint64_t next = (s >> 16) & 0xffff, parts = s & 0xffff;
+      if ((s >> 32) != (job & 0xffffffffu) || next >= parts) return false;
+      if (state_.compare_exchange_weak(s, s + (uint64_t(1) << 16), std::memory_order_acq_rel)) {
+        *part = int(next);
+        return true;
+      }
+    }
+  }
+
+  // A claimed part of an unfinished job: the job's fields stay valid until it is done.
+  void Finish(int part) {
     const int64_t begin = n_ * part / parts_, end = n_ * (part + 1) / parts_;
     if (begin < end) (*fn_)(begin, end);
+    done_.fetch_add(1, std::memory_order_acq_rel);
   }
 
   void Start(int n) {
     stop_ = false;
-    // The generation is read here, not in the new thread: a job posted before the thread
-    // first runs must still count as new to it.
-    const uint64_t start_generation = generation_.load(std::memory_order_acquire);
-    for (int i = 1; i < std::max(n, 1); ++i)
-      workers_.emplace_back([this, i, start_generation] { Loop(i, start_generation); });
+    for (int i = 1; i < std::max(n, 1); ++i) workers_.emplace_back([this] { Loop(); });
   }
 
   void Stop() {
     {
       std::lock_guard<std::mutex> lk(mutex_);
       stop_ = true;
-      generation_.fetch_add(1, std::memory_order_release);
     }
     cv_.notify_all();
     for (auto& t : workers_) t.join();
     workers_.clear();
   }
 
-  void Loop(int index, uint64_t seen) {
+  uint64_t CurrentJob() const { return state_.load(std::memory_order_acquire) >> 32; }
+
+  void Loop() {
     t_in_pool_job = true;
+    uint64_t seen = CurrentJob();  // a job posted before this thread runs is still claimable
+    bool first = true;
     for (;;) {
-      uint64_t g = seen;
-      for (int spin = 0; spin < 200000 && (g = generation_.load(std::memory_order_acquire)) == seen; ++spin)
+      uint64_t job = CurrentJob();
+      for (int spin = 0; spin < 200000 && job == seen && !first; ++spin) {
         CpuRelax();
-      if (g == seen) {
+        job = CurrentJob();
+      }
+      if (job == seen && !first) {
         std::unique_lock<std::mutex> lk(mutex_);
-        cv_.wait(lk, [&] { return generation_.load(std::memory_order_acquire) != seen; });
-        g = generation_.load(std::memory_order_acquire);
+        cv_.wait(lk, [&] { return stop_ || CurrentJob() != seen; });
+        if (stop_) return;
+        job = CurrentJob();
       }
-      seen = g;
+      first = false;
       if (stop_) return;
-      if (index < parts_) {
-        RunPart(index);
-        pending_.fetch_sub(1, std::memory_order_acq_rel);
-      }
+      for (int part; Claim(job, &part);) Finish(part);
+      seen = job;
     }
   }
 
   std::vector<std::thread> workers_;
   std::mutex mutex_, run_mutex_;
   std::condition_variable cv_;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
-  bool stop_ = false;
+  std::atomic<uint64_t> state_{0};
+  std::atomic<int> done_{0};
+  uint64_t jobs_ = 0;
+  std::atomic<bool> stop_{false};
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0;
   int parts_ = 0;
@@ -128,6 +152,7 @@ Pool& GlobalPool() {
 
 void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) { GlobalPool().Run(n, grain, fn); }
 int Threads() { return GlobalPool().size(); }
+bool InPoolJob() { return t_in_pool_job; }
 void SetPoolThreads(int n) { GlobalPool().Resize(n); }
 
 }  // namespace cedar::kernels

@@ -12,6 +12,8 @@ namespace cedar::kernels {
 // `grain` items each; the caller runs one part. Nested calls run inline. Blocks until done.
 void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 int Threads();
+// True inside a pool job (on a worker, or on the caller while it runs its own part).
+bool InPoolJob();
 // Sets the pool size (1 = everything on the caller). Not while a ParallelFor runs.
 void SetPoolThreads(int n);
 

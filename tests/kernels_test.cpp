@@ -113,8 +113,9 @@ TEST_CASE("Rope matches the reference, and the inverse rotation undoes it") {
 TEST_CASE("SinkAttention matches the reference with windows, selections and empty sources") {
   for (int n_win : {0, 1, 5, 16})
     for (int n_sel : {0, 1, 7, 33})
-      for (int dim : {1, 8, 33}) {
-        const int heads = 3, pool_n = 40;
+      for (int dim : {1, 8, 16, 33, 48, 128})
+        for (int heads : {1, 3, 4, 8, 13}) {
+        const int pool_n = 40;
         auto q = Random(size_t(heads) * dim, 40 + dim, 2.0f), win = Random(size_t(n_win) * dim, 41 + n_win);
         auto pool = Random(size_t(pool_n) * dim, 42), sink = Random(size_t(heads), 43);
         std::vector<int32_t> sel(static_cast<size_t>(n_sel));
@@ -160,12 +161,30 @@ TEST_CASE("TopK matches the reference, breaks ties toward the lower index and sk
     }
 }
 
+TEST_CASE("TopK at the model's sizes: k = 512 of thousands with ties, and fewer finite scores than k") {
+  std::mt19937_64 rng(9);
+  for (int n : {511, 512, 513, 4096, 5000})
+    for (int kk : {512, 64}) {
+      std::vector<float> s(static_cast<size_t>(n));
+      for (int i = 0; i < n; ++i) s[size_t(i)] = float(rng() % 97) * 0.25f;
+      for (int i = 0; i < n; i += 3) s[size_t(i)] = -std::numeric_limits<float>::infinity();
+      std::vector<int32_t> a(static_cast<size_t>(kk)), b(static_cast<size_t>(kk));
+      const int na = k::TopK(s.data(), n, kk, a.data()), nb = k::ref::TopK(s.data(), n, kk, b.data());
+      REQUIRE(na == nb);
+      a.resize(size_t(na));
+      b.resize(size_t(nb));
+      CHECK(a == b);
+    }
+}
+
 #include <atomic>
 
 #include "kernels/thread_pool.h"
 
 TEST_CASE("ParallelFor covers every index exactly once, runs nested calls inline, and survives resizing") {
-  for (int threads : {1, 2, 3}) {
+  // 8 threads on a small machine: workers are often not running when a job is posted, so
+  // the caller claims their parts (each index must still run exactly once).
+  for (int threads : {1, 2, 3, 8}) {
     k::SetPoolThreads(threads);
     CHECK(k::Threads() == threads);
     for (int64_t n : {0, 1, 2, 7, 1000}) {

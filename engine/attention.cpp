@@ -1,0 +1,36 @@
+#include "engine/attention.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "kernels/ops.h"
+#include "kernels/thread_pool.h"
+
+namespace cedar {
+
+namespace k = kernels;
+
+void AttendRows(const ModelConfig& c, const std::vector<AttentionRow>& rows, const float* q, const float* sink,
+                float scale, float* o) {
+  const int n = int(rows.size()), H = c.n_heads, cd = c.head_dim;
+  if (n == 0) return;
+  // Tasks are (row, part of the heads); parts > 1 only when rows alone cannot fill the pool.
+  const int parts = std::max(1, std::min(H, (k::Threads() + n - 1) / n));
+  const int64_t tasks = int64_t(n) * parts;
+  // Rows late in a prompt see more entries than early ones, so equal contiguous shares would
+  // leave a core idle: each thread takes the next chunk of tasks.
+  const int64_t chunk = std::max<int64_t>(1, tasks / (8 * int64_t(k::Threads())));
+  std::atomic<int64_t> next{0};
+  k::ParallelFor(std::min<int64_t>(k::Threads(), tasks), 1, [&](int64_t, int64_t) {
+    for (int64_t b; (b = next.fetch_add(chunk, std::memory_order_relaxed)) < tasks;)
+      for (int64_t task = b; task < std::min(tasks, b + chunk); ++task) {
+        const int r = int(task / parts), part = int(task % parts);
+        const int h0 = H * part / parts, h1 = H * (part + 1) / parts;
+        const AttentionRow& a = rows[size_t(r)];
+        const size_t off = (size_t(r) * H + h0) * cd;
+        k::SinkAttention(q + off, h1 - h0, cd, a.win, a.n_win, a.pool, a.sel, a.n_sel, sink + h0, scale, o + off);
+      }
+  });
+}
+
+}  // namespace cedar

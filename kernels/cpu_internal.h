@@ -1,0 +1,30 @@
+// Shared by the fast CPU kernels' files (not part of the kernels' interface).
+#pragma once
+
+namespace cedar::kernels::internal {
+
+// BLAS runs single-threaded; parallelism comes from our pool (see thread_pool.h). Idempotent.
+void EnsureBlasSingleThreaded();
+
+// e^x for x <= 0 (larger x is not used by the callers), in a form the compiler vectorises:
+// Cody-Waite range reduction and Cephes' degree-6 polynomial, ~1 ulp; x < -87 is clamped to
+// e^-87 (~1.6e-38: negligible next to the row maximum's 1). std::exp does not vectorise
+// without -ffast-math and the attention softmax calls it once per (row, head, entry).
+inline float ExpNonPositive(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  const float n = __builtin_floorf(x * 1.44269504088896341f + 0.5f);
+  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int bits = (int(n) + 127) << 23;
+  float scale;
+  __builtin_memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+}  // namespace cedar::kernels::internal

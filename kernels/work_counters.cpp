@@ -1,0 +1,38 @@
+#include "kernels/work_counters.h"
+
+#include <atomic>
+
+namespace cedar::kernels {
+
+namespace {
+std::atomic<bool> g_on{false};
+// Sums in fixed point (1 unit = 1 FLOP, or 1 ns) so that atomic adds need no CAS loop.
+std::atomic<uint64_t> g_matmul_flops{0}, g_matmul_ns{0}, g_attention_flops{0}, g_index_flops{0};
+}  // namespace
+
+void EnableWorkCounters(bool on) { g_on.store(on, std::memory_order_relaxed); }
+
+void ResetWorkCounters() {
+  for (auto* c : {&g_matmul_flops, &g_matmul_ns, &g_attention_flops, &g_index_flops}) c->store(0);
+}
+
+WorkCounters ReadWorkCounters() {
+  WorkCounters w;
+  w.matmul_flops = double(g_matmul_flops.load());
+  w.matmul_seconds = double(g_matmul_ns.load()) * 1e-9;
+  w.attention_flops = double(g_attention_flops.load());
+  w.index_flops = double(g_index_flops.load());
+  return w;
+}
+
+namespace internal {
+bool WorkCountersOn() { return g_on.load(std::memory_order_relaxed); }
+void CountMatmul(double flops, double seconds) {
+  g_matmul_flops.fetch_add(uint64_t(flops), std::memory_order_relaxed);
+  g_matmul_ns.fetch_add(uint64_t(seconds * 1e9), std::memory_order_relaxed);
+}
+void CountAttention(double flops) { g_attention_flops.fetch_add(uint64_t(flops), std::memory_order_relaxed); }
+void CountIndex(double flops) { g_index_flops.fetch_add(uint64_t(flops), std::memory_order_relaxed); }
+}  // namespace internal
+
+}  // namespace cedar::kernels
