@@ -75,11 +75,8 @@ double Since(std::chrono::steady_clock::time_point t0) {
 }
 
 void CheckOptions(const ProfileOptions& o) {
-  if (o.live) {
-    throw std::runtime_error(
-        "--live is not yet available: replaying a trace against a running `cedar serve` needs a live driver "
-        "(profile/simulator.h, ReplayDriver) that is not written yet. Run without --live for simulation mode (the "
-        "real prefix cache with model-sized payloads).");
+  if (o.live && !o.live_driver) {
+    throw std::invalid_argument("--live needs a driver that reaches the server (the cedar binary provides it)");
   }
   if (o.traces.empty()) throw std::invalid_argument("give at least one --trace FILE|DIR");
   if (o.calibrate && o.units_per_s > 0) throw std::invalid_argument("give --calibrate or --units-per-s, not both");
@@ -92,8 +89,29 @@ void CheckOptions(const ProfileOptions& o) {
   }
 }
 
-// The model whose state sizes and unit formulas the simulation uses, and its name.
-std::pair<ModelConfig, std::string> ResolveModel(const ProfileOptions& o) {
+// The model whose state sizes and unit formulas the simulation uses, and its name. Live: the
+// served model (its config.json where the server says it loaded it, unless --model is given),
+// which must agree with the server on everything the tokens and the units depend on.
+std::pair<ModelConfig, std::string> ResolveModel(const ProfileOptions& o, const LiveTarget* live) {
+  if (live) {
+    std::string dir = o.model_dir;
+    if (dir.empty()) {
+      if (live->model_dir.empty() || !fs::exists(fs::path(live->model_dir) / "config.json")) {
+        throw std::runtime_error("the server at " + live->address + " serves a model whose config.json is not readable "
+                                 "here ('" + live->model_dir + "'); pass --model DIR (the served model's folder)");
+      }
+      dir = live->model_dir;
+    }
+    const ModelConfig c = LoadConfigFile(dir + "/config.json");
+    if (c.vocab_size != live->vocab_size || c.n_layers != live->n_layers ||
+        c.n_encoder_layers != live->n_encoder_layers || c.window != live->window) {
+      throw std::runtime_error(fmt::format(
+          "--model {} (vocab {}, L {}, E {}, W {}) is not the model the server at {} serves (vocab {}, L {}, E {}, W {})",
+          dir, c.vocab_size, c.n_layers, c.n_encoder_layers, c.window, live->address, live->vocab_size, live->n_layers,
+          live->n_encoder_layers, live->window));
+    }
+    return {c, dir};
+  }
   if (!o.model_dir.empty()) return {LoadConfigFile(o.model_dir + "/config.json"), o.model_dir};
   ModelConfig c;
   if (!PresetConfig(o.preset, &c)) throw std::invalid_argument("unknown preset '" + o.preset + "' (tiny, small, flash)");
@@ -115,8 +133,28 @@ CostModel MakeCostModel(const ProfileOptions& o, const ModelConfig& model, std::
   return cm;
 }
 
-// Runs the simulation with the disk tiers under `disk_parent` (removed afterwards when temporary).
-ProfileResult Simulate(const ProfileOptions& o, const Trace& trace, SimConfig cfg, ReportInput in, std::ostream& log) {
+// Feeds every request to the simulation and to the live server (one synthesis, one order).
+class TeeDriver : public ReplayDriver {
+ public:
+  TeeDriver(Simulation& sim, LiveDriver& live) : sim_(sim), live_(live) {}
+  void Submit(const ReplayRequest& r) override {
+    sim_.Submit(r);   // queues and returns
+    live_.Submit(r);  // may wait for the request's time or a free slot
+  }
+  void Finish() override {
+    live_.Finish();
+    sim_.Finish();
+  }
+
+ private:
+  Simulation& sim_;
+  LiveDriver& live_;
+};
+
+// Runs the simulation (and the live replay, when `live`) with the disk tiers under
+// cfg.disk_dir or a temporary folder (removed afterwards).
+ProfileResult Simulate(const ProfileOptions& o, const Trace& trace, SimConfig cfg, ReportInput in, LiveDriver* live,
+                       std::ostream& log) {
   std::string temp_dir;
   if (cfg.disk_budget > 0 && cfg.disk_dir.empty()) {
     temp_dir = (fs::temp_directory_path() / fmt::format("cedar-profile-{}", getpid())).string();
@@ -133,25 +171,51 @@ ProfileResult Simulate(const ProfileOptions& o, const Trace& trace, SimConfig cf
     const auto t0 = std::chrono::steady_clock::now();
     Simulation sim(cfg);
     const bool show = o.progress == 1 || (o.progress == -1 && Progress::StderrIsTty());
-    Progress bar(trace.requests.size(), show, "requests");
-    Replay(trace, TokenSynth(o.seed, cfg.model.vocab_size), sim, [&](size_t done) { bar.Update(done); });
+    Progress bar(trace.requests.size(), show, live ? "requests sent" : "requests");
+    const TokenSynth synth(o.seed, cfg.model.vocab_size);
+    if (live) {
+      TeeDriver tee(sim, *live);
+      Replay(trace, synth, tee, [&](size_t done) { bar.Update(done); });
+    } else {
+      Replay(trace, synth, sim, [&](size_t done) { bar.Update(done); });
+    }
     bar.Done();
     result.simulate_s = Since(t0);
     in.sim = &sim;
     in.simulate_s = result.simulate_s;
+    in.live = live;
     result.report = BuildReportJson(in);
     if (!o.out.empty()) result.files = WriteReport(o.out, result.report, in, o.plots);
   }
   if (!temp_dir.empty()) fs::remove_all(temp_dir);
-  log << fmt::format("simulated {} requests in {:.2f} s\n", trace.requests.size(), result.simulate_s);
+  log << fmt::format("{} {} requests in {:.2f} s\n", live ? "replayed (live and simulated)" : "simulated",
+                     trace.requests.size(), result.simulate_s);
   return result;
+}
+
+// Live: the simulated caches take the server's page size, budgets and restore policy.
+void ConfigureLikeServer(const LiveTarget& t, SimConfig* cfg, std::ostream& log) {
+  if (t.page_tokens > 0) cfg->page_tokens = t.page_tokens;
+  cfg->ram_budget = t.ram_budget;
+  cfg->disk_budget = t.disk_budget;
+  // The server restores exactly (at the deepest snapshot) under restore=recompute, and also
+  // under decoder=exact (session/turns.cpp, Restore).
+  cfg->restore = t.restore_policy == "recompute" || t.decoder_policy == "exact" ? RestorePolicy::kRecompute
+                                                                                 : RestorePolicy::kReplay;
+  log << fmt::format("live: {} serves {} (vocab {}, max_seq_len {}); simulating with its cache: pages of {} tokens, RAM "
+                     "{}, disk {}, restore policy {} (decoder {})\n",
+                     t.address, t.model_name, t.vocab_size, t.max_seq_len, cfg->page_tokens,
+                     FormatBytes(cfg->ram_budget), FormatBytes(cfg->disk_budget), RestorePolicyName(cfg->restore),
+                     t.decoder_policy.empty() ? "?" : t.decoder_policy);
 }
 
 }  // namespace
 
 ProfileResult RunProfile(const ProfileOptions& o, std::ostream& log) {
   CheckOptions(o);
-  auto [model, model_name] = ResolveModel(o);
+  // Live: reach the server first, so a wrong address fails before the traces are read.
+  std::unique_ptr<LiveDriver> live = o.live ? o.live_driver(log) : nullptr;
+  auto [model, model_name] = ResolveModel(o, live ? &live->target() : nullptr);
 
   const auto t_load = std::chrono::steady_clock::now();
   Trace trace = LoadTraces(o.traces, LoadOptions{o.format, o.strict});
@@ -159,6 +223,10 @@ ProfileResult RunProfile(const ProfileOptions& o, std::ostream& log) {
   for (const TraceIssue& is : trace.issues) log << "skipped malformed entry: " << is.where << ": " << is.what << "\n";
   log << fmt::format("read {} requests from {} file(s) in {:.2f} s ({} malformed entries skipped)\n",
                      trace.requests.size(), trace.files.size(), load_s, trace.issues.size());
+  if (o.limit > 0 && trace.requests.size() > o.limit) {
+    trace.requests.resize(o.limit);
+    log << fmt::format("--limit: replaying the first {} requests\n", o.limit);
+  }
 
   const auto t_cal = std::chrono::steady_clock::now();
   SimConfig cfg;
@@ -171,6 +239,8 @@ ProfileResult RunProfile(const ProfileOptions& o, std::ostream& log) {
   cfg.sweep_ram = o.sweep_ram;
   cfg.threads = o.threads;
   cfg.payload_scale = o.payload_scale;
+  cfg.restore = o.restore;
+  if (live) ConfigureLikeServer(live->target(), &cfg, log);
   cfg.cost = MakeCostModel(o, model, log);
   const double calibrate_s = o.calibrate ? Since(t_cal) : 0.0;
   if (cfg.cost.has_time()) log << "cost model: " << cfg.cost.note << "\n";
@@ -181,7 +251,7 @@ ProfileResult RunProfile(const ProfileOptions& o, std::ostream& log) {
   in.command_line = o.command_line;
   in.load_s = load_s;
   in.calibrate_s = calibrate_s;
-  ProfileResult result = Simulate(o, trace, cfg, in, log);
+  ProfileResult result = Simulate(o, trace, cfg, in, live.get(), log);
   if (!o.out.empty()) {
     log << "report: " << result.files.html_path << "\n";
     if (!result.files.plot_note.empty()) log << "note: " << result.files.plot_note << "\n";

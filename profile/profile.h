@@ -3,9 +3,8 @@
 // sizes from a model config and counts layer-token units; see profile/simulator.h for the
 // designs and docs/PROFILE.md for how to read the report.
 //
-// Live mode (--live: replaying against a running `cedar serve`) is not available yet: the
-// server does not exist. A live driver will implement ReplayDriver (profile/simulator.h), which
-// receives the requests in arrival order with their times.
+// Live mode (--live) sends the same requests to a running `cedar serve` through a LiveDriver
+// (profile/live.h) while the simulation runs, configured like the server, and reports both.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "profile/live.h"
 #include "profile/report.h"
 #include "profile/trace.h"
 
@@ -42,7 +42,10 @@ struct ProfileOptions {
   std::string out = "out/profile";   // --out: the report folder
   bool plots = true;
   int progress = -1;                 // -1: when stderr is a TTY; 0 off; 1 on
-  bool live = false;
+  RestorePolicy restore = RestorePolicy::kOptimistic;  // --restore-policy (Cedar's, simulated)
+  size_t limit = 0;                  // --limit: only the first N requests in arrival order (0 = all)
+  bool live = false;                 // --live: also replay against a running `cedar serve`
+  LiveDriverFactory live_driver;     // how to reach it (set by the cedar binary); REQUIRED with live
   std::string command_line;
 };
 
@@ -54,7 +57,8 @@ struct ProfileResult {
 
 // Runs a profile and writes the report folder. Messages (trace issues, progress, where the
 // report went) go to `log`. Throws std::invalid_argument for bad options and
-// std::runtime_error for failures (unreadable trace, --strict on a malformed entry, --live).
+// std::runtime_error for failures (unreadable trace, --strict on a malformed entry, a live
+// server that cannot be reached or serves a different model).
 ProfileResult RunProfile(const ProfileOptions& options, std::ostream& log);
 
 // "16G", "512M", "1.5T", "64K", "0", "4096" (bytes); binary multiples; throws std::invalid_argument.

@@ -8,19 +8,19 @@
 #include <fmt/format.h>
 
 #include "engine/info.h"
+#include "profile/report_live.h"
 
 namespace cedar::profile {
 
 using nlohmann::json;
 
-namespace {
-
-// Nearest-rank percentile of sorted values (0 for none).
 double Percentile(const std::vector<double>& sorted, double q) {
   if (sorted.empty()) return 0;
   const size_t rank = size_t(std::ceil(q * double(sorted.size())));
   return sorted[std::min(sorted.size() - 1, rank == 0 ? 0 : rank - 1)];
 }
+
+namespace {
 
 double Ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 
@@ -149,7 +149,7 @@ json BuildReportJson(const ReportInput& in) {
                      {"cedar_node_pages", cache::PrefixCacheConfig{}.max_node_pages},
                      {"decoder_only_node_blocks", CacheSim::DecoderOnlyNodeBlocks(cfg)},
                      {"ram_budget", cfg.ram_budget}, {"disk_budget", cfg.disk_budget}, {"sweep_ram", cfg.sweep_ram},
-                     {"payload_scale", cfg.payload_scale}};
+                     {"payload_scale", cfg.payload_scale}, {"cedar_restore_policy", RestorePolicyName(cfg.restore)}};
   report["cost_model"] = {{"source", cfg.cost.source},
                           {"units_per_s", cfg.cost.has_time() ? json(cfg.cost.units_per_s) : json(nullptr)},
                           {"disk_bytes_per_s", cfg.cost.disk_bytes_per_s}, {"note", cfg.cost.note}};
@@ -165,9 +165,14 @@ json BuildReportJson(const ReportInput& in) {
     json j = {{"i", i}, {"t", r.t}, {"session", r.session}, {"source", r.source},
               {"prompt_tokens", r.input_tokens}, {"output_tokens", r.output_tokens}};
     for (const DesignRun& run : sim.runs()) j[DesignName(run.design)] = OutcomeJson(run.design, run.outcomes[i], time);
+    if (in.live && i < in.live->outcomes().size()) j["live"] = LiveRequestJson(in.live->outcomes()[i], sim.runs()[0].outcomes[i]);
     requests.push_back(std::move(j));
   }
   report["requests"] = std::move(requests);
+  if (in.live) {
+    report["live"] = LiveJson(*in.live, sim);
+    report["run"]["live_wall_s"] = in.live->wall_s();
+  }
   return report;
 }
 
@@ -204,6 +209,7 @@ std::string SummaryTable(const json& report) {
                      100 * d["saved_vs_decoder_only_no_cache"].get<double>(),
                      100 * d["saved_vs_ced_no_cache"].get<double>(), p50, p99);
   }
+  if (report.contains("live")) s += LiveSummary(report["live"]);
   return s;
 }
 

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "profile/live.h"
 #include "profile/simulator.h"
 #include "profile/trace.h"
 
@@ -20,6 +21,7 @@ struct ReportInput {
   double load_s = 0;         // wall time reading traces
   double simulate_s = 0;     // wall time of the simulation
   double calibrate_s = 0;    // wall time of the calibration (0 = none)
+  const LiveDriver* live = nullptr;  // live mode: what the server answered (else null)
 };
 
 // The whole report as JSON. Everything but the "run" object (wall times, command line) is a

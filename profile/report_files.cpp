@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "profile/report.h"
+#include "profile/report_live.h"
 
 namespace cedar::profile {
 
@@ -279,6 +280,7 @@ std::string IndexHtml(const json& r, const std::vector<Figure>& figures, const R
        (cm["units_per_s"].is_null() ? std::string("none (times are not estimated; pass --calibrate or --units-per-s)")
                                     : Html(cm["source"].get<std::string>()) + ". " + Html(cm["note"].get<std::string>())) +
        "</p>\n<h2>Key numbers</h2>\n" + KeyTable(r);
+  if (r.contains("live")) h += LiveHtml(r["live"], &Html);
   h += "<h2>Figures</h2>\n";
   if (!files.plot_note.empty()) h += "<p class=\"note\">" + Html(files.plot_note) + "</p>\n";
   for (const Figure& f : figures) {
@@ -314,7 +316,10 @@ ReportFiles WriteReport(const std::string& dir_s, const json& report, const Repo
   WriteTimeline(dir, sim, *in.trace);
   WriteTtft(dir, sim);
   WriteSweep(dir, sim);
-  const std::vector<Figure> figures = Figures(sim);
+  std::vector<Figure> figures = Figures(sim);
+  if (in.live) {
+    for (LiveFigure& f : WriteLiveData(dir, *in.live, sim)) figures.push_back({f.name, f.caption, f.script});
+  }
   for (const Figure& f : figures) WriteText(dir / "plots" / (f.name + ".gp"), kHeader + f.script);
   if (sim.prompt_tokens().empty()) {
     files.plot_note = "The trace has no requests: nothing to plot.";

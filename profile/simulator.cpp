@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <xxhash.h>
 
 namespace cedar::profile {
@@ -40,6 +41,25 @@ const char* ReplayKindName(ReplayKind k) {
     case ReplayKind::kNoSnapshotStored: return "no-snapshot-stored";
   }
   return "?";
+}
+
+const char* RestorePolicyName(RestorePolicy p) {
+  switch (p) {
+    case RestorePolicy::kOptimistic: return "optimistic";
+    case RestorePolicy::kReplay: return "replay";
+    case RestorePolicy::kRecompute: return "recompute";
+  }
+  return "?";
+}
+
+bool ParseRestorePolicy(const std::string& s, RestorePolicy* out) {
+  for (RestorePolicy p : {RestorePolicy::kOptimistic, RestorePolicy::kReplay, RestorePolicy::kRecompute}) {
+    if (s == RestorePolicyName(p)) {
+      *out = p;
+      return true;
+    }
+  }
+  return false;
 }
 
 void Totals::Add(const Outcome& o, int64_t prompt) {
@@ -134,13 +154,14 @@ uint64_t PrefixKey(std::span<const int32_t> tokens, size_t n) {
 }  // namespace
 
 // The prompt and the output go into the cache, Cedar's with a snapshot at the end of each.
-void CacheSim::InsertTurn(const ReplayRequest& r) {
+void CacheSim::InsertTurn(const ReplayRequest& r, size_t exact_until) {
   const bool cedar = design_ == Design::kCedar;
-  full_.assign(r.prompt.begin(), r.prompt.end());
-  full_.insert(full_.end(), r.output.begin(), r.output.end());
+  const bool partial = exact_until < r.prompt.size();
+  full_.assign(r.prompt.begin(), r.prompt.begin() + std::ptrdiff_t(partial ? exact_until : r.prompt.size()));
+  if (!partial) full_.insert(full_.end(), r.output.begin(), r.output.end());
   const size_t page = cedar ? config_.page_tokens : config_.block_tokens;
   std::vector<cache::SnapshotInput> snaps;
-  if (cedar) {
+  if (cedar && !partial) {
     for (size_t end : {r.prompt.size(), full_.size()}) {
       const size_t p = end / page * page;
       if (p > 0 && (snaps.empty() || snaps.back().position != p)) {
@@ -157,19 +178,31 @@ void CacheSim::InsertTurn(const ReplayRequest& r) {
 Outcome CacheSim::Run(const ReplayRequest& r) {
   const bool cedar = design_ == Design::kCedar;
   const int64_t n = int64_t(r.prompt.size());
+  // Cedar's server matches at most n - 1 tokens: the last one must run to give logits
+  // (session/turns.cpp, Restore). The decoder-only baseline charges that token in its units.
+  const std::span<const int32_t> query = cedar ? r.prompt.first(size_t(std::max<int64_t>(n - 1, 0))) : r.prompt;
   Outcome o;
-  o.matched = int64_t(cache_->Match(r.prompt).matched_tokens);
+  o.matched = int64_t(cache_->Match(query).matched_tokens);
   const cache::CacheCounters before = cache_->Counters();
-  auto acquired = cache_->Acquire(r.prompt);
+  auto acquired = cache_->Acquire(query);
   if (!acquired.ok()) throw std::runtime_error("cache acquire failed: " + acquired.status().ToString());
   cache::PrefixHandle handle = std::move(acquired).value();
   const cache::CacheCounters after = cache_->Counters();
   o.hit_ram = int64_t(after.ram_hit_tokens - before.ram_hit_tokens);
   o.hit_disk = int64_t(after.disk_hit_tokens - before.disk_hit_tokens);
-  const int64_t hit = int64_t(handle.tokens());
+  int64_t hit = int64_t(handle.tokens());
   o.snapshot_position = int64_t(handle.snapshot_position());
+  size_t exact_until = r.prompt.size();  // what this request may cache (kReplay cuts it)
 
   if (cedar) {
+    if (config_.restore == RestorePolicy::kRecompute && hit > o.snapshot_position) {
+      // Restored at the deepest snapshot; the rest of the match is encoded again. The tier
+      // split follows the server's: disk tokens first counted against what was used.
+      hit = o.snapshot_position;
+      o.hit_disk = std::min(o.hit_disk, hit);
+      o.hit_ram = hit - o.hit_disk;
+      spdlog::debug("sim request {}: recompute from the snapshot at {} (matched {})", r.index, hit, o.matched);
+    }
     const bool at_end = hit > 0 && o.snapshot_position == hit;
     const CedarUnits u = CedarPrefillUnits(config_.model, n, hit, at_end);
     o.encoder_units = u.encoder;
@@ -179,6 +212,7 @@ Outcome CacheSim::Run(const ReplayRequest& r) {
     if (u.replay > 0) {
       o.replay = snapshot_keys_.count(PrefixKey(r.prompt, size_t(hit))) ? ReplayKind::kSnapshotEvicted
                                                                          : ReplayKind::kNoSnapshotStored;
+      if (config_.restore == RestorePolicy::kReplay) exact_until = size_t(hit);
     }
   } else {
     o.units = DecoderOnlyUnits(config_.model, n, hit);
@@ -191,7 +225,7 @@ Outcome CacheSim::Run(const ReplayRequest& r) {
     o.ttft_s = config_.cost.Seconds(o.units, disk_bytes);
   }
 
-  InsertTurn(r);  // while the handle still pins the prefix it restored
+  InsertTurn(r, exact_until);  // while the handle still pins the prefix it restored
   handle.Release();
   const cache::CacheSizes s = cache_->Sizes();
   o.ram_bytes = s.ram.used_bytes() * scale();

@@ -14,9 +14,10 @@
 //   decoder-only-no-cache  the decoder-only model, no cache: n·L
 // The two cache designs run at the main RAM budget (with per-request records) and at every
 // budget of the sweep (totals only). Requests are served one at a time in arrival order: a
-// request acquires (pins) its prefix, is costed, inserts its prompt and output, then releases.
+// request acquires (pins) its prefix, is costed, inserts its prompt and output (Cedar: as far as
+// its RestorePolicy lets it), then releases.
 //
-// A live driver (replaying against `cedar serve`) would implement ReplayDriver too.
+// Live mode (profile/live.h) implements ReplayDriver too and runs beside a Simulation.
 #pragma once
 
 #include <algorithm>
@@ -74,11 +75,26 @@ enum class ReplayKind {
 };
 const char* ReplayKindName(ReplayKind k);
 
+// What Cedar does with a cached prefix that has no snapshot at its end, and what it caches
+// afterwards. `replay` and `recompute` are the server's RestorePolicy (session/session_manager.h)
+// as it runs them; `optimistic` is the simulation's default model (see docs/PROFILE.md).
+enum class RestorePolicy {
+  kOptimistic,  // Encoder SWA Bounded Replay, and the whole prompt and output are then cached as
+                // if they were exact (the server refuses that: it caches only exact state)
+  kReplay,      // Encoder SWA Bounded Replay; the request then caches nothing past the replayed
+                // prefix and no snapshot (session/turns.cpp, InsertIntoCache)
+  kRecompute,   // restore at the deepest snapshot of the prefix and encode the rest; every
+                // restored token is exact, so everything is cached
+};
+const char* RestorePolicyName(RestorePolicy p);  // "optimistic", "replay", "recompute"
+bool ParseRestorePolicy(const std::string& s, RestorePolicy* out);
+
 // One request under one design.
 struct Outcome {
   int64_t matched = 0;            // Match(): longest cached prefix when the request arrived
-  int64_t hit_ram = 0;            // acquired from the RAM tier
-  int64_t hit_disk = 0;           // acquired by loading from the disk tier
+                                  // (Cedar: of the prompt's first n - 1 tokens, as the server)
+  int64_t hit_ram = 0;            // restored from the RAM tier (recompute: up to the snapshot)
+  int64_t hit_disk = 0;           // restored by loading from the disk tier
   int64_t snapshot_position = 0;  // deepest snapshot of the acquired prefix (0 = none)
   ReplayKind replay = ReplayKind::kNone;
   int64_t encoder_units = 0;      // Cedar split; other designs put everything in `units`
@@ -122,6 +138,7 @@ struct SimConfig {
   std::string disk_dir;              // parent of one folder per cache (REQUIRED when disk_budget > 0)
   std::vector<uint64_t> sweep_ram;   // extra RAM budgets (the main one is always a point)
   CostModel cost;
+  RestorePolicy restore = RestorePolicy::kOptimistic;  // Cedar's
   // Payloads and both budgets are divided by this (>= 1), so that a disk tier writes 1/K of the
   // bytes; RAM decisions are unchanged (RAM holds payloads only) and reported bytes are scaled
   // back. Disk entries carry fixed headers (tokens, checksums) that do not scale, so with K > 1
@@ -149,7 +166,9 @@ class CacheSim {
 
  private:
   cache::Payload SnapshotPayload(int64_t position);
-  void InsertTurn(const ReplayRequest& r);
+  // Inserts the prompt and output; `exact_until` < the prompt's length (after a replay under
+  // kReplay) inserts only that prefix and no snapshot, as the server does.
+  void InsertTurn(const ReplayRequest& r, size_t exact_until);
   uint64_t Scaled(uint64_t bytes) const { return std::max<uint64_t>(1, bytes / scale()); }
 
   const Design design_;

@@ -218,6 +218,7 @@ EngineMetrics SessionManager::Metrics() {
     m.disk_bytes = s.disk.used_bytes();
     m.ram_budget = s.ram.budget_bytes;
     m.disk_budget = s.disk.budget_bytes;
+    m.page_tokens = int64_t(impl_->opt.page_tokens);
     m.snapshots_dropped = c.snapshots_dropped;
     m.pages_spilled = c.pages_spilled;
     m.disk_entries_deleted = c.disk_entries_deleted;

@@ -99,6 +99,7 @@ struct EngineMetrics {
   int64_t sessions = 0;
   // From the prefix cache:
   uint64_t ram_bytes = 0, disk_bytes = 0, ram_budget = 0, disk_budget = 0;
+  int64_t page_tokens = 0;  // the cache's page size
   uint64_t snapshots_dropped = 0, pages_spilled = 0, disk_entries_deleted = 0, corrupt_entries = 0;
 };
 

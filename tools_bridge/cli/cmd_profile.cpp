@@ -1,4 +1,5 @@
 // cedar profile: prefix-cache hit rates and prefill compute on agent traces (docs/PROFILE.md).
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -7,6 +8,8 @@
 
 #include "profile/profile.h"
 #include "tools_bridge/cli/commands.h"
+#include "tools_bridge/profile_live/live_driver.h"
+#include "tools_bridge/server/http_server.h"
 
 namespace po = boost::program_options;
 
@@ -17,10 +20,13 @@ namespace {
 constexpr const char* kUsage =
     "usage: cedar profile --trace FILE|DIR [--trace ...] [--preset flash|small | --model DIR]\n"
     "                     [--cache-ram 16G] [--cache-disk 0] [--cache-dir DIR] [--sweep-ram 1G,4G,16G]\n"
-    "                     [--calibrate | --units-per-s X] [--out DIR] [--strict] [--progress]\n\n"
+    "                     [--calibrate | --units-per-s X] [--out DIR] [--strict] [--progress]\n"
+    "       cedar profile --live [--socket PATH | --url http://HOST:PORT] [--time-scale 0] [--concurrency 1] --trace ...\n\n"
     "Replays agent traces (claude-code JSON, mooncake JSONL) through the real prefix cache with payloads\n"
     "sized for the model, and compares Cedar with a decoder-only model (LRU block cache, and no cache)\n"
-    "and the CED model without cache. Writes DIR/index.html, report.json and plots.";
+    "and the CED model without cache. Writes DIR/index.html, report.json and plots.\n"
+    "With --live the same requests also go to a running `cedar serve`, the simulation takes the server's\n"
+    "model, page size, budgets and restore policy, and the report puts measured hits and TTFT next to it.";
 
 std::string JoinArgs(int argc, char** argv) {
   std::string s = "cedar";
@@ -33,7 +39,10 @@ std::string JoinArgs(int argc, char** argv) {
 int RunProfile(int argc, char** argv) {
   profile::ProfileOptions o;
   std::vector<std::string> traces;
-  std::string format = "auto", ram = "16G", disk = "0", sweep;
+  std::string format = "auto", ram = "16G", disk = "0", sweep, restore = "optimistic";
+  profile_live::ServerAddress server;
+  std::string socket, url;
+  profile::LiveOptions live;
   po::options_description desc("cedar profile");
   desc.add_options()("help,h", "show this help")(
       "trace", po::value(&traces)->composing(), "trace file or directory (repeatable)")(
@@ -59,7 +68,21 @@ int RunProfile(int argc, char** argv) {
       "no-plots", "write plot data and scripts but do not run gnuplot")(
       "progress", "show the progress bar even when stderr is not a terminal")(
       "no-progress", "never show the progress bar")(
-      "live", po::bool_switch(&o.live), "replay against a running `cedar serve` (not yet available)");
+      "restore-policy", po::value(&restore)->default_value("optimistic"),
+      "Cedar's simulated restore: optimistic | replay | recompute (docs/PROFILE.md; --live takes the server's)")(
+      "limit", po::value(&o.limit)->default_value(0), "replay only the first N requests (0 = all)");
+  po::options_description live_desc("live mode (--live)");
+  live_desc.add_options()("live", po::bool_switch(&o.live), "also replay against a running `cedar serve`")(
+      "socket", po::value(&socket), ("the server's Unix socket (default " + server::DefaultSocketPath() + ")").c_str())(
+      "url", po::value(&url), "the server over TCP instead, http://HOST:PORT")(
+      "api-key", po::value(&server.api_key), "TCP: the server's --api-key (or env CEDAR_API_KEY)")(
+      "time-scale", po::value(&live.time_scale)->default_value(0),
+      "send each request at (t - t0) * X seconds; 1 = the trace's timing, 0 = back to back")(
+      "concurrency", po::value(&live.concurrency)->default_value(1), "requests in flight at most")(
+      "live-max-tokens", po::value(&live.max_tokens)->default_value(-1),
+      "cap on each request's output tokens (-1 = the trace's count)")(
+      "request-timeout", po::value(&live.request_timeout_s)->default_value(600), "seconds one request may take");
+  desc.add(live_desc);
   po::variables_map vm;
   po::store(po::parse_command_line(argc, argv, desc), vm);
   if (vm.count("help")) {
@@ -75,6 +98,19 @@ int RunProfile(int argc, char** argv) {
   o.cache_disk = profile::ParseBytes(disk);
   o.sweep_ram = profile::ParseBytesList(sweep);
   o.plots = vm.count("no-plots") == 0;
+  if (!profile::ParseRestorePolicy(restore, &o.restore)) {
+    throw std::invalid_argument("--restore-policy: expected optimistic, replay or recompute, found " + restore);
+  }
+  if (o.live) {
+    if (!socket.empty() && !url.empty()) throw std::invalid_argument("give --socket or --url, not both");
+    server.address = !url.empty() ? url : !socket.empty() ? "unix:" + socket : "unix:" + server::DefaultSocketPath();
+    if (server.api_key.empty()) {
+      if (const char* k = std::getenv("CEDAR_API_KEY")) server.api_key = k;
+    }
+    o.live_driver = [server, live](std::ostream& log) { return profile_live::ConnectLiveDriver(server, live, log); };
+  } else if (!socket.empty() || !url.empty()) {
+    throw std::invalid_argument("--socket and --url need --live");
+  }
   if (vm.count("progress")) o.progress = 1;
   if (vm.count("no-progress")) o.progress = 0;
   o.command_line = JoinArgs(argc, argv);

@@ -62,6 +62,7 @@ void CheckDefaultSocketDir(const std::string& socket_path) {
 int RunServe(int argc, char** argv) {
   po::options_description desc("cedar serve");
   std::string model_dir, socket_path, host, api_key, model_name, cache_ram, cache_disk, cache_dir;
+  std::string decoder_policy = "auto", restore_policy = "replay";
   int port = -1, io_threads = 2, threads = 0, max_sessions = 1024, default_max_tokens = 256;
   size_t max_connections = 1024, max_body = 32u << 20;
   double read_timeout = 60, drain_timeout = 10;
@@ -75,6 +76,9 @@ int RunServe(int argc, char** argv) {
       "cache-ram", po::value(&cache_ram)->default_value("1G"), "prefix cache RAM budget")(
       "cache-disk", po::value(&cache_disk)->default_value("8G"), "prefix cache disk budget")(
       "cache-dir", po::value(&cache_dir), "prefix cache disk tier (LMDB) directory; none = RAM only")(
+      "restore-policy", po::value(&restore_policy)->default_value("replay"),
+      "a cached prefix without its snapshot: replay (Encoder SWA Bounded Replay) | recompute (exact)")(
+      "decoder-policy", po::value(&decoder_policy)->default_value("auto"), "auto | exact | bounded")(
       "max-sessions", po::value(&max_sessions)->default_value(1024), "sessions that keep a live state")(
       "default-max-tokens", po::value(&default_max_tokens)->default_value(256), "max_tokens when a request gives none")(
       "io-threads", po::value(&io_threads)->default_value(2), "I/O threads")(
@@ -93,6 +97,13 @@ int RunServe(int argc, char** argv) {
     return 0;
   }
   po::notify(vm);
+  server::ApiOptions policies;  // checked before the model loads
+  if (!server::ParseRestorePolicy(restore_policy, &policies.restore_policy)) {
+    throw std::invalid_argument("--restore-policy: expected replay or recompute, found '" + restore_policy + "'");
+  }
+  if (!server::ParseDecoderPolicy(decoder_policy, &policies.decoder_policy)) {
+    throw std::invalid_argument("--decoder-policy: expected auto, exact or bounded, found '" + decoder_policy + "'");
+  }
   // Logs go to stderr: stdout carries only the "listening" line.
   {
     const spdlog::level::level_enum level = spdlog::get_level();
@@ -124,7 +135,7 @@ int RunServe(int argc, char** argv) {
   mo.max_sessions = max_sessions;
   std::unique_ptr<session::SessionManager> manager = session::SessionManager::Start(model, mo);
 
-  server::ApiOptions ao;
+  server::ApiOptions ao = policies;
   ao.model_name = model_name;
   ao.default_max_tokens = default_max_tokens;
   server::Api api(*manager, ao);

@@ -35,6 +35,33 @@ json SessionJson(const session::SessionInfo& s) {
 
 }  // namespace
 
+const char* DecoderPolicyName(session::DecoderPolicy p) {
+  switch (p) {
+    case session::DecoderPolicy::kAuto: return "auto";
+    case session::DecoderPolicy::kExact: return "exact";
+    case session::DecoderPolicy::kBounded: return "bounded";
+  }
+  return "?";
+}
+
+const char* RestorePolicyName(session::RestorePolicy p) {
+  return p == session::RestorePolicy::kRecompute ? "recompute" : "replay";
+}
+
+bool ParseDecoderPolicy(const std::string& s, session::DecoderPolicy* out) {
+  for (auto p : {session::DecoderPolicy::kAuto, session::DecoderPolicy::kExact, session::DecoderPolicy::kBounded}) {
+    if (s == DecoderPolicyName(p)) return *out = p, true;
+  }
+  return false;
+}
+
+bool ParseRestorePolicy(const std::string& s, session::RestorePolicy* out) {
+  for (auto p : {session::RestorePolicy::kReplay, session::RestorePolicy::kRecompute}) {
+    if (s == RestorePolicyName(p)) return *out = p, true;
+  }
+  return false;
+}
+
 Api::Api(session::SessionManager& manager, ApiOptions options)
     : manager_(manager),
       options_(std::move(options)),
@@ -266,7 +293,11 @@ HttpResponse Api::Cache() {
             {"encoder_replays", e.encoder_replays},
             {"decoder_replays", e.decoder_replays},
             {"sessions", e.sessions},
-            {"remembered_turns", memory_.entries()}});
+            {"remembered_turns", memory_.entries()},
+            {"page_tokens", e.page_tokens},
+            {"policies",
+             {{"restore", RestorePolicyName(options_.restore_policy)},
+              {"decoder", DecoderPolicyName(options_.decoder_policy)}}}});
 }
 
 }  // namespace cedar::server

@@ -46,7 +46,17 @@ struct ApiOptions {
   int default_max_tokens = 256;           // when a request names no max_tokens
   double default_pin_ttl_s = 600;         // POST /v1/sessions with messages and no pin_ttl_s
   size_t remembered_turns_per_session = 256;  // GenerationMemory per scope
+  // Every turn's policies (session/session_manager.h). `cedar profile --live` reads them from
+  // /v1/cache to simulate the same; restore=recompute makes every cached prefix exact.
+  session::DecoderPolicy decoder_policy = session::DecoderPolicy::kAuto;
+  session::RestorePolicy restore_policy = session::RestorePolicy::kReplay;
 };
+
+// "auto", "exact", "bounded" / "replay", "recompute"; Parse* return false for other names.
+const char* DecoderPolicyName(session::DecoderPolicy p);
+const char* RestorePolicyName(session::RestorePolicy p);
+bool ParseDecoderPolicy(const std::string& s, session::DecoderPolicy* out);
+bool ParseRestorePolicy(const std::string& s, session::RestorePolicy* out);
 
 class Api {
  public:

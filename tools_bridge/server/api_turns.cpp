@@ -32,6 +32,8 @@ Api::TurnPlan Api::PlanTurn(const GenerationParams& params, std::vector<int32_t>
   r.prompt = std::move(prompt);
   r.max_tokens = params.max_tokens.value_or(options_.default_max_tokens);
   r.sampling = params.sampling;
+  r.decoder = options_.decoder_policy;
+  r.restore = options_.restore_policy;
   if (!params.ignore_eos) {
     const auto ids = template_.stop_ids();
     r.stop_tokens.assign(ids.begin(), ids.end());
