@@ -3,8 +3,10 @@
 #include <exception>
 
 #include "engine/benchmark.h"
+#include "kernels/hw_probe.h"
 
 int main(int argc, char** argv) {
+  cedar::kernels::KeepLargeAllocations();
   try {
     return cedar::RunEngineBenchMain(argc, argv);
   } catch (const std::exception& e) {

@@ -30,6 +30,7 @@
 
 #include "engine/engine.h"
 #include "kernels/ops.h"
+#include "kernels/hw_probe.h"
 
 namespace {
 
@@ -218,6 +219,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  cedar::kernels::KeepLargeAllocations();
   try {
     return Main(argc, argv);
   } catch (const std::exception& e) {

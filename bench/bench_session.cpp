@@ -17,6 +17,7 @@
 #include "engine/info.h"
 #include "engine/init.h"
 #include "session/session_manager.h"
+#include "kernels/hw_probe.h"
 
 using namespace cedar;
 
@@ -32,6 +33,7 @@ std::vector<int32_t> Random(int n, std::mt19937_64& rng) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  cedar::kernels::KeepLargeAllocations();
   int context = 16384, append = 512, turns = 20;
   std::string preset = "small", model_dir;
   std::set<int> no_cache_turns = {1, 10, 20};

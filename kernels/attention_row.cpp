@@ -108,9 +108,13 @@ inline void ScoreTile(const float* q, int n, int dim, const float* const* ent, i
   for (auto& a : acc) a = _mm512_setzero_ps();
   for (int i = 0; i < dim; i += 16) {
     __m512 ev[4];
-    for (int j = 0; j < 4; ++j) ev[j] = _mm512_loadu_ps(ent[e0 + j] + i);
+    for (int j = 0; j < 4; ++j) {
+      ev[j] = _mm512_loadu_ps(ent[e0 + j] + i);
+      asm("" : "+v"(ev[j]));  // in a register: GCC otherwise reloads e (or q) for every FMA
+    }
     for (int h = 0; h < 4; ++h) {
-      const __m512 qv = _mm512_loadu_ps(q + size_t(h0 + h) * dim + i);
+      __m512 qv = _mm512_loadu_ps(q + size_t(h0 + h) * dim + i);
+      asm("" : "+v"(qv));
       for (int j = 0; j < 4; ++j) acc[j * 4 + h] = _mm512_fmadd_ps(qv, ev[j], acc[j * 4 + h]);
     }
   }
@@ -161,8 +165,9 @@ void SinkAttentionAvx512(const float* q, int n_heads, int dim, const float* cons
   inv.resize(size_t(n_heads));
   const int n4 = n / 4 * 4, h4 = n_heads / 4 * 4;
   for (int e = 0; e < n4; e += 4) {
-    // Selected pool entries are scattered: fetch the entries two tiles ahead.
-    for (int j = e + 8; j < std::min(e + 12, n); ++j)
+    // Selected pool entries are scattered (L3 more than L2): fetch a few tiles ahead.
+    constexpr int kAhead = 32;
+    for (int j = e + kAhead; j < std::min(e + kAhead + 4, n); ++j)
       for (int i = 0; i < dim; i += 16) _mm_prefetch(reinterpret_cast<const char*>(ent[j] + i), _MM_HINT_T0);
     for (int h = 0; h < h4; h += 4) ScoreTile(q, n, dim, ent, e, h, scale, p.data());
   }

@@ -154,19 +154,24 @@ void IndexScores(const float* q, const float* w, const float* keys, int n_rows, 
   EnsureBlasSingleThreaded();
   if (internal::WorkCountersOn()) internal::CountIndex(2.0 * n_rows * n_keys * n_heads * head_dim);
   std::fill(scores, scores + size_t(n_rows) * n_keys, 0.0f);
+  // q is [n_rows * n_heads, head_dim] row-major, so all heads of a run of rows are one sgemm
+  // against the keys; the ReLU-weighted sum over heads follows per row.
   auto rows_part = [&](int64_t r0, int64_t r1) {
-    const int nr = int(r1 - r0);
-    std::vector<float> tmp(size_t(nr) * n_keys);  // [nr, n_keys] for one head
-    for (int h = 0; h < n_heads; ++h) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, n_keys, head_dim, 1.0f,
-                  q + size_t(r0) * n_heads * head_dim + size_t(h) * head_dim, n_heads * head_dim, keys, head_dim,
-                  0.0f, tmp.data(), n_keys);
+    constexpr int64_t kRows = 16;  // bounds the [kRows * n_heads, n_keys] product buffer
+    thread_local std::vector<float> tmp;
+    for (int64_t a = r0; a < r1; a += kRows) {
+      const int nr = int(std::min(kRows, r1 - a));
+      tmp.resize(size_t(nr) * n_heads * n_keys);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr * n_heads, n_keys, head_dim, 1.0f,
+                  q + size_t(a) * n_heads * head_dim, head_dim, keys, head_dim, 0.0f, tmp.data(), n_keys);
       for (int r = 0; r < nr; ++r) {
-        const float wr = w[size_t(r0 + r) * n_heads + h];
-        const float* t = tmp.data() + size_t(r) * n_keys;
-        float* s = scores + size_t(r0 + r) * n_keys;
+        float* s = scores + size_t(a + r) * n_keys;
+        for (int h = 0; h < n_heads; ++h) {
+          const float wr = w[size_t(a + r) * n_heads + h];
+          const float* t = tmp.data() + (size_t(r) * n_heads + h) * n_keys;
 #pragma omp simd
-        for (int j = 0; j < n_keys; ++j) s[j] += wr * std::max(t[j], 0.0f);
+          for (int j = 0; j < n_keys; ++j) s[j] += wr * (t[j] > 0.0f ? t[j] : 0.0f);  // std::max does not vectorise
+        }
       }
     }
   };

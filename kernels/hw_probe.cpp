@@ -1,5 +1,7 @@
 #include "kernels/hw_probe.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <vector>
@@ -65,6 +67,11 @@ double MeasureReadBandwidthGBs(int mbytes, int reps) {
     for (float p : partial) sink = sink + p;
   }
   return double(n * sizeof(float)) / best / 1e9;
+}
+
+void KeepLargeAllocations() {
+  mallopt(M_MMAP_THRESHOLD, 256 << 20);  // buffers below 256 MiB come from the heap
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);    // and up to 1 GiB of free heap is kept
 }
 
 }  // namespace cedar::kernels

@@ -6,6 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "kernels/hw_probe.h"
 #include "tools_bridge/cli/commands.h"
 
 namespace {
@@ -23,7 +24,7 @@ const Command kCommands[] = {
     {"bench", "engine benchmark: prefill/decode tokens/s vs the machine's sgemm and bandwidth", cedar::cli::RunBench},
     {"check-golden", "compare the engine with golden data from the reference implementation", cedar::cli::RunCheckGolden},
     {"serve", "the HTTP API for agents (OpenAI-compatible) on a Unix socket and/or TCP", cedar::cli::RunServe},
-    {"profile", "prefix-cache hit rates and prefill compute on agent traces (simulation)", cedar::cli::RunProfile},
+    {"profile", "prefix-cache hit rates and prefill compute on agent traces (simulated; --live: also against cedar serve)", cedar::cli::RunProfile},
 };
 
 void Usage() {
@@ -34,6 +35,7 @@ void Usage() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  cedar::kernels::KeepLargeAllocations();
   if (const char* lvl = std::getenv("CEDAR_LOG")) spdlog::set_level(spdlog::level::from_str(lvl));
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     Usage();
