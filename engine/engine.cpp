@@ -229,4 +229,40 @@ StepStats EncoderReplay(const Model& m, SequenceState& st) {
   return s;
 }
 
+int64_t ExactRestoreRows(const ModelConfig& c, int64_t P, int64_t keep_h_e_rows, int64_t keep_extra_rows) {
+  const int64_t W = c.window;
+  // What TrimState keeps: W (+ slack) rows of each encoder window, max(W, keep_h_e_rows) (+ slack)
+  // of H_E, and 2W - 1 (+ slack) of layer E's window, which is a projection of H_E rows.
+  const int64_t need = std::max({W, keep_h_e_rows, 2 * W - 1}) + keep_extra_rows;
+  return std::min(P, int64_t(c.n_encoder_layers) * (W - 1) + need);
+}
+
+StepStats ExactEncoderRestore(const Model& m, SequenceState& st) {
+  const ModelConfig& c = m.config();
+  const int E = c.n_encoder_layers;
+  const int64_t P = st.pos, W = c.window;
+  if (int64_t(st.tokens.size()) != P) throw std::invalid_argument("ExactEncoderRestore: the state's tokens do not cover its position");
+  StepStats s;
+  if (P == 0) return s;
+  const int64_t R = ExactRestoreRows(c, P, st.keep_h_e_rows, st.keep_extra_rows), floor = P - R;
+  for (int l = 0; l < c.n_layers; ++l) st.windows[size_t(l)].Clear();
+  st.h_e.Clear();
+  st.decoder_pos = 0;
+  PassContext ctx;
+  Rows h = Embed(m, st.tokens.data() + floor, int(R), floor);
+  for (int l = 0; l < E; ++l) RunLayer(m, st, l, h, floor, floor, ctx);
+  for (int r = 0; r < int(R); ++r) std::copy(h.h.begin() + size_t(r) * c.dim, h.h.begin() + size_t(r + 1) * c.dim, st.h_e.Append(floor + r));
+  RunLayer(m, st, E, h, P, 0, ctx);  // layer E's window entries from H_E
+  // Rows near the floor saw truncated windows; from the staircase on, every window was whole.
+  // With R == P the floor is the sequence start and every row is exact.
+  if (floor > 0) {
+    for (int l = 0; l <= E; ++l) st.windows[size_t(l)].DropBefore(floor + int64_t(l) * (W - 1));
+    st.h_e.DropBefore(floor + int64_t(E) * (W - 1));
+  }
+  s.replay_rows = R;
+  s.layer_token_units = s.encoder_units = ctx.layer_token_units;
+  spdlog::debug("exact encoder restore at P={}: {} rows", P, R);
+  return s;
+}
+
 }  // namespace cedar

@@ -62,6 +62,18 @@ std::vector<std::vector<float>> DecodeBatch(const Model& m, std::span<SequenceSt
 // window entries) of those rows. Pools are never rewritten. REQUIRES st.tokens.size() == st.pos.
 StepStats EncoderReplay(const Model& m, SequenceState& st);
 
+// Exact restore of the encoder's window state of the prefix st.tokens[0, st.pos) from its pools
+// alone (what a cached prefix without a snapshot holds): the last R rows pass the encoder with
+// floor P - R, R = min(P, E(W-1) + the rows kept), and only the rows whose every window reached
+// back to real entries are kept: layer l's entries from row P - R + l(W-1) on, H_E from
+// P - R + E(W-1) (docs/spec-readings.md #13). Equals the state a full prefill leaves (float
+// tolerance); pools are never rewritten and nothing is marked replayed. Decoder windows are
+// left empty (decoder_pos = 0), as after a snapshot. REQUIRES st.tokens.size() == st.pos.
+StepStats ExactEncoderRestore(const Model& m, SequenceState& st);
+// The R above: rows ExactEncoderRestore runs for a prefix of P tokens and a state that keeps
+// `keep_h_e_rows` of H_E and `keep_extra_rows` of slack.
+int64_t ExactRestoreRows(const ModelConfig& c, int64_t P, int64_t keep_h_e_rows, int64_t keep_extra_rows);
+
 // Recomputes layer E's window entries from the H_E rows the state holds (they are a
 // projection of H_E): what a restored snapshot needs before the decoder can run.
 void RebuildLayerEWindow(const Model& m, SequenceState& st);

@@ -200,8 +200,9 @@ void ConfigureLikeServer(const LiveTarget& t, SimConfig* cfg, std::ostream& log)
   cfg->disk_budget = t.disk_budget;
   // The server restores exactly (at the deepest snapshot) under restore=recompute, and also
   // under decoder=exact (session/turns.cpp, Restore).
-  cfg->restore = t.restore_policy == "recompute" || t.decoder_policy == "exact" ? RestorePolicy::kRecompute
-                                                                                 : RestorePolicy::kReplay;
+  if (t.restore_policy == "recompute") cfg->restore = RestorePolicy::kRecompute;
+  else if (t.restore_policy == "replay") cfg->restore = t.decoder_policy == "exact" ? RestorePolicy::kRecompute : RestorePolicy::kReplay;
+  else cfg->restore = RestorePolicy::kStaircase;
   log << fmt::format("live: {} serves {} (vocab {}, max_seq_len {}); simulating with its cache: pages of {} tokens, RAM "
                      "{}, disk {}, restore policy {} (decoder {})\n",
                      t.address, t.model_name, t.vocab_size, t.max_seq_len, cfg->page_tokens,

@@ -42,7 +42,7 @@ struct ProfileOptions {
   std::string out = "out/profile";   // --out: the report folder
   bool plots = true;
   int progress = -1;                 // -1: when stderr is a TTY; 0 off; 1 on
-  RestorePolicy restore = RestorePolicy::kOptimistic;  // --restore-policy (Cedar's, simulated)
+  RestorePolicy restore = RestorePolicy::kStaircase;  // --restore-policy (Cedar's, simulated)
   size_t limit = 0;                  // --limit: only the first N requests in arrival order (0 = all)
   bool live = false;                 // --live: also replay against a running `cedar serve`
   LiveDriverFactory live_driver;     // how to reach it (set by the cedar binary); REQUIRED with live

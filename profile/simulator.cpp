@@ -8,6 +8,8 @@
 #include <spdlog/spdlog.h>
 #include <xxhash.h>
 
+#include "engine/engine.h"
+
 namespace cedar::profile {
 
 namespace fs = std::filesystem;
@@ -45,6 +47,7 @@ const char* ReplayKindName(ReplayKind k) {
 
 const char* RestorePolicyName(RestorePolicy p) {
   switch (p) {
+    case RestorePolicy::kStaircase: return "staircase";
     case RestorePolicy::kOptimistic: return "optimistic";
     case RestorePolicy::kReplay: return "replay";
     case RestorePolicy::kRecompute: return "recompute";
@@ -53,7 +56,8 @@ const char* RestorePolicyName(RestorePolicy p) {
 }
 
 bool ParseRestorePolicy(const std::string& s, RestorePolicy* out) {
-  for (RestorePolicy p : {RestorePolicy::kOptimistic, RestorePolicy::kReplay, RestorePolicy::kRecompute}) {
+  for (RestorePolicy p : {RestorePolicy::kStaircase, RestorePolicy::kOptimistic, RestorePolicy::kReplay,
+                          RestorePolicy::kRecompute}) {
     if (s == RestorePolicyName(p)) {
       *out = p;
       return true;
@@ -204,7 +208,14 @@ Outcome CacheSim::Run(const ReplayRequest& r) {
       spdlog::debug("sim request {}: recompute from the snapshot at {} (matched {})", r.index, hit, o.matched);
     }
     const bool at_end = hit > 0 && o.snapshot_position == hit;
-    const CedarUnits u = CedarPrefillUnits(config_.model, n, hit, at_end);
+    CedarUnits u = CedarPrefillUnits(config_.model, n, hit, at_end);
+    if (u.replay > 0 && config_.restore == RestorePolicy::kStaircase) {
+      // The server's staircase restore (session/turns.cpp) with the state it keeps: a page of
+      // slack and a decoder staircase of H_E.
+      const ModelConfig& mc = config_.model;
+      u.replay = ExactRestoreRows(mc, hit, mc.StaircaseLength() + mc.window - 1, int64_t(config_.page_tokens)) *
+                 mc.n_encoder_layers;
+    }
     o.encoder_units = u.encoder;
     o.decoder_units = u.decoder;
     o.replay_units = u.replay;

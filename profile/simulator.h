@@ -76,9 +76,10 @@ enum class ReplayKind {
 const char* ReplayKindName(ReplayKind k);
 
 // What Cedar does with a cached prefix that has no snapshot at its end, and what it caches
-// afterwards. `replay` and `recompute` are the server's RestorePolicy (session/session_manager.h)
-// as it runs them; `optimistic` is the simulation's default model (see docs/PROFILE.md).
+// afterwards. `staircase` (the default), `replay` and `recompute` are the server's RestorePolicy
+// (session/session_manager.h) as it runs them; `optimistic` is a what-if (see docs/PROFILE.md).
 enum class RestorePolicy {
+  kStaircase,   // ExactEncoderRestore: ExactRestoreRows(...)·E units, exact, everything cached
   kOptimistic,  // Encoder SWA Bounded Replay, and the whole prompt and output are then cached as
                 // if they were exact (the server refuses that: it caches only exact state)
   kReplay,      // Encoder SWA Bounded Replay; the request then caches nothing past the replayed
@@ -86,7 +87,7 @@ enum class RestorePolicy {
   kRecompute,   // restore at the deepest snapshot of the prefix and encode the rest; every
                 // restored token is exact, so everything is cached
 };
-const char* RestorePolicyName(RestorePolicy p);  // "optimistic", "replay", "recompute"
+const char* RestorePolicyName(RestorePolicy p);  // "staircase", "optimistic", "replay", "recompute"
 bool ParseRestorePolicy(const std::string& s, RestorePolicy* out);
 
 // One request under one design.
@@ -138,7 +139,7 @@ struct SimConfig {
   std::string disk_dir;              // parent of one folder per cache (REQUIRED when disk_budget > 0)
   std::vector<uint64_t> sweep_ram;   // extra RAM budgets (the main one is always a point)
   CostModel cost;
-  RestorePolicy restore = RestorePolicy::kOptimistic;  // Cedar's
+  RestorePolicy restore = RestorePolicy::kStaircase;  // Cedar's
   // Payloads and both budgets are divided by this (>= 1), so that a disk tier writes 1/K of the
   // bytes; RAM decisions are unchanged (RAM holds payloads only) and reported bytes are scaled
   // back. Disk entries carry fixed headers (tokens, checksums) that do not scale, so with K > 1

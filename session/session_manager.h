@@ -28,9 +28,13 @@ enum class DecoderPolicy {
   kBounded,  // Decoder SWA Bounded Replay of the last W rows when the live windows do not reach
   kAuto,     // exact when the live decoder windows cover the turn, bounded otherwise
 };
+// What to do with a cached prefix that has no snapshot at its end (its windows were dropped).
 enum class RestorePolicy {
-  kReplay,     // a cached prefix without its snapshot: Encoder SWA Bounded Replay (approximate)
-  kRecompute,  // ... recompute the prefix from scratch instead (exact, costly)
+  kStaircase,  // ExactEncoderRestore: the encoder reruns the last E(W-1) + ~2W rows, exact, so
+               // everything the turn computes is cached again (the default)
+  kReplay,     // Encoder SWA Bounded Replay of the last W rows: cheapest, approximate, and the
+               // turn then caches nothing past the replayed prefix
+  kRecompute,  // restore at the deepest snapshot (or nothing) and encode the rest (exact, costly)
 };
 
 // Why a request was refused; the server maps these to HTTP statuses.
@@ -43,7 +47,7 @@ struct TurnRequest {
   SamplingParams sampling;
   std::vector<int32_t> stop_tokens;   // generation ends after emitting one of these
   DecoderPolicy decoder = DecoderPolicy::kAuto;
-  RestorePolicy restore = RestorePolicy::kReplay;
+  RestorePolicy restore = RestorePolicy::kStaircase;
   cache::TenantSalt tenant = cache::kNoTenant;
   // Called on the engine thread for each generated token, in order. Keep it cheap (hand the
   // token to your own thread). Returning false cancels the turn (finish_reason "cancelled").
@@ -59,6 +63,7 @@ struct TurnAccounting {
   int64_t matched_disk = 0;          // restored from the cache's disk tier
   int64_t tokens_encoded = 0;        // prompt tokens that ran through the encoder
   int64_t encoder_replay_rows = 0;   // Encoder SWA Bounded Replay rows (snapshot missing)
+  int64_t exact_restore_rows = 0;    // ExactEncoderRestore rows (snapshot missing, staircase policy)
   int64_t decoder_rows = 0;          // rows that passed the last decoder layer during prefill
   int64_t layer_token_units = 0;     // prefill + decode
   int64_t prefill_units = 0;
@@ -94,6 +99,7 @@ struct EngineMetrics {
   int64_t prompt_tokens = 0, generated_tokens = 0;
   int64_t hit_tokens_live = 0, hit_tokens_ram = 0, hit_tokens_disk = 0;
   int64_t encoder_replays = 0, encoder_replay_rows = 0, decoder_replays = 0;
+  int64_t exact_restores = 0, exact_restore_rows = 0;  // staircase restores (snapshot missing)
   int64_t layer_token_units = 0;
   int64_t decode_batches = 0, decode_batch_rows = 0;  // batched decode steps and their rows
   int64_t sessions = 0;

@@ -78,9 +78,11 @@ SequenceState SessionManager::Impl::Restore(ActiveTurn& t, Session* s) {
   if (!handle.ok() || handle->empty()) return fresh;
   const size_t page = opt.page_tokens;
   const size_t P = handle->tokens(), S = handle->snapshot_position();
-  const bool exact_needed = t.request.decoder == DecoderPolicy::kExact || t.request.restore == RestorePolicy::kRecompute;
-  // With a snapshot at the match end: exact. Without: replay (approximate) unless exactness was
-  // asked for, then restore at the deepest snapshot and encode the rest.
+  // With a snapshot at the match end: exact. Without: the staircase restore (exact), or a replay
+  // (approximate) unless exactness was asked for, then restore at the deepest snapshot and
+  // encode the rest (as the recompute policy always does).
+  const bool exact_needed = t.request.restore == RestorePolicy::kRecompute ||
+                            (t.request.restore == RestorePolicy::kReplay && t.request.decoder == DecoderPolicy::kExact);
   size_t use = P;
   bool with_snapshot = (S == P);
   if (!with_snapshot && exact_needed) {
@@ -103,6 +105,15 @@ SequenceState SessionManager::Impl::Restore(ActiveTurn& t, Session* s) {
     }
     RebuildLayerEWindow(*model, out);
     a.snapshot_hit = true;
+  } else if (t.request.restore == RestorePolicy::kStaircase) {
+    out.keep_extra_rows = int64_t(opt.page_tokens);  // what PrepareState sets: the staircase
+    out.keep_h_e_rows = c.StaircaseLength() + c.window - 1;  // restores what snapshots hold
+    StepStats rs = ExactEncoderRestore(*model, out);
+    a.exact_restore_rows = rs.replay_rows;
+    a.layer_token_units += rs.layer_token_units;
+    a.prefill_units += rs.layer_token_units;
+    metrics.exact_restores++;
+    metrics.exact_restore_rows += rs.replay_rows;
   } else {
     StepStats rs = EncoderReplay(*model, out);
     a.encoder_replay_rows = rs.replay_rows;
@@ -115,8 +126,8 @@ SequenceState SessionManager::Impl::Restore(ActiveTurn& t, Session* s) {
   const int64_t used = int64_t(use);
   a.matched_disk = std::min<int64_t>(used, int64_t(m.disk_tokens));
   a.matched_ram = used - a.matched_disk;
-  spdlog::debug("turn: cache hit {} tokens ({} from disk), snapshot {}, replay rows {}", used, a.matched_disk,
-                with_snapshot, a.encoder_replay_rows);
+  spdlog::debug("turn: cache hit {} tokens ({} from disk), snapshot {}, replay rows {}, exact restore rows {}", used,
+                a.matched_disk, with_snapshot, a.encoder_replay_rows, a.exact_restore_rows);
   return out;
 }
 

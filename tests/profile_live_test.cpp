@@ -86,10 +86,12 @@ TEST_CASE("live and simulated hit tokens agree on the known trace, with the hand
   // 128), A2 256 (matches B1 B2 B3 = 192; no snapshot at 192, the deepest is at 128), A3 300
   // (B1..B4 = 256 if A2 cached B4).
   for (auto [policy, expected] : {std::pair{session::RestorePolicy::kRecompute, std::vector<int64_t>{0, 0, 128, 128, 256}},
-                                  std::pair{session::RestorePolicy::kReplay, std::vector<int64_t>{0, 0, 128, 192, 192}}}) {
+                                  std::pair{session::RestorePolicy::kReplay, std::vector<int64_t>{0, 0, 128, 192, 192}},
+                                  std::pair{session::RestorePolicy::kStaircase, std::vector<int64_t>{0, 0, 128, 192, 256}}}) {
     // recompute: A2 restores at 128 and caches B4 with a snapshot at 256, which A3 hits.
     // replay: A2 replays at 192 and, its state being approximate past there, caches nothing
     // more, so A3 finds only 192 again.
+    // staircase: A2 restores 192 exactly and caches B4 and its snapshot: A3 hits 256.
     CAPTURE(server::RestorePolicyName(policy));
     LiveServer server(policy);
     const json report = RunLive(server, "profile/known.json");
@@ -106,7 +108,8 @@ TEST_CASE("live and simulated hit tokens agree per request on a longer trace (re
   // profile_live/live_agree.json: 13 requests up to 1,536 tokens; identical page-aligned repeats (the server
   // matches at most n - 1 tokens, so a repeat of 256 tokens hits 240), a sub-agent, prompts
   // ending inside and at the end of earlier ones.
-  for (session::RestorePolicy policy : {session::RestorePolicy::kRecompute, session::RestorePolicy::kReplay}) {
+  for (session::RestorePolicy policy :
+       {session::RestorePolicy::kRecompute, session::RestorePolicy::kReplay, session::RestorePolicy::kStaircase}) {
     CAPTURE(server::RestorePolicyName(policy));
     LiveServer server(policy);
     const json report = RunLive(server, "profile_live/live_agree.json");
@@ -120,7 +123,7 @@ TEST_CASE("live and simulated hit tokens agree per request on a longer trace (re
     CHECK(a["simulated_hit_tokens"] == a["live_hit_tokens"]);
     // Not a vacuous agreement: most prompt tokens are hits.
     CHECK(a["live_hit_tokens"].get<int64_t>() > 5000);
-    CHECK(live[1] == (policy == session::RestorePolicy::kReplay ? 240 : 0));  // the page-aligned repeat
+    CHECK(live[1] == (policy == session::RestorePolicy::kRecompute ? 0 : 240));  // the page-aligned repeat
   }
 }
 

@@ -20,6 +20,7 @@ ProfileOptions Options(const std::string& trace, const std::string& out) {
   o.cache_ram = 20 * 6144;
   o.sweep_ram = {10 * 6144, 40 * 6144};
   o.units_per_s = 1000;
+  o.restore = RestorePolicy::kOptimistic;  // the numbers below are profile_sim_test's known case
   o.out = std::string(CEDAR_BINARY_DIR) + "/" + out;
   o.plots = false;  // hermetic and fast: gnuplot is exercised by the CLI, not by unit tests
   o.progress = 0;

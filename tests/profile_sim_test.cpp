@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "engine/engine.h"
 #include "profile/simulator.h"
 
 namespace cedar::profile {
@@ -32,6 +33,9 @@ SimConfig KnownConfig() {
   c.block_node_blocks = 1;
   c.ram_budget = 20 * 6144;
   c.cost.units_per_s = 1000;  // so TTFT = units / 1000 s
+  // The hand-computed numbers below are for Encoder SWA Bounded Replay (min(W, hit)·E units)
+  // with everything cached afterwards; the staircase default has its own case.
+  c.restore = RestorePolicy::kOptimistic;
   return c;
 }
 
@@ -70,6 +74,27 @@ TEST_CASE("unit formulas of each design") {
   CHECK(b.decoder_only_page == 16384);
   CHECK(b.Snapshot(c, 16) == 6144);
   CHECK(b.Snapshot(c, 4) == (4 * 4 * 32 + 4 * 64) * 4);  // P < W: min(W, P) rows
+}
+
+TEST_CASE("known trace under the staircase restore: the same hits and evictions, ExactRestoreRows·E per restore") {
+  SimConfig config = KnownConfig();
+  config.restore = RestorePolicy::kStaircase;
+  const Ran r = RunKnown(config);
+  const auto& o = r.sim->runs()[0].outcomes;
+  REQUIRE(o.size() == 5);
+  // tiny: E = 4, W = 8, L = 8; the server keeps 16 rows of slack and H_E for the decoder
+  // staircase W + (L-E-1)(W-1) = 29 plus W - 1: 36 rows. A restore reruns
+  // min(hit, E(W-1) + max(W, 36, 2W-1) + 16) = min(hit, 28 + 52) = 80 rows: 320 units.
+  CHECK(cedar::ExactRestoreRows(config.model, 192, 36, 16) == 80);
+  // Everything is cached as under the optimistic model, so hits and evictions are the ones of
+  // the case below; only A2's and A3's restores cost more: 64*4 + 32 + 320 and 44*4 + 32 + 320.
+  CHECK(o[3].hit_ram == 192);
+  CHECK(o[3].replay_units == 320);
+  CHECK(o[3].units == 608);
+  CHECK(o[4].hit_ram == 256);
+  CHECK(o[4].units == 528);
+  CHECK(r.sim->runs()[0].totals.units == 544 + 288 + 400 + 608 + 528);
+  CHECK(r.sim->runs()[0].counters.snapshots_dropped == 7);
 }
 
 TEST_CASE("known trace: Cedar's hits, replays, evictions and units equal the hand-computed ones") {

@@ -176,6 +176,37 @@ TEST_CASE("without a snapshot the restore uses Encoder SWA Bounded Replay: close
   CHECK(r.accounting.encoder_replay_rows == 0);
 }
 
+TEST_CASE("without a snapshot the staircase restore is exact, costs ExactRestoreRows, and the turn is cached again") {
+  auto m = Tiny();
+  auto sm = SessionManager::Start(m, {});
+  const ModelConfig& c = m->config();
+  // Cache 300 tokens (snapshots at 288 and after the output), then ask for its first 256 plus
+  // 30 new ones: the match ends at 256, where no snapshot was stored.
+  std::vector<int32_t> base = RandomTokens(300, 256, 31);
+  Turn(*sm, "", base, 1, DecoderPolicy::kExact, RestorePolicy::kStaircase);
+  std::vector<int32_t> q(base.begin(), base.begin() + 256);
+  auto tail = RandomTokens(30, 256, 32);
+  q.insert(q.end(), tail.begin(), tail.end());
+  TurnResult r = Turn(*sm, "", q, 2, DecoderPolicy::kExact, RestorePolicy::kStaircase);
+  REQUIRE(r.error == "");
+  CHECK(r.accounting.matched_ram == 256);
+  CHECK(r.accounting.encoder_replay_rows == 0);
+  const int64_t rows = ExactRestoreRows(c, 256, c.StaircaseLength() + c.window - 1, 16);
+  CHECK(rows < 256);
+  CHECK(r.accounting.exact_restore_rows == rows);
+  ExpectMatchesScratch(*m, q, r, 2);  // exact, unlike a replay
+  CHECK(sm->Metrics().exact_restores == 1);
+  CHECK(sm->Metrics().encoder_replays == 0);
+  // Its state being exact, the turn cached its 286 + 2 tokens: a longer follow-up hits past 256
+  // (a replayed turn caches nothing past its replay point).
+  std::vector<int32_t> q2 = q;
+  auto more = RandomTokens(40, 256, 33);
+  q2.insert(q2.end(), more.begin(), more.end());
+  TurnResult r2 = Turn(*sm, "", q2, 1, DecoderPolicy::kExact, RestorePolicy::kStaircase);
+  CHECK(r2.accounting.matched_ram >= 256 + 16);
+  ExpectMatchesScratch(*m, q2, r2, 1);
+}
+
 TEST_CASE("bad requests get clear errors and lose nothing") {
   auto m = Tiny();
   auto sm = SessionManager::Start(m, {});

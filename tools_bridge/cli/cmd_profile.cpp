@@ -39,7 +39,7 @@ std::string JoinArgs(int argc, char** argv) {
 int RunProfile(int argc, char** argv) {
   profile::ProfileOptions o;
   std::vector<std::string> traces;
-  std::string format = "auto", ram = "16G", disk = "0", sweep, restore = "optimistic";
+  std::string format = "auto", ram = "16G", disk = "0", sweep, restore = "staircase";
   profile_live::ServerAddress server;
   std::string socket, url;
   profile::LiveOptions live;
@@ -68,8 +68,9 @@ int RunProfile(int argc, char** argv) {
       "no-plots", "write plot data and scripts but do not run gnuplot")(
       "progress", "show the progress bar even when stderr is not a terminal")(
       "no-progress", "never show the progress bar")(
-      "restore-policy", po::value(&restore)->default_value("optimistic"),
-      "Cedar's simulated restore: optimistic | replay | recompute (docs/PROFILE.md; --live takes the server's)")(
+      "restore-policy", po::value(&restore)->default_value("staircase"),
+      "Cedar's simulated restore: staircase | replay | recompute | optimistic (docs/PROFILE.md; --live takes the "
+      "server's)")(
       "limit", po::value(&o.limit)->default_value(0), "replay only the first N requests (0 = all)");
   po::options_description live_desc("live mode (--live)");
   live_desc.add_options()("live", po::bool_switch(&o.live), "also replay against a running `cedar serve`")(
@@ -99,7 +100,7 @@ int RunProfile(int argc, char** argv) {
   o.sweep_ram = profile::ParseBytesList(sweep);
   o.plots = vm.count("no-plots") == 0;
   if (!profile::ParseRestorePolicy(restore, &o.restore)) {
-    throw std::invalid_argument("--restore-policy: expected optimistic, replay or recompute, found " + restore);
+    throw std::invalid_argument("--restore-policy: expected staircase, replay, recompute or optimistic, found " + restore);
   }
   if (o.live) {
     if (!socket.empty() && !url.empty()) throw std::invalid_argument("give --socket or --url, not both");

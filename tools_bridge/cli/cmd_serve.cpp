@@ -62,7 +62,7 @@ void CheckDefaultSocketDir(const std::string& socket_path) {
 int RunServe(int argc, char** argv) {
   po::options_description desc("cedar serve");
   std::string model_dir, socket_path, host, api_key, model_name, cache_ram, cache_disk, cache_dir;
-  std::string decoder_policy = "auto", restore_policy = "replay";
+  std::string decoder_policy = "auto", restore_policy = "staircase";
   int port = -1, io_threads = 2, threads = 0, max_sessions = 1024, default_max_tokens = 256;
   size_t max_connections = 1024, max_body = 32u << 20;
   double read_timeout = 60, drain_timeout = 10;
@@ -76,8 +76,10 @@ int RunServe(int argc, char** argv) {
       "cache-ram", po::value(&cache_ram)->default_value("1G"), "prefix cache RAM budget")(
       "cache-disk", po::value(&cache_disk)->default_value("8G"), "prefix cache disk budget")(
       "cache-dir", po::value(&cache_dir), "prefix cache disk tier (LMDB) directory; none = RAM only")(
-      "restore-policy", po::value(&restore_policy)->default_value("replay"),
-      "a cached prefix without its snapshot: replay (Encoder SWA Bounded Replay) | recompute (exact)")(
+      "restore-policy", po::value(&restore_policy)->default_value("staircase"),
+      "a cached prefix without its snapshot: staircase (exact encoder restore of ~E*W rows) | replay "
+      "(Encoder SWA Bounded Replay of W rows, approximate; caches nothing after) | recompute (from the "
+      "deepest snapshot, exact)")(
       "decoder-policy", po::value(&decoder_policy)->default_value("auto"), "auto | exact | bounded")(
       "max-sessions", po::value(&max_sessions)->default_value(1024), "sessions that keep a live state")(
       "default-max-tokens", po::value(&default_max_tokens)->default_value(256), "max_tokens when a request gives none")(
@@ -99,7 +101,7 @@ int RunServe(int argc, char** argv) {
   po::notify(vm);
   server::ApiOptions policies;  // checked before the model loads
   if (!server::ParseRestorePolicy(restore_policy, &policies.restore_policy)) {
-    throw std::invalid_argument("--restore-policy: expected replay or recompute, found '" + restore_policy + "'");
+    throw std::invalid_argument("--restore-policy: expected staircase, replay or recompute, found '" + restore_policy + "'");
   }
   if (!server::ParseDecoderPolicy(decoder_policy, &policies.decoder_policy)) {
     throw std::invalid_argument("--decoder-policy: expected auto, exact or bounded, found '" + decoder_policy + "'");

@@ -45,7 +45,12 @@ const char* DecoderPolicyName(session::DecoderPolicy p) {
 }
 
 const char* RestorePolicyName(session::RestorePolicy p) {
-  return p == session::RestorePolicy::kRecompute ? "recompute" : "replay";
+  switch (p) {
+    case session::RestorePolicy::kStaircase: return "staircase";
+    case session::RestorePolicy::kReplay: return "replay";
+    case session::RestorePolicy::kRecompute: return "recompute";
+  }
+  return "?";
 }
 
 bool ParseDecoderPolicy(const std::string& s, session::DecoderPolicy* out) {
@@ -56,7 +61,7 @@ bool ParseDecoderPolicy(const std::string& s, session::DecoderPolicy* out) {
 }
 
 bool ParseRestorePolicy(const std::string& s, session::RestorePolicy* out) {
-  for (auto p : {session::RestorePolicy::kReplay, session::RestorePolicy::kRecompute}) {
+  for (auto p : {session::RestorePolicy::kStaircase, session::RestorePolicy::kReplay, session::RestorePolicy::kRecompute}) {
     if (s == RestorePolicyName(p)) return *out = p, true;
   }
   return false;
@@ -291,6 +296,7 @@ HttpResponse Api::Cache() {
               {"disk_entries_deleted", e.disk_entries_deleted}}},
             {"corrupt_entries", e.corrupt_entries},
             {"encoder_replays", e.encoder_replays},
+            {"exact_restores", e.exact_restores},
             {"decoder_replays", e.decoder_replays},
             {"sessions", e.sessions},
             {"remembered_turns", memory_.entries()},

@@ -49,7 +49,7 @@ struct ApiOptions {
   // Every turn's policies (session/session_manager.h). `cedar profile --live` reads them from
   // /v1/cache to simulate the same; restore=recompute makes every cached prefix exact.
   session::DecoderPolicy decoder_policy = session::DecoderPolicy::kAuto;
-  session::RestorePolicy restore_policy = session::RestorePolicy::kReplay;
+  session::RestorePolicy restore_policy = session::RestorePolicy::kStaircase;
 };
 
 // "auto", "exact", "bounded" / "replay", "recompute"; Parse* return false for other names.

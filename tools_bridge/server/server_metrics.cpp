@@ -129,6 +129,10 @@ std::string ServerMetrics::Render(const session::EngineMetrics& e) const {
          double(e.encoder_replays));
   Metric(out, "cedar_encoder_replay_rows_total", "counter", "Rows recomputed by encoder replays.",
          double(e.encoder_replay_rows));
+  Metric(out, "cedar_exact_restores_total", "counter", "Exact encoder restores (snapshot missing, staircase policy).",
+         double(e.exact_restores));
+  Metric(out, "cedar_exact_restore_rows_total", "counter", "Rows recomputed by exact encoder restores.",
+         double(e.exact_restore_rows));
   Metric(out, "cedar_decoder_replays_total", "counter", "Decoder SWA Bounded Replays.", double(e.decoder_replays));
   Metric(out, "cedar_layer_token_units_total", "counter", "Work done, in layer-token units.", double(e.layer_token_units));
   Metric(out, "cedar_sessions", "gauge", "Sessions open.", double(e.sessions));
