@@ -105,22 +105,22 @@ SequenceState SessionManager::Impl::Restore(ActiveTurn& t, Session* s) {
     }
     RebuildLayerEWindow(*model, out);
     a.snapshot_hit = true;
-  } else if (t.request.restore == RestorePolicy::kStaircase) {
-    out.keep_extra_rows = int64_t(opt.page_tokens);  // what PrepareState sets: the staircase
-    out.keep_h_e_rows = c.StaircaseLength() + c.window - 1;  // restores what snapshots hold
-    StepStats rs = ExactEncoderRestore(*model, out);
-    a.exact_restore_rows = rs.replay_rows;
-    a.layer_token_units += rs.layer_token_units;
-    a.prefill_units += rs.layer_token_units;
-    metrics.exact_restores++;
-    metrics.exact_restore_rows += rs.replay_rows;
   } else {
-    StepStats rs = EncoderReplay(*model, out);
-    a.encoder_replay_rows = rs.replay_rows;
+    // No snapshot at the match end: rebuild the encoder windows from the pools, exactly (the
+    // staircase) or by Encoder SWA Bounded Replay.
+    const bool staircase = t.request.restore == RestorePolicy::kStaircase;
+    StepStats rs;
+    if (staircase) {
+      PrepareState(out);  // the rows kept decide how far back the staircase reaches
+      rs = ExactEncoderRestore(*model, out);
+    } else {
+      rs = EncoderReplay(*model, out);
+    }
+    (staircase ? a.exact_restore_rows : a.encoder_replay_rows) = rs.replay_rows;
     a.layer_token_units += rs.layer_token_units;
     a.prefill_units += rs.layer_token_units;
-    metrics.encoder_replays++;
-    metrics.encoder_replay_rows += rs.replay_rows;
+    (staircase ? metrics.exact_restores : metrics.encoder_replays)++;
+    (staircase ? metrics.exact_restore_rows : metrics.encoder_replay_rows) += rs.replay_rows;
   }
   // Tier split of what was used: disk pages are the ones Match() saw only on disk.
   const int64_t used = int64_t(use);
