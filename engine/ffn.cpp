@@ -65,16 +65,59 @@ void FfnAdd(const Model& m, int l, const float* x, float* h, int n) {
       weight_of[size_t(e)].push_back(c.route_scale * sr[e] / sum);
     }
   }
-  std::vector<float> gathered;
+  // Every expert used (and the shared one) at once: the W1 and W3 products of all of them in
+  // one pass of the thread pool, then the W2 products in another (at decode a layer's expert
+  // weights are streamed by both threads with two hand-offs instead of nine).
+  struct Active {
+    const FfnWeights* f;
+    const std::vector<int32_t>* rows;  // nullptr: every row (the shared expert)
+    const float* weight;               // nullptr: 1
+    int n;
+    size_t x_off, a_off;               // into xs [sum n, d] and g / up / y [sum n, inter or d]
+  };
+  std::vector<Active> act;
+  size_t total_rows = 0;
   for (int e = 0; e < ne; ++e) {
     const auto& rows = rows_of[size_t(e)];
     if (rows.empty()) continue;
-    gathered.resize(rows.size() * size_t(d));
-    for (size_t i = 0; i < rows.size(); ++i)
-      std::copy(x + size_t(rows[i]) * d, x + size_t(rows[i] + 1) * d, gathered.begin() + i * size_t(d));
-    RunFfn(c, w.experts[size_t(e)], gathered.data(), int(rows.size()), weight_of[size_t(e)].data(), rows.data(), h);
+    act.push_back({&w.experts[size_t(e)], &rows, weight_of[size_t(e)].data(), int(rows.size()), 0, 0});
+    total_rows += rows.size();
   }
-  if (c.n_shared_experts == 1) RunFfn(c, w.shared, x, n, nullptr, nullptr, h);
+  if (c.n_shared_experts == 1) {
+    act.push_back({&w.shared, nullptr, nullptr, n, 0, 0});
+    total_rows += size_t(n);
+  }
+  const int inter = c.moe_inter_dim;
+  std::vector<float> xs(total_rows * size_t(d));  // gathered rows: [sum n, d]
+  std::vector<float> g(total_rows * size_t(inter)), up(total_rows * size_t(inter)), y(total_rows * size_t(d));
+  std::vector<k::MatmulJob> jobs;
+  size_t r0 = 0;
+  for (Active& a : act) {
+    a.x_off = r0 * size_t(d);
+    a.a_off = r0 * size_t(inter);
+    if (a.rows) {
+      for (size_t i = 0; i < a.rows->size(); ++i)
+        std::copy(x + size_t((*a.rows)[i]) * d, x + size_t((*a.rows)[i] + 1) * d, xs.begin() + a.x_off + i * size_t(d));
+    } else {
+      std::copy(x, x + size_t(n) * d, xs.begin() + a.x_off);
+    }
+    jobs.push_back({xs.data() + a.x_off, a.f->w1.data, g.data() + a.a_off, a.n, d, inter});
+    jobs.push_back({xs.data() + a.x_off, a.f->w3.data, up.data() + a.a_off, a.n, d, inter});
+    r0 += size_t(a.n);
+  }
+  k::MatmulMany(jobs.data(), int(jobs.size()));
+  k::SwiGLU(g.data(), up.data(), g.data(), int(total_rows) * inter, c.swiglu_limit);
+  jobs.clear();
+  for (const Active& a : act) jobs.push_back({g.data() + a.a_off, a.f->w2.data, y.data() + a.x_off, a.n, inter, d});
+  k::MatmulMany(jobs.data(), int(jobs.size()));
+  // Weighted adds in the order the one-expert-at-a-time loop used (experts, then shared).
+  for (const Active& a : act)
+    for (int r = 0; r < a.n; ++r) {
+      float* dst = h + size_t(a.rows ? (*a.rows)[size_t(r)] : r) * d;
+      const float wr = a.weight ? a.weight[r] : 1.0f;
+      const float* src = y.data() + a.x_off + size_t(r) * d;
+      for (int i = 0; i < d; ++i) dst[i] += wr * src[i];
+    }
 }
 
 }  // namespace cedar

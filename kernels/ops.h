@@ -12,6 +12,17 @@ namespace cedar::kernels {
 void Matmul(const float* x, const float* w, float* y, int n, int in, int out);
 // y[n, out] += x[n, in] * w[out, in]^T
 void MatmulAccumulate(const float* x, const float* w, float* y, int n, int in, int out);
+// Several independent products y_j = x_j w_j^T in one pass of the thread pool: each thread
+// takes a share of every product's output columns, balanced by work. Decode runs a layer's
+// expert products this way (one hand-off instead of one per product).
+struct MatmulJob {
+  const float* x = nullptr;  // [n, in]
+  const float* w = nullptr;  // [out, in]
+  float* y = nullptr;        // [n, out]
+  int n = 0, in = 0, out = 0;
+};
+void MatmulMany(const MatmulJob* jobs, int n_jobs);
+
 // Row-wise RMSNorm: y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight.  x, y: [n, dim]; may alias.
 void RmsNorm(const float* x, const float* weight, float* y, int n, int dim, float eps);
 // Interleaved RoPE on the last rope_dim dims of each vector. x: [n_rows, n_vecs, vec_dim];
@@ -44,6 +55,7 @@ void IndexScores(const float* q, const float* w, const float* keys, int n_rows, 
 int TopK(const float* scores, int n, int k, int32_t* out);
 
 namespace ref {
+void MatmulMany(const MatmulJob* jobs, int n_jobs);
 void Matmul(const float* x, const float* w, float* y, int n, int in, int out);
 void MatmulAccumulate(const float* x, const float* w, float* y, int n, int in, int out);
 void RmsNorm(const float* x, const float* weight, float* y, int n, int dim, float eps);

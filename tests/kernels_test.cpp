@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/ops.h"
+#include "kernels/thread_pool.h"
 
 namespace k = cedar::kernels;
 
@@ -66,6 +67,30 @@ TEST_CASE("Matmul and MatmulAccumulate match the reference over a sweep of shape
         k::ref::MatmulAccumulate(x.data(), w.data(), ar.data(), n, in, out);
         ExpectClose("MatmulAccumulate", a, ar, growth);
       }
+}
+
+TEST_CASE("MatmulMany equals one Matmul per job, for jobs of mixed sizes including empty ones") {
+  for (int threads : {1, 2, 3}) {
+    k::SetPoolThreads(threads);
+    const int shapes[][3] = {{1, 64, 320}, {1, 64, 7}, {0, 8, 8}, {5, 31, 129}, {1, 0, 9}, {33, 16, 64}, {1, 130, 1}};
+    std::vector<std::vector<float>> xs, ws, ys, yr;
+    std::vector<k::MatmulJob> jobs;
+    for (size_t i = 0; i < std::size(shapes); ++i) {
+      const int n = shapes[i][0], in = shapes[i][1], out = shapes[i][2];
+      xs.push_back(Random(size_t(n) * in, 70 + i));
+      ws.push_back(Random(size_t(out) * in, 80 + i));
+      ys.emplace_back(size_t(n) * out, NAN);
+      yr.emplace_back(size_t(n) * out, NAN);
+    }
+    for (size_t i = 0; i < std::size(shapes); ++i)
+      jobs.push_back({xs[i].data(), ws[i].data(), ys[i].data(), shapes[i][0], shapes[i][1], shapes[i][2]});
+    k::MatmulMany(jobs.data(), int(jobs.size()));
+    for (auto& j : jobs) j.y = yr[size_t(&j - jobs.data())].data();
+    k::ref::MatmulMany(jobs.data(), int(jobs.size()));
+    for (size_t i = 0; i < std::size(shapes); ++i)
+      ExpectClose("MatmulMany job " + std::to_string(i), ys[i], yr[i], 4.0 * (1 + shapes[i][1]));
+  }
+  k::SetPoolThreads(2);
 }
 
 TEST_CASE("RmsNorm, Softmax, Dot and SwiGLU match the reference for every size") {
