@@ -11,11 +11,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/backend.h"
 #include "engine/engine.h"
 #include "engine/info.h"
 #include "engine/init.h"
 #include "kernels/hw_probe.h"
 #include "kernels/ops.h"
+#include "kernels/work_counters.h"
+#ifdef CEDAR_HAVE_CUDA
+#include "kernels/cuda/probe.h"
+#endif
 
 namespace cedar {
 
@@ -33,15 +38,54 @@ std::vector<int> ParseList(const std::string& s) {
   return v;
 }
 
+// The CPU kernels' work counters over one timed run, as three views of it: the projections'
+// FLOPs over the whole time (`fraction_of_sgemm` above, from the parameter count), the rate
+// the projections ran at while they ran, and every FLOP the model needs (projections + sparse
+// attention + indexer) over the whole time.
+void AddCpuWorkFigures(double sgemm, double seconds, nlohmann::json* j) {
+  const kernels::WorkCounters w = kernels::ReadWorkCounters();
+  const double model_flops = w.matmul_flops + w.attention_flops + w.index_flops;
+  (*j)["matmul_seconds"] = w.matmul_seconds;
+  (*j)["matmul_gflops_while_running"] = w.matmul_flops / w.matmul_seconds / 1e9;
+  (*j)["matmul_fraction_of_sgemm_while_running"] = w.matmul_flops / w.matmul_seconds / 1e9 / sgemm;
+  (*j)["attention_gflop"] = w.attention_flops / 1e9;
+  (*j)["indexer_gflop"] = w.index_flops / 1e9;
+  (*j)["model_gflops"] = model_flops / seconds / 1e9;
+  (*j)["model_fraction_of_sgemm"] = model_flops / seconds / 1e9 / sgemm;
+}
+
 void Emit(const nlohmann::json& j) {
   std::printf("%s\n", j.dump().c_str());
   std::fflush(stdout);
+}
+
+// The machine line: the CPU's sgemm rate and read bandwidth, or the GPU's BF16 GEMM rate and
+// copy bandwidth (both as "matmul GFLOP/s" and "bandwidth GB/s" for the fractions below).
+void MeasureMachine(const Backend& b, const ModelConfig& c, double* matmul_gflops, double* bw_gbs) {
+  if (std::string(b.name()) == "cpu") {
+    *matmul_gflops = kernels::MeasureSgemmGflops(512, c.dim, 4 * c.dim, 5);
+    *bw_gbs = kernels::MeasureReadBandwidthGBs(1024, 3);
+    Emit({{"bench", "machine"}, {"device", "cpu"}, {"sgemm_gflops", *matmul_gflops}, {"sgemm_shape", {512, c.dim, 4 * c.dim}},
+          {"read_bandwidth_gbs", *bw_gbs}});
+    return;
+  }
+#ifdef CEDAR_HAVE_CUDA
+  namespace cu = kernels::cuda;
+  double tf = 0;
+  const cu::Status s1 = cu::MeasureMatmulTflops(8192, 10, &tf), s2 = cu::MeasureCopyBandwidthGBs(size_t(1) << 30, 10, bw_gbs);
+  if (!s1.ok() || !s2.ok()) throw std::runtime_error("device probes failed: " + s1.ToString() + "; " + s2.ToString());
+  *matmul_gflops = tf * 1e3;
+  Emit({{"bench", "machine"}, {"device", b.Describe()}, {"matmul_bf16_tflops", tf}, {"matmul_shape", {8192, 8192, 8192}},
+        {"copy_bandwidth_gbs", *bw_gbs}});
+#endif
 }
 
 }  // namespace
 
 int RunEngineBenchMain(int argc, char** argv) {
   std::string model_dir, preset = "small", lengths_s = "512,4096,16384", batches_s = "1,8";
+  std::string device = "auto";
+  bool f32_weights = false;
   int decode_n = 32, threads = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -50,9 +94,12 @@ int RunEngineBenchMain(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--help" || a == "-h") {
-      std::printf("usage: cedar bench [--model DIR | --preset small] [--lengths 512,4096,16384] [--decode N] [--decode-batch 1,8] [--threads N]\n"
-                  "Prints one JSON object per result: the machine's sgemm GFLOP/s and read bandwidth, then prefill\n"
-                  "tokens/s per length in full and bounded, then decode tokens/s, each with its fraction of the hardware.\n");
+      std::printf("usage: cedar bench [--model DIR | --preset small|medium] [--lengths 512,4096,16384] [--decode N] [--decode-batch 1,8]\n"
+                  "                   [--threads N] [--device cpu|cuda|auto] [--f32-weights]\n"
+                  "Prints one JSON object per result: the machine's matmul rate and bandwidth (the CPU's sgemm and read\n"
+                  "bandwidth, or the GPU's BF16 GEMM and copy bandwidth), then prefill tokens/s per length in full and\n"
+                  "bounded, then decode tokens/s, each with its fraction of the hardware. --device auto (the default)\n"
+                  "is cuda when this build has CUDA and a device exists; --f32-weights keeps F32 weights on the GPU.\n");
       return 0;
     } else if (a == "--model") model_dir = next();
     else if (a == "--preset") preset = next();
@@ -60,9 +107,14 @@ int RunEngineBenchMain(int argc, char** argv) {
     else if (a == "--decode") decode_n = std::stoi(next());
     else if (a == "--threads") threads = std::stoi(next());
     else if (a == "--decode-batch") batches_s = next();
+    else if (a == "--device") device = next();
+    else if (a == "--f32-weights") f32_weights = true;
     else throw std::invalid_argument("unknown option " + a);
   }
   kernels::SetThreads(threads);
+  std::string why;
+  if (ResolveDevice(device) == "cuda" && !CudaAvailable(&why))  // before writing a model it cannot run
+    throw std::runtime_error("--device cuda: " + why);
   if (model_dir.empty()) {
     ModelConfig c;
     if (!PresetConfig(preset, &c)) throw std::invalid_argument("unknown preset " + preset);
@@ -71,14 +123,21 @@ int RunEngineBenchMain(int argc, char** argv) {
   }
   auto m = Model::Load(model_dir);
   const ModelConfig& c = m->config();
+  BackendOptions bo;
+  bo.device = device;
+  bo.f32_weights = f32_weights;
+  const std::unique_ptr<Backend> be = MakeBackend(*m, bo);
+  const bool on_gpu = std::string(be->name()) == "cuda";
+  const std::string model_name = model_dir.find("cedar-bench-") != std::string::npos ? preset : model_dir;
   const ModelInfo info = ComputeInfo(c);
   // Matmul parameters a row touches in one layer, averaged over layers (attention projections,
   // routed experts actually used, shared expert): the FLOPs below count 2 per parameter.
   const double layer_params = double(info.active_per_decode_token - info.head_params) / c.n_layers;
 
-  const double sgemm = kernels::MeasureSgemmGflops(512, c.dim, 4 * c.dim, 5);
-  const double bw = kernels::MeasureReadBandwidthGBs(1024, 3);
-  Emit({{"bench", "machine"}, {"sgemm_gflops", sgemm}, {"sgemm_shape", {512, c.dim, 4 * c.dim}}, {"read_bandwidth_gbs", bw}});
+  double sgemm = 0, bw = 0;  // on a GPU: its BF16 GEMM rate and copy bandwidth
+  kernels::EnableWorkCounters(true);
+  MeasureMachine(*be, c, &sgemm, &bw);
+  const double weight_bytes = on_gpu && !f32_weights ? 2.0 : 4.0;
 
   std::mt19937_64 rng(1);
   for (int n : ParseList(lengths_s)) {
@@ -86,19 +145,21 @@ int RunEngineBenchMain(int argc, char** argv) {
     for (auto& x : t) x = int32_t(rng() % uint64_t(c.vocab_size));
     double full_tps = 0;
     for (PrefillMode mode : {PrefillMode::kFull, PrefillMode::kBounded}) {
-      SequenceState st(c);
+      auto st = be->NewSequence();
       PrefillOptions opt;
       opt.mode = mode;
       opt.chunk_size = 2048;
+      kernels::ResetWorkCounters();
       auto t0 = std::chrono::steady_clock::now();
-      PrefillResult r = Prefill(*m, st, t, opt);
+      PrefillResult r = be->Prefill(*st, t, opt);
       const double s = Since(t0);
       const double tps = n / s;
       const double gflops = 2.0 * layer_params * double(r.stats.layer_token_units) / s / 1e9;
-      nlohmann::json j = {{"bench", "prefill"}, {"model", c.dim == 512 ? preset : model_dir}, {"n_tokens", n},
+      nlohmann::json j = {{"bench", "prefill"}, {"device", be->name()}, {"model", model_name}, {"n_tokens", n},
                           {"mode", ModeName(mode)}, {"seconds", s}, {"tokens_per_s", tps},
                           {"layer_token_units", r.stats.layer_token_units}, {"matmul_gflops", gflops},
-                          {"fraction_of_sgemm", gflops / sgemm}};
+                          {on_gpu ? "fraction_of_matmul" : "fraction_of_sgemm", gflops / sgemm}};
+      if (!on_gpu) AddCpuWorkFigures(sgemm, s, &j);
       if (mode == PrefillMode::kFull) full_tps = tps;
       else j["speedup_vs_full"] = tps / full_tps;
       Emit(j);
@@ -106,28 +167,27 @@ int RunEngineBenchMain(int argc, char** argv) {
   }
   for (int batch : ParseList(batches_s)) {
     // `batch` sequences of 512 tokens, then decode_n steps of all of them together.
-    std::vector<SequenceState> states;
-    std::vector<SequenceState*> ptrs;
-    states.reserve(size_t(batch));
+    std::vector<std::unique_ptr<Sequence>> states;
+    std::vector<Sequence*> ptrs;
     for (int b = 0; b < batch; ++b) {
-      states.emplace_back(c);
+      states.push_back(be->NewSequence());
       std::vector<int32_t> t(512);
       for (auto& x : t) x = int32_t(rng() % uint64_t(c.vocab_size));
       PrefillOptions opt;
       opt.mode = PrefillMode::kBounded;
-      Prefill(*m, states.back(), t, opt);
+      be->Prefill(*states.back(), t, opt);
     }
-    for (auto& st : states) ptrs.push_back(&st);
+    for (auto& st : states) ptrs.push_back(st.get());
     std::vector<int32_t> toks(size_t(batch), 1);
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < decode_n; ++i) {
-      auto logits = DecodeBatch(*m, ptrs, toks);
+      auto logits = be->DecodeBatch(ptrs, toks);
       for (int b = 0; b < batch; ++b) toks[size_t(b)] = int32_t(logits[size_t(b)].size() % 7 + b);
     }
     const double s = Since(t0);
-    const double bytes_per_step = double(info.active_per_decode_token) * 4.0;  // routed experts differ per row: a lower bound
+    const double bytes_per_step = double(info.active_per_decode_token) * weight_bytes;  // routed experts differ per row: a lower bound
     const double bound = bw * 1e9 / bytes_per_step * batch;
-    Emit({{"bench", "decode"}, {"batch", batch}, {"context", 512}, {"steps", decode_n}, {"tokens_per_s", batch * decode_n / s},
+    Emit({{"bench", "decode"}, {"device", be->name()}, {"model", model_name}, {"batch", batch}, {"context", 512}, {"steps", decode_n}, {"tokens_per_s", batch * decode_n / s},
           {"weight_bytes_per_step_lower_bound", bytes_per_step}, {"weight_streaming_bound_tokens_per_s", bound},
           {"fraction_of_bound", batch * decode_n / s / bound}});
   }

@@ -220,7 +220,7 @@ ModelConfig LoadConfigFile(const std::string& path) {
   return c;
 }
 
-std::vector<std::string> PresetNames() { return {"tiny", "small", "flash"}; }
+std::vector<std::string> PresetNames() { return {"tiny", "small", "medium", "flash"}; }
 
 bool PresetConfig(const std::string& name, ModelConfig* out) {
   ModelConfig c;
@@ -249,6 +249,21 @@ bool PresetConfig(const std::string& name, ModelConfig* out) {
     c.index_heads = 4; c.index_head_dim = 64; c.index_topk = 512;
     c.candidate_source_layer = 12; c.candidate_blocks = 256; c.candidate_block_size = 8;
     c.n_routed_experts = 8; c.n_shared_experts = 1; c.experts_per_token = 2; c.moe_inter_dim = 320;
+    c.route_scale = 1.5f; c.swiglu_limit = 10.0f; c.max_seq_len = 65536;
+  } else if (name == "medium") {
+    // The GPU benchmark model: ~1.2B parameters (d 2048, 16 layers, 8 routed experts + 1 shared
+    // of inter 1024), products large enough to keep a GPU's tensor cores busy; W and top-k as small.
+    c.vocab_size = 512; c.dim = 2048; c.n_layers = 16; c.n_encoder_layers = 8;
+    c.n_heads = 16; c.head_dim = 256; c.rope_dim = 64; c.q_lora_rank = 1024;
+    c.o_groups = 4; c.o_group_rank = 1024; c.window = 128;
+    c.compress_ratios.assign(16, 0);
+    for (int l = 2; l < 8; ++l) c.compress_ratios[l] = 2;
+    for (int l = 8; l < 16; ++l) c.compress_ratios[l] = 1;
+    c.kv_source_layers = {2, 5, 8};
+    c.index_source_layers = {2, 5, 8, 11, 14};
+    c.index_heads = 8; c.index_head_dim = 128; c.index_topk = 512;
+    c.candidate_source_layer = 8; c.candidate_blocks = 256; c.candidate_block_size = 8;
+    c.n_routed_experts = 8; c.n_shared_experts = 1; c.experts_per_token = 2; c.moe_inter_dim = 1024;
     c.route_scale = 1.5f; c.swiglu_limit = 10.0f; c.max_seq_len = 65536;
   } else if (name == "flash") {
     // DeepSeek-V4.1-Flash (spec §2 table); too large to instantiate here, used by `info`.

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <functional>
 
+#include "engine/backend.h"
 #include "engine/engine.h"
 #include "engine/safetensors.h"
 
@@ -40,7 +41,13 @@ int TopkMismatches(const std::vector<int32_t>& mine, const std::vector<int32_t>&
 }  // namespace
 
 GoldenReport CheckGolden(const Model& m, const std::string& golden_path, double tol) {
-  const ModelConfig& c = m.config();
+  BackendOptions cpu;
+  cpu.device = "cpu";
+  return CheckGolden(*MakeBackend(m, cpu), golden_path, tol);
+}
+
+GoldenReport CheckGolden(const Backend& b, const std::string& golden_path, double tol) {
+  const ModelConfig& c = b.model().config();
   SafetensorsFile g(golden_path);
   GoldenReport rep;
   const std::vector<int32_t> prompt = g.ReadInts("prompt");
@@ -55,24 +62,24 @@ GoldenReport CheckGolden(const Model& m, const std::string& golden_path, double 
     }
     if (!(e <= tol)) rep.ok = false;
   };
-  auto decode_all = [&](const std::string& prefix, SequenceState& st) {
+  auto decode_all = [&](const std::string& prefix, Sequence& st) {
     const std::string name = prefix + ".decode_logits";
     if (!g.Find(name)) return;
     const std::vector<float> gold = g.ReadFloats(name);
     for (size_t i = 0; i < dec.size(); ++i) {
-      std::vector<float> lg = DecodeStep(m, st, dec[i]);
+      std::vector<float> lg = b.DecodeStep(st, dec[i]);
       compare(prefix + ".decode[" + std::to_string(i) + "]", lg, gold.data() + i * V);
     }
   };
   for (PrefillMode mode : {PrefillMode::kFull, PrefillMode::kBounded, PrefillMode::kBoundedPaper, PrefillMode::kExact}) {
     const std::string mn = ModeName(mode);
     if (!g.Find(mn + ".prefill_logits")) continue;
-    SequenceState st(c);
+    std::unique_ptr<Sequence> st = b.NewSequence();
     IndexCapture cap;
     PrefillOptions opt;
     opt.mode = mode;
     opt.capture = &cap;
-    PrefillResult r = Prefill(m, st, prompt, opt);
+    PrefillResult r = b.Prefill(*st, prompt, opt);
     compare(mn + ".prefill", r.logits, g.ReadFloats(mn + ".prefill_logits").data());
     for (int l : c.index_source_layers) {
       const std::string tn = mn + ".topk." + std::to_string(l);
@@ -83,20 +90,23 @@ GoldenReport CheckGolden(const Model& m, const std::string& golden_path, double 
       rep.checks.push_back({{"check", tn}, {"mismatches", bad}});
       if (bad) rep.ok = false;
     }
-    decode_all(mn, st);
+    decode_all(mn, *st);
   }
   if (g.Find("replay.prefill_logits")) {
     const int64_t P = std::stoll(g.Metadata().at("replay_P"));
-    SequenceState st(c);
+    std::unique_ptr<Sequence> st = b.NewSequence();
     PrefillOptions full;
-    Prefill(m, st, std::span<const int32_t>(prompt.data(), size_t(P)), full);
-    st.DropWindowsAndResidual();
-    EncoderReplay(m, st);
+    b.Prefill(*st, std::span<const int32_t>(prompt.data(), size_t(P)), full);
+    // What a cache eviction leaves: the pools only (through a host copy, as the cache holds it).
+    SequenceState host = b.Download(*st);
+    host.DropWindowsAndResidual();
+    st = b.Upload(host);
+    b.EncoderReplay(*st);
     PrefillOptions bounded;
     bounded.mode = PrefillMode::kBounded;
-    PrefillResult r = Prefill(m, st, std::span<const int32_t>(prompt.data() + P, prompt.size() - size_t(P)), bounded);
+    PrefillResult r = b.Prefill(*st, std::span<const int32_t>(prompt.data() + P, prompt.size() - size_t(P)), bounded);
     compare("replay.prefill", r.logits, g.ReadFloats("replay.prefill_logits").data());
-    decode_all("replay", st);
+    decode_all("replay", *st);
   }
   return rep;
 }

@@ -21,5 +21,8 @@ struct GoldenReport {
 // Runs every path present in the golden file (full, bounded prefill + teacher-forced decode;
 // the Encoder SWA Bounded Replay scenario) and compares. `tol` bounds the relative logit error.
 GoldenReport CheckGolden(const Model& m, const std::string& golden_path, double tol = 1e-4);
+// The same on any backend (engine/backend.h), e.g. --device cuda.
+class Backend;
+GoldenReport CheckGolden(const Backend& b, const std::string& golden_path, double tol = 1e-4);
 
 }  // namespace cedar

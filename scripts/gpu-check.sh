@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# GPU check, for a machine with an NVIDIA GPU: builds the CUDA kernels in build-gpu/, runs every
-# `gpu` test (ctest -L gpu), then the kernel benchmark, which prints JSON lines (the measured
-# copy bandwidth and cuBLAS BF16 GEMM rate first, then each kernel against them).
+# GPU check, for a machine with an NVIDIA GPU: builds the CUDA kernels and engine in build-gpu/,
+# runs every `gpu` test (ctest -L gpu: the kernel tests and the model-level parity test), then
+# the kernel benchmark (bench.jsonl: the measured copy bandwidth and cuBLAS BF16 GEMM rate first,
+# then each kernel against them) and the end-to-end engine benchmark on the GPU (engine.jsonl:
+# prefill tokens/s full vs bounded and decode tokens/s at batch 1 and 32, on `small` (131M
+# parameters) and `medium` (1.2B), with the device's GEMM rate and bandwidth measured first).
 #
 # The whole project is configured when its CPU dependencies are installed; otherwise (a bare
 # GPU machine) the standalone kernels/cuda project, which needs only the CUDA toolkit and
-# doctest's header (system-wide, or copied to .deps/include/doctest/doctest.h).
+# doctest's header (system-wide, or copied to .deps/include/doctest/doctest.h): then only the
+# kernel tests and the kernel benchmark run (the engine needs spdlog, nlohmann-json, OpenBLAS,
+# xxhash, LMDB and Boost; docs/GPU.md says how to bring them).
 # Logs go to $OUT when it is set (the device tool brings that folder back), else build-gpu/logs.
 # Exit status: 0 when the tests passed and the benchmark ran; nonzero otherwise.
-#   JOBS (default: all cores), BUILD_DIR (default: build-gpu), BENCH_REPS (default: 20).
+#   JOBS (default: all cores), BUILD_DIR (default: build-gpu), BENCH_REPS (default: 20),
+#   ENGINE_BENCH=0 skips the engine benchmark.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build-gpu}
@@ -42,6 +48,7 @@ say "configured ($mode build, $(nvcc --version | grep -o 'release [0-9.]*')) in 
 targets=(gpu_bench)
 if grep -q "gpu_ops_test" "$build/CMakeCache.txt" "$build"/build.ninja "$build"/Makefile 2>/dev/null; then
   targets+=(gpu_ops_test gpu_select_test gpu_attention_moe_test)
+  [[ $mode == full ]] && targets+=(gpu_model_test cedar)
 else
   say "the gpu tests are not configured (doctest missing?): building the benchmark only"
 fi
@@ -73,5 +80,22 @@ else
   status=1
 fi
 cat "$logs/bench.jsonl"
+
+# End to end on the GPU: the engine benchmark (full build only), small then medium.
+if [[ $mode == full && ${ENGINE_BENCH:-1} != 0 ]]; then
+  t0=$(date +%s)
+  : >"$logs/engine.jsonl"
+  ok=1
+  "$build/cedar" bench --device cuda --preset small --lengths 512,4096,16384 --decode 32 --decode-batch 1,32 \
+    >>"$logs/engine.jsonl" 2>&1 || ok=0
+  "$build/cedar" bench --device cuda --preset medium --lengths 4096,16384 --decode 16 --decode-batch 1,32 \
+    >>"$logs/engine.jsonl" 2>&1 || ok=0
+  (( ok )) || status=1
+  say "engine benchmark: $([[ $ok == 1 ]] && echo ran || echo FAILED) in $(( $(date +%s) - t0 )) s (engine.jsonl)"
+  cat "$logs/engine.jsonl"
+else
+  say "engine benchmark not run ($mode build)"
+  [[ $mode == full ]] || status=1
+fi
 say "total $(( $(date +%s) - start )) s, exit $status"
 exit $status

@@ -32,3 +32,14 @@ set_target_properties(gpu_bench PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIR
 set_property(TARGET gpu_bench PROPERTY COMPILE_OPTIONS "")
 target_include_directories(gpu_bench PRIVATE ${CEDAR_GPU_ROOT})
 target_link_libraries(gpu_bench PRIVATE cedar_kernels_cuda CUDA::cudart CUDA::cublas)
+
+# Model-level parity of the CUDA engine (engine/cuda/) on the tiny model: needs the whole
+# project (cedar_engine), so not in the standalone kernels/cuda build.
+if(TARGET cedar_engine)
+  add_executable(gpu_model_test ${CEDAR_GPU_ROOT}/tests/gpu_model_test.cpp ${CEDAR_GPU_ROOT}/tests/test_models.cpp
+                                ${CEDAR_GPU_ROOT}/tests/gpu_test_main.cpp)
+  target_link_libraries(gpu_model_test PRIVATE cedar_engine cedar_kernels_cuda doctest::doctest)
+  target_compile_definitions(gpu_model_test PRIVATE CEDAR_SOURCE_DIR="${CEDAR_GPU_ROOT}")
+  add_test(NAME gpu_model_test COMMAND gpu_model_test)
+  set_tests_properties(gpu_model_test PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 600)
+endif()

@@ -10,6 +10,7 @@
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/moe_route.h"
 #include "kernels/cuda/moe_rows.h"
+#include "kernels/cuda/probe.h"
 #include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/sink_attention.h"

@@ -58,6 +58,9 @@ Status CopyToDeviceAsync(void* dst, const void* src, size_t bytes, Stream stream
 Status CopyToHostAsync(void* dst, const void* src, size_t bytes, Stream stream) {
   return bytes ? FromCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, AsCuda(stream))) : Status{};
 }
+Status CopyOnDeviceAsync(void* dst, const void* src, size_t bytes, Stream stream) {
+  return bytes ? FromCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, AsCuda(stream))) : Status{};
+}
 Status MemsetAsync(void* dst, int byte, size_t bytes, Stream stream) {
   return bytes ? FromCuda(cudaMemsetAsync(dst, byte, bytes, AsCuda(stream))) : Status{};
 }

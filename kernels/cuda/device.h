@@ -52,6 +52,8 @@ Status CopyToHost(void* dst, const void* src, size_t bytes);
 Status CopyToDeviceAsync(void* dst, const void* src, size_t bytes, Stream stream);
 Status CopyToHostAsync(void* dst, const void* src, size_t bytes, Stream stream);
 Status MemsetAsync(void* dst, int byte, size_t bytes, Stream stream);
+// Device to device, stream-ordered. The two ranges must not overlap.
+Status CopyOnDeviceAsync(void* dst, const void* src, size_t bytes, Stream stream);
 // Waits for everything queued on `stream`, and reports an error raised inside a kernel.
 Status Synchronize(Stream stream);
 

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <vector>
 
@@ -261,6 +262,28 @@ inline cudaError_t cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t) {
   return 0;
 }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return 0; }
+// Events: host timestamps (everything runs synchronously here).
+typedef struct EmuEvent* cudaEvent_t;
+struct EmuEvent {
+  std::chrono::steady_clock::time_point t;
+};
+inline cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  *e = new EmuEvent;
+  return 0;
+}
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete e;
+  return 0;
+}
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) {
+  e->t = std::chrono::steady_clock::now();
+  return 0;
+}
+inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return 0; }
+inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+  *ms = std::chrono::duration<float, std::milli>(b->t - a->t).count();
+  return 0;
+}
 
 // ---- cuBLAS ----
 typedef struct EmuBlas* cublasHandle_t;

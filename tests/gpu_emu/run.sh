@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# Runs the gpu tests against a CPU emulation of CUDA (emu_cuda.h): checks the kernels' logic
-# and the tests themselves on a machine without a GPU. Slow (every CUDA thread is a fiber);
-# not a substitute for scripts/gpu-check.sh on a GPU. Usage: tests/gpu_emu/run.sh [doctest args]
+# Runs the gpu tests against a CPU emulation of CUDA (emu_cuda.h): checks the kernels' logic,
+# the CUDA engine (engine/cuda/) and the tests themselves on a machine without a GPU. Slow
+# (every CUDA thread is a fiber); not a substitute for scripts/gpu-check.sh on a GPU.
+# Usage: tests/gpu_emu/run.sh [doctest args]
+#   EMU_TESTS: which binaries (default: gpu_ops_test gpu_select_test gpu_attention_moe_test gpu_model_test)
+#   EMU_BUILD: object directory (default /tmp/cedar-gpu-emu); EMU_FLAGS: extra compiler flags
+# gpu_model_test runs with CEDAR_GPU_QUICK=1 (fewer lengths) unless CEDAR_GPU_QUICK=0 is set.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 emu="$root/tests/gpu_emu"
 out=${EMU_BUILD:-/tmp/cedar-gpu-emu}
-mkdir -p "$out/src"
+tests=(${EMU_TESTS:-gpu_ops_test gpu_select_test gpu_attention_moe_test gpu_model_test})
+mkdir -p "$out/src" "$out/engine"
 # The .cu files as C++: kernel launches become emu::Launch calls, dynamic shared memory a pointer.
 for f in "$root"/kernels/cuda/*.cu; do
   python3 - "$f" "$out/src/$(basename "${f%.cu}").cpp" <<'PY'
@@ -22,16 +27,48 @@ open(sys.argv[2], 'w').write(s)
 PY
 done
 flags=(-std=c++20 -O1 -g -I"$emu" -I"$root" ${EMU_FLAGS:-})
+# compile <source> <object> <flags...>: only when the source (or the emulator) is newer.
+compile() {
+  local f=$1 o=$2; shift 2
+  if [[ ! -f "$o" || "$f" -nt "$o" || "$emu/emu_cuda.h" -nt "$o" ]]; then g++ "$@" -c "$f" -o "$o"; fi
+}
 objs=()
-for f in "$out"/src/*.cpp "$root"/tests/gpu_test_main.cpp "$root"/kernels/reference_ops.cpp; do
+for f in "$out"/src/*.cpp "$root"/tests/gpu_test_main.cpp; do
   o="$out/$(basename "${f%.cpp}").o"
-  if [[ ! -f "$o" || "$f" -nt "$o" || "$emu/emu_cuda.h" -nt "$o" ]]; then g++ "${flags[@]}" -c "$f" -o "$o"; fi
+  compile "$f" "$o" "${flags[@]}"
   objs+=("$o")
 done
+compile "$root/kernels/reference_ops.cpp" "$out/reference_ops.o" "${flags[@]}"
+
+# The engine with its CUDA backend, as the CMake build compiles it but against the emulator's
+# kernels (plain C++: engine code sees only the host-only kernels/cuda headers). Headers are
+# not tracked: a header change needs EMU_BUILD cleared (or the touched .cpp files).
+engine_objs=()
+if [[ " ${tests[*]} " == *" gpu_model_test "* ]]; then
+  blas_inc=$(ls -d /usr/include/x86_64-linux-gnu/openblas-pthread /usr/include/openblas 2>/dev/null | head -1 || true)
+  eflags=(-std=c++20 -O2 -g -march=native -fopenmp-simd -I"$root" -I"$blas_inc" -DCEDAR_HAVE_CUDA
+          -DSPDLOG_COMPILED_LIB -DSPDLOG_FMT_EXTERNAL -DSPDLOG_SHARED_LIB -DFMT_SHARED
+          -DCEDAR_SOURCE_DIR="\"$root\"" ${EMU_FLAGS:-})
+  for f in "$root"/engine/*.cpp "$root"/engine/cuda/*.cpp "$root"/kernels/*.cpp "$root"/tests/test_models.cpp \
+           "$root"/tests/gpu_model_test.cpp; do
+    [[ $(basename "$f") == reference_ops.cpp ]] && continue  # already in the kernel objects
+    o="$out/engine/$(basename "$(dirname "$f")")_$(basename "${f%.cpp}").o"
+    compile "$f" "$o" "${eflags[@]}"
+    engine_objs+=("$o")
+  done
+fi
+
 rc=0
-for t in gpu_ops_test gpu_select_test gpu_attention_moe_test; do
-  g++ "${flags[@]}" "$root/tests/$t.cpp" "${objs[@]}" -o "$out/$t"
-  echo "== $t (emulated)"
-  "$out/$t" "$@" || rc=1
+for t in "${tests[@]}"; do
+  if [[ $t == gpu_model_test ]]; then
+    g++ "${flags[@]}" "${engine_objs[@]}" "${objs[@]}" "$out/reference_ops.o" -o "$out/$t" \
+      -lopenblas -lspdlog -lfmt -lxxhash -lpthread
+    echo "== $t (emulated)"
+    CEDAR_GPU_QUICK=${CEDAR_GPU_QUICK:-1} "$out/$t" "$@" || rc=1
+  else
+    g++ "${flags[@]}" "$root/tests/$t.cpp" "${objs[@]}" "$out/reference_ops.o" -o "$out/$t"
+    echo "== $t (emulated)"
+    "$out/$t" "$@" || rc=1
+  fi
 done
 exit $rc

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <xxhash.h>
 
+#include "engine/backend.h"
 #include "engine/engine.h"
 #include "engine/golden_check.h"
 #include "engine/info.h"
@@ -106,7 +107,7 @@ int RunInfo(int argc, char** argv) {
 
 int RunGenerate(int argc, char** argv) {
   po::options_description desc("cedar generate");
-  std::string model, prompt, tokens, mode_s, stop;
+  std::string model, prompt, tokens, mode_s, stop, device;
   int max_tokens = 16, chunk = 0, threads = 0;
   float temperature = 0, top_p = 1;
   uint64_t seed = 0;
@@ -118,7 +119,8 @@ int RunGenerate(int argc, char** argv) {
       "temperature", po::value(&temperature)->default_value(0.0f), "0 = greedy")(
       "top-p", po::value(&top_p)->default_value(1.0f), "nucleus mass")("seed", po::value(&seed)->default_value(0), "sampling seed")(
       "stop", po::value(&stop), "comma-separated stop token ids")("threads", po::value(&threads)->default_value(0), "CPU threads (0 = default)")(
-      "json", "print JSON");
+      "device", po::value(&device)->default_value("auto"), "cpu | cuda | auto (cuda when built with CUDA and a GPU exists)")(
+      "f32-weights", "CUDA: keep F32 weights on the device (default BF16)")("json", "print JSON");
   po::variables_map vm;
   if (!Parse(argc, argv, "usage: cedar generate --model DIR --prompt TEXT|--tokens IDS --mode M --max-tokens N [--json]", desc, vm)) return 0;
   kernels::SetThreads(threads);
@@ -131,12 +133,16 @@ int RunGenerate(int argc, char** argv) {
   std::vector<int32_t> ids = tokens.empty() ? tokenizer.Encode(prompt) : ParseIds(tokens);
   if (ids.empty()) throw std::invalid_argument("the prompt is empty");
   std::vector<int32_t> stops = stop.empty() ? std::vector<int32_t>{} : ParseIds(stop);
-  SequenceState st(m->config());
+  BackendOptions bo;
+  bo.device = device;
+  bo.f32_weights = vm.count("f32-weights") > 0;
+  const std::unique_ptr<Backend> be = MakeBackend(*m, bo);
+  std::unique_ptr<Sequence> st = be->NewSequence();
   PrefillOptions opt;
   opt.mode = mode;
   opt.chunk_size = chunk;
   auto t0 = std::chrono::steady_clock::now();
-  PrefillResult pr = Prefill(*m, st, ids, opt);
+  PrefillResult pr = be->Prefill(*st, ids, opt);
   auto t1 = std::chrono::steady_clock::now();
   Sampler sampler({temperature, top_p, seed});
   std::vector<int32_t> out;
@@ -152,7 +158,7 @@ int RunGenerate(int argc, char** argv) {
     }
     if (i + 1 == max_tokens) break;
     StepStats s;
-    logits = DecodeStep(*m, st, next, &s);
+    logits = be->DecodeStep(*st, next, &s);
     units += s.layer_token_units;
   }
   auto t2 = std::chrono::steady_clock::now();
@@ -160,7 +166,7 @@ int RunGenerate(int argc, char** argv) {
   const double prefill_s = std::chrono::duration<double>(t1 - t0).count(), decode_s = std::chrono::duration<double>(t2 - t1).count();
   std::string text = tokenizer.Decode(out);
   if (vm.count("json")) {
-    nlohmann::json j = {{"mode", mode_s}, {"prompt_tokens", ids.size()}, {"tokens", out}, {"text", text},
+    nlohmann::json j = {{"mode", mode_s}, {"device", be->Describe()}, {"prompt_tokens", ids.size()}, {"tokens", out}, {"text", text},
                         {"finish_reason", finish}, {"prefill_layer_token_units", pr.stats.layer_token_units},
                         {"layer_token_units", units}, {"final_logits_xxh3", hash}, {"prefill_seconds", prefill_s},
                         {"decode_seconds", decode_s}};

@@ -1,0 +1,81 @@
+// The CPU backend (the engine of engine/engine.h behind the Backend interface) and the
+// device choice (backend.h).
+#include "engine/backend.h"
+
+#include <stdexcept>
+
+namespace cedar {
+
+namespace {
+
+class CpuSequence final : public Sequence {
+ public:
+  explicit CpuSequence(SequenceState s) : st(std::move(s)) {}
+  int64_t pos() const override { return st.pos; }
+  SequenceState st;
+};
+
+CpuSequence& Cpu(Sequence& s) { return static_cast<CpuSequence&>(s); }  // a backend only sees its own
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const Model& m) : m_(m) {}
+  const char* name() const override { return "cpu"; }
+  std::string Describe() const override { return "cpu (F32)"; }
+  const Model& model() const override { return m_; }
+  std::unique_ptr<Sequence> NewSequence() const override { return std::make_unique<CpuSequence>(SequenceState(m_.config())); }
+  PrefillResult Prefill(Sequence& s, std::span<const int32_t> t, const PrefillOptions& o) const override {
+    return cedar::Prefill(m_, Cpu(s).st, t, o);
+  }
+  std::vector<float> DecodeStep(Sequence& s, int32_t token, StepStats* stats) const override {
+    return cedar::DecodeStep(m_, Cpu(s).st, token, stats);
+  }
+  std::vector<std::vector<float>> DecodeBatch(std::span<Sequence* const> seqs, std::span<const int32_t> tokens,
+                                              std::vector<StepStats>* stats) const override {
+    std::vector<SequenceState*> states;
+    for (Sequence* s : seqs) states.push_back(&Cpu(*s).st);
+    return cedar::DecodeBatch(m_, states, tokens, stats);
+  }
+  StepStats EncoderReplay(Sequence& s) const override { return cedar::EncoderReplay(m_, Cpu(s).st); }
+  void RebuildLayerEWindow(Sequence& s) const override { cedar::RebuildLayerEWindow(m_, Cpu(s).st); }
+  SequenceState Download(const Sequence& s) const override {
+    return CopyState(static_cast<const CpuSequence&>(s).st, m_.config());
+  }
+  std::unique_ptr<Sequence> Upload(const SequenceState& st) const override {
+    return std::make_unique<CpuSequence>(CopyState(st, m_.config()));
+  }
+
+ private:
+  const Model& m_;
+};
+
+}  // namespace
+
+bool CudaAvailable(std::string* why) {
+#ifdef CEDAR_HAVE_CUDA
+  return gpu::CudaDevicePresent(why);
+#else
+  if (why) *why = "this build has no CUDA backend (configure with -DCEDAR_CUDA=ON where nvcc exists)";
+  return false;
+#endif
+}
+
+std::string ResolveDevice(const std::string& device) {
+  if (device == "cpu" || device == "cuda") return device;
+  if (device == "auto") return CudaAvailable() ? "cuda" : "cpu";
+  throw std::invalid_argument("--device: expected cpu, cuda or auto, found " + device);
+}
+
+std::unique_ptr<Backend> MakeBackend(const Model& m, const BackendOptions& opt) {
+  const std::string device = ResolveDevice(opt.device);
+  if (device == "cpu") return std::make_unique<CpuBackend>(m);
+  std::string why;
+  if (!CudaAvailable(&why)) throw std::runtime_error("--device cuda: " + why);
+#ifdef CEDAR_HAVE_CUDA
+  return gpu::MakeCudaBackend(m, opt.f32_weights);
+#else
+  throw std::logic_error("unreachable");
+#endif
+}
+
+}  // namespace cedar

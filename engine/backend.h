@@ -1,0 +1,66 @@
+// The engine's backend seam: one interface over the CPU engine (engine/engine.h) and the CUDA
+// engine (engine/cuda/, built with CEDAR_CUDA), so callers (the CLI, the benchmark, later the
+// session layer) choose a device with one flag and run the same calls.
+//
+// A Sequence is a backend's own per-sequence state (a SequenceState on the CPU, a device
+// state on the GPU); Download/Upload turn it into and from a host SequenceState, which is
+// what the prefix cache (cache/state_codec.h) stores. Every call has engine/engine.h's
+// semantics. Thread contract: calls on one Backend must not overlap (the CUDA backend owns
+// one stream and one cuBLAS handle); the Model must outlive the Backend.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace cedar {
+
+class Sequence {
+ public:
+  virtual ~Sequence() = default;
+  virtual int64_t pos() const = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;         // "cpu" or "cuda"
+  virtual std::string Describe() const = 0;     // device and weight dtype, for logs and JSON
+  virtual const Model& model() const = 0;
+  virtual std::unique_ptr<Sequence> NewSequence() const = 0;
+  virtual PrefillResult Prefill(Sequence& s, std::span<const int32_t> tokens, const PrefillOptions& opt) const = 0;
+  virtual std::vector<float> DecodeStep(Sequence& s, int32_t token, StepStats* stats = nullptr) const = 0;
+  // REQUIRES: distinct sequences of this backend.
+  virtual std::vector<std::vector<float>> DecodeBatch(std::span<Sequence* const> seqs, std::span<const int32_t> tokens,
+                                                      std::vector<StepStats>* stats = nullptr) const = 0;
+  virtual StepStats EncoderReplay(Sequence& s) const = 0;
+  virtual void RebuildLayerEWindow(Sequence& s) const = 0;
+  virtual SequenceState Download(const Sequence& s) const = 0;                     // a host copy
+  virtual std::unique_ptr<Sequence> Upload(const SequenceState& st) const = 0;    // a copy on this backend
+};
+
+struct BackendOptions {
+  std::string device = "cpu";  // "cpu", "cuda" or "auto"
+  bool f32_weights = false;    // CUDA: keep F32 weights on the device (parity tests) instead of BF16
+};
+
+// True when this build has the CUDA backend and a CUDA device is present; else false and,
+// when `why` is given, the reason.
+bool CudaAvailable(std::string* why = nullptr);
+// "auto" -> "cuda" when CudaAvailable(), else "cpu". Throws std::invalid_argument on anything
+// but cpu, cuda or auto.
+std::string ResolveDevice(const std::string& device);
+// The backend for opt.device. An explicit "cuda" without a device (or in a build without
+// CUDA) throws std::runtime_error saying which.
+std::unique_ptr<Backend> MakeBackend(const Model& m, const BackendOptions& opt);
+
+namespace gpu {
+// Defined in engine/cuda/cuda_backend.cpp (CEDAR_CUDA builds only).
+std::unique_ptr<Backend> MakeCudaBackend(const Model& m, bool f32_weights);
+bool CudaDevicePresent(std::string* why);
+}  // namespace gpu
+
+}  // namespace cedar
