@@ -1,10 +1,20 @@
 // Shared by the fast CPU kernels' files (not part of the kernels' interface).
 #pragma once
 
+#include "kernels/ops.h"
+
 namespace cedar::kernels::internal {
 
 // BLAS runs single-threaded; parallelism comes from our pool (see thread_pool.h). Idempotent.
 void EnsureBlasSingleThreaded();
+
+// y[r] = w[r, :] . x for r in [0, rows): the one-row product (decode). OpenBLAS's sgemv takes
+// a lock per call to allocate its buffer, which two threads slicing one layer's products into
+// dozens of calls contend on (~4% of decode time).
+void MatVec(const float* w, const float* x, float* y, int rows, int in);
+
+// MatmulMany without the work counters (Matmul counts its own calls); returns the FLOPs.
+double RunMatmulJobs(const MatmulJob* jobs, int n_jobs);
 
 // e^x for x <= 0 (larger x is not used by the callers), in a form the compiler vectorises:
 // Cody-Waite range reduction and Cephes' degree-6 polynomial, ~1 ulp; x < -87 is clamped to
