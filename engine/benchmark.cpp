@@ -1,5 +1,6 @@
 #include "engine/benchmark.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -64,7 +65,7 @@ void Emit(const nlohmann::json& j) {
 void MeasureMachine(const Backend& b, const ModelConfig& c, double* matmul_gflops, double* bw_gbs) {
   if (std::string(b.name()) == "cpu") {
     *matmul_gflops = kernels::MeasureSgemmGflops(512, c.dim, 4 * c.dim, 5);
-    *bw_gbs = kernels::MeasureReadBandwidthGBs(1024, 3);
+    *bw_gbs = kernels::MeasureReadBandwidthGBs(1024, 5);
     Emit({{"bench", "machine"}, {"device", "cpu"}, {"sgemm_gflops", *matmul_gflops}, {"sgemm_shape", {512, c.dim, 4 * c.dim}},
           {"read_bandwidth_gbs", *bw_gbs}});
     return;
@@ -185,11 +186,15 @@ int RunEngineBenchMain(int argc, char** argv) {
       for (int b = 0; b < batch; ++b) toks[size_t(b)] = int32_t(logits[size_t(b)].size() % 7 + b);
     }
     const double s = Since(t0);
+    // This VM's bandwidth moves by +-30% over a minute, so on the CPU the bound takes the best
+    // of the first probe and one taken right after the decode run.
+    double bw_now = bw;
+    if (!on_gpu) bw_now = std::max(bw, kernels::MeasureReadBandwidthGBs(1024, 5));
     const double bytes_per_step = double(info.active_per_decode_token) * weight_bytes;  // routed experts differ per row: a lower bound
-    const double bound = bw * 1e9 / bytes_per_step * batch;
+    const double bound = bw_now * 1e9 / bytes_per_step * batch;
     Emit({{"bench", "decode"}, {"device", be->name()}, {"model", model_name}, {"batch", batch}, {"context", 512}, {"steps", decode_n}, {"tokens_per_s", batch * decode_n / s},
-          {"weight_bytes_per_step_lower_bound", bytes_per_step}, {"weight_streaming_bound_tokens_per_s", bound},
-          {"fraction_of_bound", batch * decode_n / s / bound}});
+          {"bandwidth_gbs", bw_now}, {"weight_bytes_per_step_lower_bound", bytes_per_step},
+          {"weight_streaming_bound_tokens_per_s", bound}, {"fraction_of_bound", batch * decode_n / s / bound}});
   }
   return 0;
 }
