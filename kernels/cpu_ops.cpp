@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <vector>
@@ -187,33 +188,71 @@ void IndexScores(const float* q, const float* w, const float* keys, int n_rows, 
   else rows_part(0, n_rows);
 }
 
+namespace {
+
+// Order-preserving map of a float to an unsigned key (larger float, larger key); -0 and +0
+// map to the same key, as they compare equal.
+inline uint32_t SortKey(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof u);
+  if (u == 0x80000000u) u = 0;
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+}  // namespace
+
 int TopK(const float* scores, int n, int k, int32_t* out) {
-  // Select on the values (no index comparator), then one ascending scan: every score above
-  // the k-th largest value, and ties with it from the lowest index up. The output comes out
-  // in index order, so no sort is needed.
+  // A radix select: a histogram of the keys' top 11 bits finds the bin holding the k-th
+  // largest score, a selection inside that bin finds the score itself, and one scan in index
+  // order writes every score above it and the ties with it from the lowest index up (so the
+  // output needs no sort). Two light passes over the row instead of nth_element's branchy
+  // partitions (TopK was ~10% of a 16K-token prefill).
   if (k <= 0 || n <= 0) return 0;
   const float ninf = -std::numeric_limits<float>::infinity();
-  thread_local std::vector<float> vals;
-  vals.clear();
-  for (int i = 0; i < n; ++i)
-    if (scores[i] != ninf) vals.push_back(scores[i]);
-  const int m = std::min<int>(k, int(vals.size()));
-  if (m <= 0) return 0;
+  thread_local std::vector<uint32_t> keys, cand;
+  // Zeroed once; after each call only the bins it touched are cleared again (a row's scores
+  // span a few exponents, and clearing all 8 KB per row showed in profiles).
+  thread_local uint32_t hist[2048] = {};
+  keys.resize(size_t(n));
+  int finite = 0;
+  uint32_t lo_bin = 2047, hi_bin = 0;
+  const uint32_t ninf_key = SortKey(ninf);
+  for (int i = 0; i < n; ++i) {
+    const uint32_t key = SortKey(scores[i]);
+    keys[size_t(i)] = key;
+    if (key != ninf_key) {
+      ++hist[key >> 21];
+      lo_bin = std::min(lo_bin, key >> 21);
+      hi_bin = std::max(hi_bin, key >> 21);
+      ++finite;
+    }
+  }
+  struct ClearBins {
+    uint32_t lo, hi;
+    ~ClearBins() {
+      if (lo <= hi) std::fill(hist + lo, hist + hi + 1, 0u);
+    }
+  } clear{lo_bin, hi_bin};
   int written = 0;
-  if (m == int(vals.size())) {  // every finite score is chosen
+  if (finite <= k) {  // every finite score is chosen
     for (int i = 0; i < n; ++i)
-      if (scores[i] != ninf) out[written++] = i;
+      if (keys[size_t(i)] != ninf_key) out[written++] = i;
     return written;
   }
-  std::nth_element(vals.begin(), vals.begin() + (m - 1), vals.end(), std::greater<float>());
-  const float kth = vals[size_t(m - 1)];
-  int above = 0;
-  for (int i = 0; i < m - 1; ++i) above += vals[size_t(i)] > kth;  // the m-1 before kth are >= it
-  int ties = m - above;
-  for (int i = 0; i < n && written < m; ++i) {
-    const float v = scores[i];
-    if (v > kth) out[written++] = i;
-    else if (v == kth && ties > 0) {
+  int above = 0, bin = int(hi_bin);
+  while (above + int(hist[bin]) < k) above += int(hist[bin--]);
+  cand.clear();
+  for (int i = 0; i < n; ++i)
+    if ((keys[size_t(i)] >> 21) == uint32_t(bin) && keys[size_t(i)] != ninf_key) cand.push_back(keys[size_t(i)]);
+  const int need = k - above;  // the need-th largest key of the bin is the k-th overall
+  std::nth_element(cand.begin(), cand.begin() + (need - 1), cand.end(), std::greater<uint32_t>());
+  const uint32_t kth = cand[size_t(need - 1)];
+  for (int i = 0; i < need - 1; ++i) above += cand[size_t(i)] > kth;
+  int ties = k - above;
+  for (int i = 0; i < n && written < k; ++i) {
+    const uint32_t key = keys[size_t(i)];
+    if (key > kth) out[written++] = i;
+    else if (key == kth && ties > 0) {
       out[written++] = i;
       --ties;
     }

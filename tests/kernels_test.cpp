@@ -189,9 +189,11 @@ TEST_CASE("TopK matches the reference, breaks ties toward the lower index and sk
 TEST_CASE("TopK at the model's sizes: k = 512 of thousands with ties, and fewer finite scores than k") {
   std::mt19937_64 rng(9);
   for (int n : {511, 512, 513, 4096, 5000})
-    for (int kk : {512, 64}) {
+    for (int kk : {512, 64, 1, 3000}) {
       std::vector<float> s(static_cast<size_t>(n));
-      for (int i = 0; i < n; ++i) s[size_t(i)] = float(rng() % 97) * 0.25f;
+      // Negative and positive scores, many ties, -0 beside +0 (equal, so a tie), and -inf.
+      for (int i = 0; i < n; ++i) s[size_t(i)] = (float(rng() % 97) - 48.0f) * 0.25f;
+      for (int i = 0; i < n; i += 7) s[size_t(i)] = (i % 2) ? -0.0f : 0.0f;
       for (int i = 0; i < n; i += 3) s[size_t(i)] = -std::numeric_limits<float>::infinity();
       std::vector<int32_t> a(static_cast<size_t>(kk)), b(static_cast<size_t>(kk));
       const int na = k::TopK(s.data(), n, kk, a.data()), nb = k::ref::TopK(s.data(), n, kk, b.data());
