@@ -41,9 +41,9 @@ void SinkSoftmax(float* p, int n, int n_heads, const float* sink, float* inv) {
 
 #if defined(__AVX512F__)
 
-// Lane k of the result = sum of the lanes of v[k] (16 dot products finished at once). The
-// tree leaves source 4m + j in lane 4j + m; the caller reads it through kLaneOf.
-inline void Transpose16Sums(const __m512* v, float* out) {
+// The sums of the lanes of v[0..16) (16 dot products finished at once), in one vector: the
+// tree leaves the sum of v[4m + j] in lane 4j + m.
+inline __m512 Transpose16Sums(const __m512* v) {
   __m512 w[8], x[4], y[2];
   for (int k = 0; k < 8; ++k)
     w[k] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
@@ -54,10 +54,10 @@ inline void Transpose16Sums(const __m512* v, float* out) {
   for (int k = 0; k < 2; ++k)
     y[k] = _mm512_add_ps(_mm512_shuffle_ps(x[2 * k], x[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
                          _mm512_shuffle_ps(x[2 * k], x[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m512 z = _mm512_add_ps(_mm512_shuffle_ps(y[0], y[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                                 _mm512_shuffle_ps(y[0], y[1], _MM_SHUFFLE(3, 1, 3, 1)));
-  _mm512_storeu_ps(out, z);
+  return _mm512_add_ps(_mm512_shuffle_ps(y[0], y[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_ps(y[0], y[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
+
 // ExpNonPositive on 16 lanes (same reduction and polynomial; 2^n applied by scalef).
 inline __m512 Exp512(__m512 x) {
   x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
@@ -100,7 +100,6 @@ void SinkSoftmaxAvx512(float* p, int n, int n_heads, const float* sink, float* i
   }
 }
 
-constexpr int kLaneOf[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
 
 // p[h * n + e] = scale * q[h] . ent[e] for a tile of 4 entries x 4 heads.
 inline void ScoreTile(const float* q, int n, int dim, const float* const* ent, int e0, int h0, float scale, float* p) {
@@ -118,10 +117,13 @@ inline void ScoreTile(const float* q, int n, int dim, const float* const* ent, i
       for (int j = 0; j < 4; ++j) acc[j * 4 + h] = _mm512_fmadd_ps(qv, ev[j], acc[j * 4 + h]);
     }
   }
-  alignas(64) float sums[16];
-  Transpose16Sums(acc, sums);
-  for (int j = 0; j < 4; ++j)
-    for (int h = 0; h < 4; ++h) p[size_t(h0 + h) * n + e0 + j] = scale * sums[kLaneOf[j * 4 + h]];
+  // acc[j * 4 + h] lands in lane 4h + j: each 128-bit quarter is one head's 4 entries, which
+  // are adjacent in p.
+  const __m512 z = _mm512_mul_ps(Transpose16Sums(acc), _mm512_set1_ps(scale));
+  _mm_storeu_ps(p + size_t(h0) * n + e0, _mm512_extractf32x4_ps(z, 0));
+  _mm_storeu_ps(p + size_t(h0 + 1) * n + e0, _mm512_extractf32x4_ps(z, 1));
+  _mm_storeu_ps(p + size_t(h0 + 2) * n + e0, _mm512_extractf32x4_ps(z, 2));
+  _mm_storeu_ps(p + size_t(h0 + 3) * n + e0, _mm512_extractf32x4_ps(z, 3));
 }
 
 inline float DotAvx512(const float* a, const float* b, int dim) {
