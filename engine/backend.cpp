@@ -12,6 +12,13 @@ class CpuSequence final : public Sequence {
  public:
   explicit CpuSequence(SequenceState s) : st(std::move(s)) {}
   int64_t pos() const override { return st.pos; }
+  int64_t decoder_pos() const override { return st.decoder_pos; }
+  int64_t exact_until() const override { return st.ExactUntil(); }
+  const std::vector<int32_t>& tokens() const override { return st.tokens; }
+  void SetKeepRows(int64_t keep_h_e_rows, int64_t keep_extra_rows) override {
+    st.keep_h_e_rows = keep_h_e_rows;
+    st.keep_extra_rows = keep_extra_rows;
+  }
   SequenceState st;
 };
 
@@ -37,6 +44,7 @@ class CpuBackend final : public Backend {
     return cedar::DecodeBatch(m_, states, tokens, stats);
   }
   StepStats EncoderReplay(Sequence& s) const override { return cedar::EncoderReplay(m_, Cpu(s).st); }
+  StepStats ExactEncoderRestore(Sequence& s) const override { return cedar::ExactEncoderRestore(m_, Cpu(s).st); }
   void RebuildLayerEWindow(Sequence& s) const override { cedar::RebuildLayerEWindow(m_, Cpu(s).st); }
   SequenceState Download(const Sequence& s) const override {
     return CopyState(static_cast<const CpuSequence&>(s).st, m_.config());
@@ -44,6 +52,8 @@ class CpuBackend final : public Backend {
   std::unique_ptr<Sequence> Upload(const SequenceState& st) const override {
     return std::make_unique<CpuSequence>(CopyState(st, m_.config()));
   }
+  std::unique_ptr<Sequence> Adopt(SequenceState&& st) const override { return std::make_unique<CpuSequence>(std::move(st)); }
+  const SequenceState* HostState(const Sequence& s) const override { return &static_cast<const CpuSequence&>(s).st; }
 
  private:
   const Model& m_;

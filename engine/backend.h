@@ -5,7 +5,8 @@
 // A Sequence is a backend's own per-sequence state (a SequenceState on the CPU, a device
 // state on the GPU); Download/Upload turn it into and from a host SequenceState, which is
 // what the prefix cache (cache/state_codec.h) stores. Every call has engine/engine.h's
-// semantics. Thread contract: calls on one Backend must not overlap (the CUDA backend owns
+// semantics. A Sequence keeps its tokens and positions on the host on every backend (the
+// session layer matches prompts against them without touching the device). Thread contract: calls on one Backend must not overlap (the CUDA backend owns
 // one stream and one cuBLAS handle); the Model must outlive the Backend.
 #pragma once
 #include <cstdint>
@@ -22,6 +23,11 @@ class Sequence {
  public:
   virtual ~Sequence() = default;
   virtual int64_t pos() const = 0;
+  virtual int64_t decoder_pos() const = 0;                  // SequenceState::decoder_pos
+  virtual int64_t exact_until() const = 0;                  // SequenceState::ExactUntil()
+  virtual const std::vector<int32_t>& tokens() const = 0;   // every token consumed, [pos]
+  // SequenceState::keep_h_e_rows / keep_extra_rows: history the next calls keep.
+  virtual void SetKeepRows(int64_t keep_h_e_rows, int64_t keep_extra_rows) = 0;
 };
 
 class Backend {
@@ -37,9 +43,15 @@ class Backend {
   virtual std::vector<std::vector<float>> DecodeBatch(std::span<Sequence* const> seqs, std::span<const int32_t> tokens,
                                                       std::vector<StepStats>* stats = nullptr) const = 0;
   virtual StepStats EncoderReplay(Sequence& s) const = 0;
+  virtual StepStats ExactEncoderRestore(Sequence& s) const = 0;
   virtual void RebuildLayerEWindow(Sequence& s) const = 0;
   virtual SequenceState Download(const Sequence& s) const = 0;                     // a host copy
   virtual std::unique_ptr<Sequence> Upload(const SequenceState& st) const = 0;    // a copy on this backend
+  // Upload that may take the host state over: the CPU keeps it as is (no copy).
+  virtual std::unique_ptr<Sequence> Adopt(SequenceState&& st) const { return Upload(st); }
+  // The sequence's own host state when it lives on the host (the CPU), so a reader needs no
+  // Download copy; nullptr on a device.
+  virtual const SequenceState* HostState(const Sequence&) const { return nullptr; }
 };
 
 struct BackendOptions {

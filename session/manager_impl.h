@@ -20,6 +20,7 @@ namespace cedar::session {
 // closures through `tasks` and wait on futures.
 struct SessionManager::Impl {
   std::shared_ptr<const Model> model;
+  std::unique_ptr<Backend> backend;  // after `model`, so it goes first (it refers to the model)
   ManagerOptions opt;
   std::unique_ptr<cache::PrefixCache> cache;
   std::thread engine;
@@ -71,10 +72,14 @@ struct SessionManager::Impl {
   void StepAll();              // one batched decode step for every turn in flight
   void Finish(ActiveTurn& t, const std::string& reason);
   void Fail(ActiveTurn& t, ErrorKind kind, const std::string& message);
-  SequenceState Restore(ActiveTurn& t, Session* s);
+  std::unique_ptr<Sequence> Restore(ActiveTurn& t, Session* s);
   void InsertIntoCache(const SequenceState& st, std::vector<cache::SnapshotInput> snapshots, cache::TenantSalt salt);
   std::optional<cache::SnapshotInput> SnapshotAt(const SequenceState& st, int64_t position);
   void PrepareState(SequenceState& st) const;
+  void PrepareState(Sequence& s) const;  // the same history, on a backend sequence
+  // What the cache codec reads: the sequence's own state on the CPU (no copy), else a
+  // Download into `copy`. Called only where a turn feeds the cache.
+  const SequenceState& HostView(const Sequence& s, std::optional<SequenceState>& copy) const;
   void TouchSessionLimit();
 };
 

@@ -57,6 +57,8 @@ std::unique_ptr<SessionManager> SessionManager::Start(std::shared_ptr<const Mode
   auto impl = std::make_unique<Impl>();
   impl->model = model;
   impl->opt = options;
+  impl->backend = MakeBackend(*impl->model, options.backend);  // first: a missing device fails before the cache opens
+  spdlog::info("session manager on {}", impl->backend->Describe());
   cache::PrefixCacheConfig cc;
   cc.page_tokens = options.page_tokens;
   cc.ram_budget_bytes = options.cache_ram_bytes;
@@ -66,6 +68,8 @@ std::unique_ptr<SessionManager> SessionManager::Start(std::shared_ptr<const Mode
   if (!opened.ok()) throw std::runtime_error("cannot open the prefix cache: " + opened.status().ToString());
   impl->cache = std::move(opened).value();
   std::unique_ptr<SessionManager> m(new SessionManager(std::move(model), std::move(impl)));
+  m->device_ = m->impl_->backend->name();
+  m->device_detail_ = m->impl_->backend->Describe();
   Impl* raw = m->impl_.get();
   raw->engine = std::thread([raw] { raw->Loop(); });
   return m;
@@ -145,12 +149,14 @@ std::string SessionManager::CreateSession(const std::string& id, const std::vect
       if (int64_t(pin_prefix.size()) > c.max_seq_len) throw std::invalid_argument("pin prefix longer than the model's limit");
       // Prefill it once (the encoder makes everything the cache keeps), snapshot at its last
       // page boundary, insert, and soft-pin: sessions sharing it restore exactly.
-      SequenceState st(c);
-      I.PrepareState(st);
+      std::unique_ptr<Sequence> seq = I.backend->NewSequence();
+      I.PrepareState(*seq);
       PrefillOptions po;
       po.mode = PrefillMode::kBounded;
       po.chunk_size = 2048;
-      Prefill(*I.model, st, pin_prefix, po);
+      I.backend->Prefill(*seq, pin_prefix, po);
+      std::optional<SequenceState> copy;
+      const SequenceState& st = I.HostView(*seq, copy);  // one Download on a device
       std::vector<cache::SnapshotInput> snaps;
       const int64_t b = int64_t(pin_prefix.size() / I.opt.page_tokens * I.opt.page_tokens);
       if (auto snap = I.SnapshotAt(st, b)) snaps.push_back(*snap);
@@ -172,8 +178,8 @@ std::optional<SessionInfo> SessionManager::GetSession(const std::string& id) {
     const Session& s = it->second;
     SessionInfo info;
     info.id = s.id;
-    info.live = s.live.has_value();
-    info.tokens = s.live ? s.live->pos : 0;
+    info.live = s.live != nullptr;
+    info.tokens = s.live ? s.live->pos() : 0;
     info.turns = s.turns;
     info.pinned_tokens = int64_t(s.pinned_prefix.size());
     info.idle_seconds = Ms(s.last_used, std::chrono::steady_clock::now()) / 1000.0;

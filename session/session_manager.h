@@ -2,6 +2,11 @@
 // the model's per-sequence states, the prefix cache and every session; other threads call the
 // methods below, which post work to that thread and wait (or return a future).
 //
+// The engine calls go through a Backend (engine/backend.h): sessions' live states are backend
+// Sequences (device-resident on CUDA). The cache stays host logic: a restore builds a host
+// SequenceState from pages and a snapshot and uploads it; the two points that feed the cache
+// (the snapshot at the prompt's end, the insert when a turn finishes) download the state.
+//
 // A turn: the whole context (prompt tokens) of a conversation. If the session's live state is
 // a prefix of it, only the new tokens run (encoder; decoder exactly from the live windows for
 // <= W new tokens, else per the decoder policy); otherwise the longest cached prefix is
@@ -18,6 +23,7 @@
 #include <vector>
 
 #include "cache/cache_types.h"
+#include "engine/backend.h"
 #include "engine/model.h"
 #include "engine/sampling.h"
 
@@ -116,11 +122,14 @@ struct ManagerOptions {
   size_t page_tokens = 16;                // power of two, even
   int max_sessions = 1024;                // live sessions kept; the least recently used drops its live state
   bool snapshot_decoder_windows = true;   // snapshots also hold decoder windows (exact restore)
+  BackendOptions backend;                 // --device (default cpu: the engine of engine/engine.h), F32 device weights
 };
 
 class SessionManager {
  public:
-  // Starts the engine thread. Throws std::runtime_error if the cache cannot be opened.
+  // Starts the engine thread. Throws std::runtime_error if the cache cannot be opened or the
+  // backend cannot start (options.backend.device "cuda" without a device), and
+  // std::invalid_argument on an unknown device name.
   static std::unique_ptr<SessionManager> Start(std::shared_ptr<const Model> model, ManagerOptions options);
   ~SessionManager();  // Shutdown(true)
   SessionManager(const SessionManager&) = delete;
@@ -140,6 +149,8 @@ class SessionManager {
 
   EngineMetrics Metrics();
   const Model& model() const { return *model_; }
+  const std::string& device() const { return device_; }              // "cpu" or "cuda": the backend in use
+  const std::string& device_detail() const { return device_detail_; }  // Backend::Describe()
 
   // Stops accepting work; in-flight and queued turns finish (cancel = false) or end as
   // "cancelled" (cancel = true); flushes the cache's disk tier; joins the engine thread.
@@ -149,6 +160,7 @@ class SessionManager {
   struct Impl;
   SessionManager(std::shared_ptr<const Model> model, std::unique_ptr<Impl> impl);
   std::shared_ptr<const Model> model_;
+  std::string device_, device_detail_;  // fixed at Start (the backend itself is the engine thread's)
   std::unique_ptr<Impl> impl_;
 };
 

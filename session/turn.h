@@ -2,12 +2,13 @@
 #pragma once
 #include <chrono>
 #include <future>
+#include <memory>
 #include <optional>
 #include <vector>
 
 #include "cache/cache_types.h"
 #include "cache/prefix_cache.h"
-#include "engine/engine.h"
+#include "engine/backend.h"
 #include "engine/sampling.h"
 #include "session/session_manager.h"
 
@@ -15,7 +16,7 @@ namespace cedar::session {
 
 struct Session {
   std::string id;
-  std::optional<SequenceState> live;  // exact state after the last turn (prompt + output[:-1])
+  std::unique_ptr<Sequence> live;     // exact state after the last turn (prompt + output[:-1]), on the backend
   int64_t turns = 0;
   std::vector<int32_t> pinned_prefix;
   cache::PrefixHandle prefix;         // pins the cached prefix of the last turn while the session lives
@@ -26,7 +27,7 @@ struct ActiveTurn {
   TurnRequest request;
   std::promise<TurnResult> promise;
   std::chrono::steady_clock::time_point submitted;
-  std::optional<SequenceState> state;
+  std::unique_ptr<Sequence> state;         // on the backend
   std::optional<Sampler> sampler;
   std::vector<float> logits;               // [V] predicting the next token
   std::vector<cache::SnapshotInput> snapshots;  // taken at the end of the prompt

@@ -1,4 +1,6 @@
 // The life of one turn on the engine thread: restore, prefill, decode step by step, remember.
+// The engine calls go through the backend; host<->device copies happen only at a restore
+// (Upload of the state built from the cache) and where the turn feeds the cache (Download).
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -16,12 +18,22 @@ double Ms(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::ti
 constexpr int kPrefillChunk = 2048;
 }  // namespace
 
+// A page of slack so the snapshot can be cut at the last page boundary; a staircase of H_E
+// (plus the W - 1 rows layer E's window reaches back) so an exact decoder can be rebuilt.
 void SessionManager::Impl::PrepareState(SequenceState& st) const {
   const ModelConfig& c = model->config();
-  // A page of slack so the snapshot can be cut at the last page boundary; a staircase of H_E
-  // (plus the W - 1 rows layer E's window reaches back) so an exact decoder can be rebuilt.
   st.keep_extra_rows = int64_t(opt.page_tokens);
   st.keep_h_e_rows = c.StaircaseLength() + c.window - 1;
+}
+
+void SessionManager::Impl::PrepareState(Sequence& s) const {
+  const ModelConfig& c = model->config();
+  s.SetKeepRows(c.StaircaseLength() + c.window - 1, int64_t(opt.page_tokens));
+}
+
+const SequenceState& SessionManager::Impl::HostView(const Sequence& s, std::optional<SequenceState>& copy) const {
+  if (const SequenceState* host = backend->HostState(s)) return *host;
+  return copy.emplace(backend->Download(s));
 }
 
 std::optional<cache::SnapshotInput> SessionManager::Impl::SnapshotAt(const SequenceState& st, int64_t position) {
@@ -56,26 +68,25 @@ void SessionManager::Impl::InsertIntoCache(const SequenceState& st, std::vector<
 
 // Builds the state a turn starts from: the session's live state when it is a prefix of the
 // prompt; else the longest cached prefix (snapshot, or Encoder SWA Bounded Replay); else empty.
-SequenceState SessionManager::Impl::Restore(ActiveTurn& t, Session* s) {
+// A cached prefix is assembled on the host (the codec's format) and uploaded once.
+std::unique_ptr<Sequence> SessionManager::Impl::Restore(ActiveTurn& t, Session* s) {
   const ModelConfig& c = model->config();
   const auto& prompt = t.request.prompt;
   TurnAccounting& a = t.result.accounting;
-  if (s && s->live && s->live->pos < int64_t(prompt.size()) &&
-      std::equal(s->live->tokens.begin(), s->live->tokens.end(), prompt.begin())) {
-    a.matched_live = s->live->pos;
+  if (s && s->live && s->live->pos() < int64_t(prompt.size()) &&
+      std::equal(s->live->tokens().begin(), s->live->tokens().end(), prompt.begin())) {
+    a.matched_live = s->live->pos();
     spdlog::debug("turn: live hit of {} tokens", a.matched_live);
-    SequenceState st = std::move(*s->live);
-    s->live.reset();
-    return st;
+    return std::move(s->live);
   }
   if (s) s->live.reset();  // the conversation diverged: the live state is of no further use
   // Match at most prompt - 1 tokens: the last one must run to give logits.
   std::span<const int32_t> query(prompt.data(), prompt.size() - 1);
   const cache::MatchResult m = cache->Match(query, t.request.tenant);
-  SequenceState fresh(c);
-  if (m.matched_tokens == 0) return fresh;
+  auto fresh = [&] { return backend->NewSequence(); };
+  if (m.matched_tokens == 0) return fresh();
   auto handle = cache->Acquire(query, t.request.tenant);
-  if (!handle.ok() || handle->empty()) return fresh;
+  if (!handle.ok() || handle->empty()) return fresh();
   const size_t page = opt.page_tokens;
   const size_t P = handle->tokens(), S = handle->snapshot_position();
   // With a snapshot at the match end: exact. Without: the staircase restore (exact), or a replay
@@ -89,33 +100,32 @@ SequenceState SessionManager::Impl::Restore(ActiveTurn& t, Session* s) {
     use = S;
     with_snapshot = S > 0;
   }
-  if (use == 0) return fresh;
+  if (use == 0) return fresh();
   std::span<const cache::Payload> pages(handle->pages().data(), use / page);
   auto st = cache::StateFromPages(c, pages, page, prompt);
   if (!st.ok()) {
     spdlog::warn("cache restore failed: {}", st.status().ToString());
-    return fresh;
+    return fresh();
   }
-  SequenceState out = std::move(st).value();
+  SequenceState host = std::move(st).value();
+  std::unique_ptr<Sequence> out;
   if (with_snapshot) {
-    cache::Status applied = cache::ApplySnapshot(c, handle->snapshot(), out);
+    cache::Status applied = cache::ApplySnapshot(c, handle->snapshot(), host);
     if (!applied.ok()) {
       spdlog::warn("snapshot rejected: {}", applied.ToString());
-      return fresh;
+      return fresh();
     }
-    RebuildLayerEWindow(*model, out);
+    out = backend->Adopt(std::move(host));
+    backend->RebuildLayerEWindow(*out);
     a.snapshot_hit = true;
   } else {
     // No snapshot at the match end: rebuild the encoder windows from the pools, exactly (the
     // staircase) or by Encoder SWA Bounded Replay.
     const bool staircase = t.request.restore == RestorePolicy::kStaircase;
     StepStats rs;
-    if (staircase) {
-      PrepareState(out);  // the rows kept decide how far back the staircase reaches
-      rs = ExactEncoderRestore(*model, out);
-    } else {
-      rs = EncoderReplay(*model, out);
-    }
+    if (staircase) PrepareState(host);  // the rows kept decide how far back the staircase reaches
+    out = backend->Adopt(std::move(host));
+    rs = staircase ? backend->ExactEncoderRestore(*out) : backend->EncoderReplay(*out);
     (staircase ? a.exact_restore_rows : a.encoder_replay_rows) = rs.replay_rows;
     a.layer_token_units += rs.layer_token_units;
     a.prefill_units += rs.layer_token_units;
@@ -152,11 +162,11 @@ void SessionManager::Impl::StartTurn(ActiveTurn& t) {
   if (rq.max_tokens < 0) return Fail(t, ErrorKind::kInvalidRequest, "max_tokens must be >= 0");
   rq.max_tokens = int(std::min<int64_t>(rq.max_tokens, c.max_seq_len - int64_t(rq.prompt.size())));
   try {
-    t.state.emplace(Restore(t, s));
-    SequenceState& st = *t.state;
+    t.state = Restore(t, s);
+    Sequence& st = *t.state;
     PrepareState(st);
-    const int64_t N = int64_t(rq.prompt.size()), p0 = st.pos, fresh_rows = N - p0;
-    const bool live_decoder = st.decoder_pos == p0 && p0 > 0;
+    const int64_t N = int64_t(rq.prompt.size()), p0 = st.pos(), fresh_rows = N - p0;
+    const bool live_decoder = st.decoder_pos() == p0 && p0 > 0;
     PrefillOptions po;
     po.chunk_size = kPrefillChunk;
     if (rq.decoder == DecoderPolicy::kExact || (live_decoder && fresh_rows <= c.window && rq.decoder == DecoderPolicy::kAuto))
@@ -164,7 +174,7 @@ void SessionManager::Impl::StartTurn(ActiveTurn& t) {
     else
       po.mode = PrefillMode::kBounded;
     if (p0 == 0 && rq.decoder == DecoderPolicy::kAuto && N <= c.window) po.mode = PrefillMode::kExact;
-    PrefillResult pr = Prefill(*model, st, std::span<const int32_t>(rq.prompt.data() + p0, size_t(fresh_rows)), po);
+    PrefillResult pr = backend->Prefill(st, std::span<const int32_t>(rq.prompt.data() + p0, size_t(fresh_rows)), po);
     if (po.mode == PrefillMode::kBounded && N > c.window) metrics.decoder_replays++;
     a.prompt_tokens = N;
     a.tokens_encoded = fresh_rows;
@@ -176,7 +186,14 @@ void SessionManager::Impl::StartTurn(ActiveTurn& t) {
     a.no_cache_units = N * c.n_layers;
     t.logits = std::move(pr.logits);
     if (rq.return_prompt_logits) t.result.prompt_logits = t.logits;
-    if (auto snap = SnapshotAt(st, N / int64_t(opt.page_tokens) * int64_t(opt.page_tokens))) t.snapshots.push_back(*snap);
+    // The snapshot at the prompt's last page boundary must be cut now: decoding moves the
+    // windows past it. With nothing to decode, Finish cuts the same one from the same state
+    // (so a device downloads once).
+    const int64_t boundary = N / int64_t(opt.page_tokens) * int64_t(opt.page_tokens);
+    if (rq.max_tokens > 0 && boundary > 0) {
+      std::optional<SequenceState> copy;
+      if (auto snap = SnapshotAt(HostView(st, copy), boundary)) t.snapshots.push_back(*snap);
+    }
     t.sampler.emplace(rq.sampling);
     if (rq.max_tokens == 0) {
       a.ttft_ms = Ms(t.submitted, std::chrono::steady_clock::now());
@@ -207,15 +224,15 @@ void SessionManager::Impl::StepAll() {
   for (ActiveTurn& t : active)
     if (!t.done && Sample(t)) going.push_back(&t);
   if (going.empty()) return;
-  std::vector<SequenceState*> states;
+  std::vector<Sequence*> states;
   std::vector<int32_t> tokens;
   for (ActiveTurn* t : going) {
-    states.push_back(&*t->state);
+    states.push_back(t->state.get());
     tokens.push_back(t->result.output.back());
   }
   try {
     std::vector<StepStats> stats;
-    auto logits = DecodeBatch(*model, states, tokens, &stats);
+    auto logits = backend->DecodeBatch(states, tokens, &stats);
     for (size_t i = 0; i < going.size(); ++i) {
       going[i]->logits = std::move(logits[i]);
       going[i]->result.accounting.layer_token_units += stats[i].layer_token_units;
@@ -231,7 +248,8 @@ void SessionManager::Impl::Finish(ActiveTurn& t, const std::string& reason) {
   t.done = true;
   t.result.finish_reason = reason;
   TurnAccounting& a = t.result.accounting;
-  SequenceState& st = *t.state;
+  std::optional<SequenceState> copy;
+  const SequenceState& st = HostView(*t.state, copy);  // the one Download of a turn's end
   // Remember: pages of everything consumed, snapshots at the prompt's and the output's ends.
   std::vector<cache::SnapshotInput> snaps = std::move(t.snapshots);
   const int64_t end = st.pos / int64_t(opt.page_tokens) * int64_t(opt.page_tokens);
@@ -244,7 +262,7 @@ void SessionManager::Impl::Finish(ActiveTurn& t, const std::string& reason) {
       it->second.prefix.Release();
       auto pinned = cache->Acquire(std::span<const int32_t>(st.tokens.data(), size_t(st.ExactUntil())), t.request.tenant);
       if (pinned.ok()) it->second.prefix = std::move(pinned).value();
-      it->second.live = std::move(st);
+      it->second.live = std::move(t.state);
       it->second.turns++;
       it->second.last_used = std::chrono::steady_clock::now();
     }

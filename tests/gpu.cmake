@@ -43,3 +43,11 @@ if(TARGET cedar_engine)
   add_test(NAME gpu_model_test COMMAND gpu_model_test)
   set_tests_properties(gpu_model_test PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 600)
 endif()
+# The session layer on the CUDA backend against the CPU backend (SessionManager, the cache).
+if(TARGET cedar_session)
+  add_executable(gpu_session_test ${CEDAR_GPU_ROOT}/tests/gpu_session_test.cpp ${CEDAR_GPU_ROOT}/tests/test_models.cpp
+                                  ${CEDAR_GPU_ROOT}/tests/gpu_test_main.cpp)
+  target_link_libraries(gpu_session_test PRIVATE cedar_session cedar_kernels_cuda doctest::doctest)
+  add_test(NAME gpu_session_test COMMAND gpu_session_test)
+  set_tests_properties(gpu_session_test PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 600)
+endif()

@@ -11,6 +11,13 @@ class CudaSequence final : public Sequence {
  public:
   explicit CudaSequence(DeviceState s) : st(std::move(s)) {}
   int64_t pos() const override { return st.pos; }
+  int64_t decoder_pos() const override { return st.decoder_pos; }
+  int64_t exact_until() const override { return st.ExactUntil(); }
+  const std::vector<int32_t>& tokens() const override { return st.tokens; }
+  void SetKeepRows(int64_t keep_h_e_rows, int64_t keep_extra_rows) override {
+    st.keep_h_e_rows = keep_h_e_rows;
+    st.keep_extra_rows = keep_extra_rows;
+  }
   DeviceState st;
 };
 
@@ -42,6 +49,7 @@ class CudaBackend final : public Backend {
     return gpu::DecodeBatch(*dm_, states, tokens, stats);
   }
   StepStats EncoderReplay(Sequence& s) const override { return gpu::EncoderReplay(*dm_, Dev(s)); }
+  StepStats ExactEncoderRestore(Sequence& s) const override { return gpu::ExactEncoderRestore(*dm_, Dev(s)); }
   void RebuildLayerEWindow(Sequence& s) const override { gpu::RebuildLayerEWindow(*dm_, Dev(s)); }
   SequenceState Download(const Sequence& s) const override {
     return gpu::Download(static_cast<const CudaSequence&>(s).st, dm_->config());

@@ -1,4 +1,4 @@
-// Prefill, decode and Encoder SWA Bounded Replay on the device (device_engine.h). The row
+// Prefill, decode, Encoder SWA Bounded Replay and the exact encoder restore on the device (device_engine.h). The row
 // planning is engine/engine.cpp's, line for line (keep the two in step): which rows pass
 // which layer, window floors, what is trimmed after each call.
 #include "engine/cuda/device_engine.h"
@@ -201,6 +201,37 @@ StepStats EncoderReplay(const DeviceModel& m, DeviceState& st) {
   st.replayed = true;
   s.layer_token_units = s.encoder_units = ctx.layer_token_units;
   spdlog::debug("cuda encoder replay at P={}: {} rows", P, R);
+  return s;
+}
+
+// engine.cpp ExactEncoderRestore: EncoderReplay's pass over the larger R of ExactRestoreRows,
+// then the rows whose windows reached below the floor (inexact) are dropped. DeviceRows drops
+// old rows by moving `lo`, so the drop costs no copy.
+StepStats ExactEncoderRestore(const DeviceModel& m, DeviceState& st) {
+  const ModelConfig& c = m.config();
+  const int E = c.n_encoder_layers;
+  const int64_t P = st.pos, W = c.window;
+  if (int64_t(st.tokens.size()) != P) throw std::invalid_argument("ExactEncoderRestore: the state's tokens do not cover its position");
+  StepStats s;
+  if (P == 0) return s;
+  const int64_t R = ExactRestoreRows(c, P, st.keep_h_e_rows, st.keep_extra_rows), floor = P - R;
+  for (int l = 0; l < c.n_layers; ++l) st.windows[size_t(l)].Clear();
+  st.h_e.Clear();
+  st.decoder_pos = 0;
+  DevPassContext ctx;
+  DevRows h;
+  Embed(m, st.tokens.data() + floor, int(R), floor, h);  // h: [R, d]
+  for (int l = 0; l < E; ++l) RunLayer(m, st, l, h, floor, floor, ctx);
+  AppendHe(st, h.h.get(), floor, int(R), c.dim);
+  RunLayer(m, st, E, h, P, 0, ctx);  // layer E's window entries from H_E
+  // Rows near the floor saw truncated windows; from the staircase on, every window was whole.
+  if (floor > 0) {
+    for (int l = 0; l <= E; ++l) st.windows[size_t(l)].DropBefore(floor + int64_t(l) * (W - 1));
+    st.h_e.DropBefore(floor + int64_t(E) * (W - 1));
+  }
+  s.replay_rows = R;
+  s.layer_token_units = s.encoder_units = ctx.layer_token_units;
+  spdlog::debug("cuda exact encoder restore at P={}: {} rows", P, R);
   return s;
 }
 

@@ -16,6 +16,7 @@ std::vector<float> DecodeStep(const DeviceModel& m, DeviceState& st, int32_t tok
 std::vector<std::vector<float>> DecodeBatch(const DeviceModel& m, std::span<DeviceState* const> states,
                                             std::span<const int32_t> tokens, std::vector<StepStats>* stats = nullptr);
 StepStats EncoderReplay(const DeviceModel& m, DeviceState& st);
+StepStats ExactEncoderRestore(const DeviceModel& m, DeviceState& st);
 void RebuildLayerEWindow(const DeviceModel& m, DeviceState& st);
 
 }  // namespace cedar::gpu

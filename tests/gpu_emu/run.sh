@@ -3,14 +3,17 @@
 # the CUDA engine (engine/cuda/) and the tests themselves on a machine without a GPU. Slow
 # (every CUDA thread is a fiber); not a substitute for scripts/gpu-check.sh on a GPU.
 # Usage: tests/gpu_emu/run.sh [doctest args]
-#   EMU_TESTS: which binaries (default: gpu_ops_test gpu_select_test gpu_attention_moe_test gpu_model_test)
+#   EMU_TESTS: which binaries (default: gpu_ops_test gpu_select_test gpu_attention_moe_test gpu_model_test
+#              gpu_session_test)
 #   EMU_BUILD: object directory (default /tmp/cedar-gpu-emu); EMU_FLAGS: extra compiler flags
-# gpu_model_test runs with CEDAR_GPU_QUICK=1 (fewer lengths) unless CEDAR_GPU_QUICK=0 is set.
+# The model-level tests (gpu_model_test, gpu_session_test) run with CEDAR_GPU_QUICK=1 (fewer
+# lengths) unless CEDAR_GPU_QUICK=0 is set.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 emu="$root/tests/gpu_emu"
 out=${EMU_BUILD:-/tmp/cedar-gpu-emu}
-tests=(${EMU_TESTS:-gpu_ops_test gpu_select_test gpu_attention_moe_test gpu_model_test})
+tests=(${EMU_TESTS:-gpu_ops_test gpu_select_test gpu_attention_moe_test gpu_model_test gpu_session_test})
+model_tests=" gpu_model_test gpu_session_test "  # linked against the engine (and the session layer)
 mkdir -p "$out/src" "$out/engine"
 # The .cu files as C++: kernel launches become emu::Launch calls, dynamic shared memory a pointer.
 for f in "$root"/kernels/cuda/*.cu; do
@@ -44,25 +47,38 @@ compile "$root/kernels/reference_ops.cpp" "$out/reference_ops.o" "${flags[@]}"
 # kernels (plain C++: engine code sees only the host-only kernels/cuda headers). Headers are
 # not tracked: a header change needs EMU_BUILD cleared (or the touched .cpp files).
 engine_objs=()
-if [[ " ${tests[*]} " == *" gpu_model_test "* ]]; then
+session_objs=()
+need_engine=0
+for t in "${tests[@]}"; do [[ $model_tests == *" $t "* ]] && need_engine=1; done
+if [[ $need_engine == 1 ]]; then
   blas_inc=$(ls -d /usr/include/x86_64-linux-gnu/openblas-pthread /usr/include/openblas 2>/dev/null | head -1 || true)
   eflags=(-std=c++20 -O2 -g -march=native -fopenmp-simd -I"$root" -I"$blas_inc" -DCEDAR_HAVE_CUDA
           -DSPDLOG_COMPILED_LIB -DSPDLOG_FMT_EXTERNAL -DSPDLOG_SHARED_LIB -DFMT_SHARED
           -DCEDAR_SOURCE_DIR="\"$root\"" ${EMU_FLAGS:-})
-  for f in "$root"/engine/*.cpp "$root"/engine/cuda/*.cpp "$root"/kernels/*.cpp "$root"/tests/test_models.cpp \
-           "$root"/tests/gpu_model_test.cpp; do
+  for f in "$root"/engine/*.cpp "$root"/engine/cuda/*.cpp "$root"/kernels/*.cpp "$root"/tests/test_models.cpp; do
     [[ $(basename "$f") == reference_ops.cpp ]] && continue  # already in the kernel objects
     o="$out/engine/$(basename "$(dirname "$f")")_$(basename "${f%.cpp}").o"
     compile "$f" "$o" "${eflags[@]}"
     engine_objs+=("$o")
   done
+  # The prefix cache and the session layer: host code, built only for gpu_session_test.
+  if [[ " ${tests[*]} " == *" gpu_session_test "* ]]; then
+    for f in "$root"/cache/*.cpp "$root"/session/*.cpp; do
+      o="$out/engine/$(basename "$(dirname "$f")")_$(basename "${f%.cpp}").o"
+      compile "$f" "$o" "${eflags[@]}"
+      session_objs+=("$o")
+    done
+  fi
 fi
 
 rc=0
 for t in "${tests[@]}"; do
-  if [[ $t == gpu_model_test ]]; then
-    g++ "${flags[@]}" "${engine_objs[@]}" "${objs[@]}" "$out/reference_ops.o" -o "$out/$t" \
-      -lopenblas -lspdlog -lfmt -lxxhash -lpthread
+  if [[ $model_tests == *" $t "* ]]; then
+    compile "$root/tests/$t.cpp" "$out/engine/tests_$t.o" "${eflags[@]}"
+    extra=()
+    [[ $t == gpu_session_test ]] && extra=("${session_objs[@]}" -llmdb)
+    g++ "${flags[@]}" "$out/engine/tests_$t.o" "${engine_objs[@]}" "${extra[@]}" "${objs[@]}" "$out/reference_ops.o" \
+      -o "$out/$t" -lopenblas -lspdlog -lfmt -lxxhash -lpthread
     echo "== $t (emulated)"
     CEDAR_GPU_QUICK=${CEDAR_GPU_QUICK:-1} "$out/$t" "$@" || rc=1
   else

@@ -14,6 +14,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "engine/backend.h"
 #include "engine/model.h"
 #include "kernels/ops.h"
 #include "session/session_manager.h"
@@ -62,7 +63,7 @@ void CheckDefaultSocketDir(const std::string& socket_path) {
 int RunServe(int argc, char** argv) {
   po::options_description desc("cedar serve");
   std::string model_dir, socket_path, host, api_key, model_name, cache_ram, cache_disk, cache_dir;
-  std::string decoder_policy = "auto", restore_policy = "staircase";
+  std::string decoder_policy = "auto", restore_policy = "staircase", device = "auto";
   int port = -1, io_threads = 2, threads = 0, max_sessions = 1024, default_max_tokens = 256;
   size_t max_connections = 1024, max_body = 32u << 20;
   double read_timeout = 60, drain_timeout = 10;
@@ -81,6 +82,9 @@ int RunServe(int argc, char** argv) {
       "(Encoder SWA Bounded Replay of W rows, approximate; caches nothing after) | recompute (from the "
       "deepest snapshot, exact)")(
       "decoder-policy", po::value(&decoder_policy)->default_value("auto"), "auto | exact | bounded")(
+      "device", po::value(&device)->default_value("auto"),
+      "cpu | cuda | auto (cuda when built with CUDA and a GPU exists); cuda without a device fails at start")(
+      "f32-weights", "CUDA: keep F32 weights on the device (default BF16)")(
       "max-sessions", po::value(&max_sessions)->default_value(1024), "sessions that keep a live state")(
       "default-max-tokens", po::value(&default_max_tokens)->default_value(256), "max_tokens when a request gives none")(
       "io-threads", po::value(&io_threads)->default_value(2), "I/O threads")(
@@ -94,7 +98,7 @@ int RunServe(int argc, char** argv) {
   po::variables_map vm;
   po::store(po::parse_command_line(argc, argv, desc), vm);
   if (vm.count("help")) {
-    std::cout << "usage: cedar serve --model DIR [--socket PATH] [--host ADDR --port N] [--api-key KEY]\n\n"
+    std::cout << "usage: cedar serve --model DIR [--device cpu|cuda|auto] [--socket PATH] [--host ADDR --port N] [--api-key KEY]\n\n"
               << desc << "\n";
     return 0;
   }
@@ -105,6 +109,14 @@ int RunServe(int argc, char** argv) {
   }
   if (!server::ParseDecoderPolicy(decoder_policy, &policies.decoder_policy)) {
     throw std::invalid_argument("--decoder-policy: expected auto, exact or bounded, found '" + decoder_policy + "'");
+  }
+  // Checked before the model loads: an unknown name, or cuda in a build or on a machine without it.
+  session::ManagerOptions mo;
+  mo.backend.device = ResolveDevice(device);
+  mo.backend.f32_weights = vm.count("f32-weights") > 0;
+  if (mo.backend.device == "cuda") {
+    std::string why;
+    if (!CudaAvailable(&why)) throw std::runtime_error("--device cuda: " + why);
   }
   // Logs go to stderr: stdout carries only the "listening" line.
   {
@@ -130,7 +142,6 @@ int RunServe(int argc, char** argv) {
   if (model_name.empty()) model_name = std::filesystem::path(model_dir).lexically_normal().filename().string();
   if (model_name.empty()) model_name = "cedar";
 
-  session::ManagerOptions mo;
   mo.cache_ram_bytes = ParseBytes(cache_ram, "--cache-ram");
   mo.cache_disk_bytes = ParseBytes(cache_disk, "--cache-disk");
   mo.cache_dir = cache_dir;
@@ -156,7 +167,7 @@ int RunServe(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   http.Start();
   // One JSON line on stdout says where the server listens (scripts read it; see docs/SERVER.md).
-  nlohmann::json ready = {{"event", "listening"}, {"model", model_name}, {"pid", ::getpid()}};
+  nlohmann::json ready = {{"event", "listening"}, {"model", model_name}, {"device", manager->device()}, {"pid", ::getpid()}};
   ready["unix_socket"] = http.unix_path().empty() ? nlohmann::json(nullptr) : nlohmann::json(http.unix_path());
   ready["tcp"] = host.empty() ? nlohmann::json(nullptr) : nlohmann::json(host + ":" + std::to_string(http.tcp_port()));
   std::cout << ready.dump() << std::endl;

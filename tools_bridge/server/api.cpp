@@ -263,6 +263,8 @@ HttpResponse Api::Models() const {
                 {"max_model_len", c.max_seq_len},
                 {"cedar",
                  {{"dir", manager_.model().dir()},
+                  {"device", manager_.device()},          // the backend in use: cpu or cuda
+                  {"device_detail", manager_.device_detail()},
                   {"vocab_size", c.vocab_size},
                   {"n_layers", c.n_layers},
                   {"n_encoder_layers", c.n_encoder_layers},
@@ -273,7 +275,7 @@ HttpResponse Api::Models() const {
 
 HttpResponse Api::Health() const {
   if (draining_.load()) return JsonResponse(503, {{"status", "draining"}});
-  return JsonResponse(200, {{"status", "ok"}, {"model", options_.model_name}});
+  return JsonResponse(200, {{"status", "ok"}, {"model", options_.model_name}, {"device", manager_.device()}});
 }
 
 HttpResponse Api::Metrics() {
