@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "engine/row_plan.h"
+
 namespace cedar {
 
 const char* ModeName(PrefillMode m) {
@@ -57,10 +59,8 @@ void CheckTokens(const Model& m, const SequenceState& st, std::span<const int32_
 // Keeps what a later call can need: the last W rows of every window and of H_E, and 2W-1
 // rows of layer E's window (a bounded replay of the next turn reads that far back).
 void TrimState(const ModelConfig& c, SequenceState& st) {
-  const int64_t W = c.window, extra = st.keep_extra_rows;
-  for (int l = 0; l < c.n_layers; ++l)
-    st.windows[size_t(l)].DropBefore(st.pos - extra - (l == c.n_encoder_layers ? 2 * W - 1 : W));
-  st.h_e.DropBefore(st.pos - extra - std::max<int64_t>(W, st.keep_h_e_rows));
+  for (int l = 0; l < c.n_layers; ++l) st.windows[size_t(l)].DropBefore(WindowKeepFrom(c, l, st.pos, st.keep_extra_rows));
+  st.h_e.DropBefore(HeKeepFrom(c, st.pos, st.keep_extra_rows, st.keep_h_e_rows));
 }
 
 // The decoder after the encoder ran over every row: rows [a_l, N) pass layer l (exact: the
@@ -68,28 +68,15 @@ void TrimState(const ModelConfig& c, SequenceState& st) {
 void RunDecoderPhase(const Model& m, SequenceState& st, PrefillMode mode, PassContext& ctx, std::vector<float>* last_h) {
   const ModelConfig& c = m.config();
   const int E = c.n_encoder_layers, L = c.n_layers;
-  const int64_t N = st.pos, W = c.window, R = std::min<int64_t>(W, N);
-  std::vector<int64_t> a(size_t(L), 0);  // a[l]: first row passing layer l
-  const bool bounded = mode != PrefillMode::kExact;
-  if (bounded) {
-    std::fill(a.begin(), a.end(), N - R);
-  } else {
-    const int64_t p0 = std::min(st.decoder_pos, N);
-    a[size_t(L - 1)] = std::max<int64_t>(p0, N - W);
-    for (int l = L - 2; l >= E; --l) a[size_t(l)] = std::max<int64_t>(p0, a[size_t(l + 1)] - W + 1);
-  }
-  a[size_t(E)] = std::max(a[size_t(E)], st.h_e.lo());
-  for (int l = E + 1; l < L; ++l) {
-    a[size_t(l)] = std::max(a[size_t(l)], a[size_t(l - 1)]);
-    st.windows[size_t(l)].DropFrom(a[size_t(l - 1)]);  // these rows are recomputed below
-  }
+  const int64_t N = st.pos;
+  const std::vector<int64_t> a = DecoderPhaseStarts(c, mode, N, st.decoder_pos, st.h_e.lo());  // a[l]: first row passing layer l
+  for (int l = E + 1; l < L; ++l) st.windows[size_t(l)].DropFrom(a[size_t(l - 1)]);  // these rows are recomputed below
   Rows h;
   h.first = a[size_t(E)];
   h.n = int(N - h.first);
   h.h.assign(st.h_e.Row(h.first), st.h_e.Row(h.first) + size_t(h.n) * c.dim);
   for (int l = E; l < L; ++l) {
-    int64_t floor = 0;
-    if (bounded && (l > E || mode == PrefillMode::kBoundedPaper)) floor = N - R;
+    const int64_t floor = DecoderPhaseFloor(c, mode, l, N);
     spdlog::debug("decoder layer {}: rows [{}, {}) floor {}", l, a[size_t(l)], N, floor);
     RunLayer(m, st, l, h, a[size_t(l)], floor, ctx);
   }
@@ -125,7 +112,7 @@ PrefillResult Prefill(const Model& m, SequenceState& st, std::span<const int32_t
       for (int l = E + 1; l < L; ++l) RunLayer(m, st, l, h, first, 0, ctx);
     st.pos = first + len;
     st.tokens.insert(st.tokens.end(), tokens.begin() + c0, tokens.begin() + c0 + len);
-    for (int l = 0; l < E; ++l) st.windows[size_t(l)].DropBefore(st.pos - c.window - st.keep_extra_rows);
+    for (int l = 0; l < E; ++l) st.windows[size_t(l)].DropBefore(WindowKeepFrom(c, l, st.pos, st.keep_extra_rows));
     if (full) {
       last_h.assign(h.h.end() - c.dim, h.h.end());
       st.decoder_pos = st.pos;
@@ -240,7 +227,7 @@ int64_t ExactRestoreRows(const ModelConfig& c, int64_t P, int64_t keep_h_e_rows,
 StepStats ExactEncoderRestore(const Model& m, SequenceState& st) {
   const ModelConfig& c = m.config();
   const int E = c.n_encoder_layers;
-  const int64_t P = st.pos, W = c.window;
+  const int64_t P = st.pos;
   if (int64_t(st.tokens.size()) != P) throw std::invalid_argument("ExactEncoderRestore: the state's tokens do not cover its position");
   StepStats s;
   if (P == 0) return s;
@@ -254,11 +241,8 @@ StepStats ExactEncoderRestore(const Model& m, SequenceState& st) {
   for (int r = 0; r < int(R); ++r) std::copy(h.h.begin() + size_t(r) * c.dim, h.h.begin() + size_t(r + 1) * c.dim, st.h_e.Append(floor + r));
   RunLayer(m, st, E, h, P, 0, ctx);  // layer E's window entries from H_E
   // Rows near the floor saw truncated windows; from the staircase on, every window was whole.
-  // With R == P the floor is the sequence start and every row is exact.
-  if (floor > 0) {
-    for (int l = 0; l <= E; ++l) st.windows[size_t(l)].DropBefore(floor + int64_t(l) * (W - 1));
-    st.h_e.DropBefore(floor + int64_t(E) * (W - 1));
-  }
+  for (int l = 0; l <= E; ++l) st.windows[size_t(l)].DropBefore(ExactFrontier(c, l, floor));
+  st.h_e.DropBefore(ExactFrontier(c, E, floor));
   s.replay_rows = R;
   s.layer_token_units = s.encoder_units = ctx.layer_token_units;
   spdlog::debug("exact encoder restore at P={}: {} rows", P, R);

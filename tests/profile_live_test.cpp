@@ -27,11 +27,18 @@ using nlohmann::json;
 const std::string kData = std::string(CEDAR_SOURCE_DIR) + "/tests/data/";
 
 // A server on a fresh cache: pages of 16 tokens, 64 MiB of RAM, no disk tier.
+session::ManagerOptions SmallCache() {
+  session::ManagerOptions o;
+  o.cache_ram_bytes = 64ull << 20;
+  o.cache_disk_bytes = 0;
+  o.cache_dir = "";
+  o.page_tokens = 16;
+  return o;
+}
+
 struct LiveServer {
   explicit LiveServer(session::RestorePolicy restore)
-      : api(session::ManagerOptions{.cache_ram_bytes = 64ull << 20, .cache_disk_bytes = 0, .cache_dir = "",
-                                    .page_tokens = 16},
-            server::ApiOptions{.restore_policy = restore}) {
+      : api(SmallCache(), server::ApiOptions{.restore_policy = restore}) {
     server::ServerOptions o;
     o.unix_socket = TempDir("profile-live") + "/cedar.sock";
     http = std::make_unique<server::HttpServer>(*api.api, *api.manager, o);

@@ -1,6 +1,7 @@
-// Prefill, decode, Encoder SWA Bounded Replay and the exact encoder restore on the device (device_engine.h). The row
-// planning is engine/engine.cpp's, line for line (keep the two in step): which rows pass
-// which layer, window floors, what is trimmed after each call.
+// Prefill, decode, Encoder SWA Bounded Replay and the exact encoder restore on the device
+// (device_engine.h). The row planning (which rows pass which layer, window floors, what each
+// store keeps) comes from engine/row_plan.h, shared with the CPU engine; the call sequence
+// below mirrors engine/engine.cpp's.
 #include "engine/cuda/device_engine.h"
 
 #include <spdlog/spdlog.h>
@@ -9,6 +10,7 @@
 #include <stdexcept>
 
 #include "engine/cuda/device_forward.h"
+#include "engine/row_plan.h"
 
 namespace cedar::gpu {
 
@@ -26,10 +28,8 @@ void CheckTokens(const ModelConfig& c, const DeviceState& st, std::span<const in
 
 // engine.cpp TrimState.
 void TrimState(const ModelConfig& c, DeviceState& st) {
-  const int64_t W = c.window, extra = st.keep_extra_rows;
-  for (int l = 0; l < c.n_layers; ++l)
-    st.windows[size_t(l)].DropBefore(st.pos - extra - (l == c.n_encoder_layers ? 2 * W - 1 : W));
-  st.h_e.DropBefore(st.pos - extra - std::max<int64_t>(W, st.keep_h_e_rows));
+  for (int l = 0; l < c.n_layers; ++l) st.windows[size_t(l)].DropBefore(WindowKeepFrom(c, l, st.pos, st.keep_extra_rows));
+  st.h_e.DropBefore(HeKeepFrom(c, st.pos, st.keep_extra_rows, st.keep_h_e_rows));
 }
 
 // Appends h's rows [0, n) as H_E rows [first, first + n).
@@ -42,29 +42,16 @@ void AppendHe(DeviceState& st, const float* h, int64_t first, int n, int d) {
 void RunDecoderPhase(const DeviceModel& m, DeviceState& st, PrefillMode mode, DevPassContext& ctx, DevVec& last_h) {
   const ModelConfig& c = m.config();
   const int E = c.n_encoder_layers, L = c.n_layers;
-  const int64_t N = st.pos, W = c.window, R = std::min<int64_t>(W, N);
-  std::vector<int64_t> a(size_t(L), 0);
-  const bool bounded = mode != PrefillMode::kExact;
-  if (bounded) {
-    std::fill(a.begin(), a.end(), N - R);
-  } else {
-    const int64_t p0 = std::min(st.decoder_pos, N);
-    a[size_t(L - 1)] = std::max<int64_t>(p0, N - W);
-    for (int l = L - 2; l >= E; --l) a[size_t(l)] = std::max<int64_t>(p0, a[size_t(l + 1)] - W + 1);
-  }
-  a[size_t(E)] = std::max(a[size_t(E)], st.h_e.lo());
-  for (int l = E + 1; l < L; ++l) {
-    a[size_t(l)] = std::max(a[size_t(l)], a[size_t(l - 1)]);
-    st.windows[size_t(l)].DropFrom(a[size_t(l - 1)]);
-  }
+  const int64_t N = st.pos;
+  const std::vector<int64_t> a = DecoderPhaseStarts(c, mode, N, st.decoder_pos, st.h_e.lo());
+  for (int l = E + 1; l < L; ++l) st.windows[size_t(l)].DropFrom(a[size_t(l - 1)]);
   DevRows h;
   h.first = a[size_t(E)];
   h.n = int(N - h.first);
   float* hp = h.h.Ensure(size_t(h.n) * c.dim);
   CEDAR_GPU(cu::CopyOnDeviceAsync(hp, st.h_e.Row(h.first), size_t(h.n) * c.dim * sizeof(float), m.stream()));
   for (int l = E; l < L; ++l) {
-    int64_t floor = 0;
-    if (bounded && (l > E || mode == PrefillMode::kBoundedPaper)) floor = N - R;
+    const int64_t floor = DecoderPhaseFloor(c, mode, l, N);
     spdlog::debug("cuda decoder layer {}: rows [{}, {}) floor {}", l, a[size_t(l)], N, floor);
     RunLayer(m, st, l, h, a[size_t(l)], floor, ctx);
   }
@@ -102,7 +89,7 @@ PrefillResult Prefill(const DeviceModel& m, DeviceState& st, std::span<const int
       for (int l = E + 1; l < L; ++l) RunLayer(m, st, l, h, first, 0, ctx);
     st.pos = first + len;
     st.tokens.insert(st.tokens.end(), tokens.begin() + c0, tokens.begin() + c0 + len);
-    for (int l = 0; l < E; ++l) st.windows[size_t(l)].DropBefore(st.pos - c.window - st.keep_extra_rows);
+    for (int l = 0; l < E; ++l) st.windows[size_t(l)].DropBefore(WindowKeepFrom(c, l, st.pos, st.keep_extra_rows));
     if (full) {
       float* dst = last_h.Ensure(size_t(c.dim));
       CEDAR_GPU(cu::CopyOnDeviceAsync(dst, h.h.get() + size_t(h.n - 1) * c.dim, size_t(c.dim) * sizeof(float), m.stream()));
@@ -210,7 +197,7 @@ StepStats EncoderReplay(const DeviceModel& m, DeviceState& st) {
 StepStats ExactEncoderRestore(const DeviceModel& m, DeviceState& st) {
   const ModelConfig& c = m.config();
   const int E = c.n_encoder_layers;
-  const int64_t P = st.pos, W = c.window;
+  const int64_t P = st.pos;
   if (int64_t(st.tokens.size()) != P) throw std::invalid_argument("ExactEncoderRestore: the state's tokens do not cover its position");
   StepStats s;
   if (P == 0) return s;
@@ -225,10 +212,8 @@ StepStats ExactEncoderRestore(const DeviceModel& m, DeviceState& st) {
   AppendHe(st, h.h.get(), floor, int(R), c.dim);
   RunLayer(m, st, E, h, P, 0, ctx);  // layer E's window entries from H_E
   // Rows near the floor saw truncated windows; from the staircase on, every window was whole.
-  if (floor > 0) {
-    for (int l = 0; l <= E; ++l) st.windows[size_t(l)].DropBefore(floor + int64_t(l) * (W - 1));
-    st.h_e.DropBefore(floor + int64_t(E) * (W - 1));
-  }
+  for (int l = 0; l <= E; ++l) st.windows[size_t(l)].DropBefore(ExactFrontier(c, l, floor));
+  st.h_e.DropBefore(ExactFrontier(c, E, floor));
   s.replay_rows = R;
   s.layer_token_units = s.encoder_units = ctx.layer_token_units;
   spdlog::debug("cuda exact encoder restore at P={}: {} rows", P, R);
