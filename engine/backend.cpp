@@ -8,19 +8,7 @@ namespace cedar {
 
 namespace {
 
-class CpuSequence final : public Sequence {
- public:
-  explicit CpuSequence(SequenceState s) : st(std::move(s)) {}
-  int64_t pos() const override { return st.pos; }
-  int64_t decoder_pos() const override { return st.decoder_pos; }
-  int64_t exact_until() const override { return st.ExactUntil(); }
-  const std::vector<int32_t>& tokens() const override { return st.tokens; }
-  void SetKeepRows(int64_t keep_h_e_rows, int64_t keep_extra_rows) override {
-    st.keep_h_e_rows = keep_h_e_rows;
-    st.keep_extra_rows = keep_extra_rows;
-  }
-  SequenceState st;
-};
+using CpuSequence = StateSequence<SequenceState>;
 
 CpuSequence& Cpu(Sequence& s) { return static_cast<CpuSequence&>(s); }  // a backend only sees its own
 

@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/engine.h"
@@ -52,6 +53,23 @@ class Backend {
   // The sequence's own host state when it lives on the host (the CPU), so a reader needs no
   // Download copy; nullptr on a device.
   virtual const SequenceState* HostState(const Sequence&) const { return nullptr; }
+};
+
+// A backend's Sequence over its own state type (SequenceState on the CPU, gpu::DeviceState on
+// the GPU): both keep positions and tokens on the host under the same names.
+template <class State>
+class StateSequence final : public Sequence {
+ public:
+  explicit StateSequence(State s) : st(std::move(s)) {}
+  int64_t pos() const override { return st.pos; }
+  int64_t decoder_pos() const override { return st.decoder_pos; }
+  int64_t exact_until() const override { return st.ExactUntil(); }
+  const std::vector<int32_t>& tokens() const override { return st.tokens; }
+  void SetKeepRows(int64_t keep_h_e_rows, int64_t keep_extra_rows) override {
+    st.keep_h_e_rows = keep_h_e_rows;
+    st.keep_extra_rows = keep_extra_rows;
+  }
+  State st;
 };
 
 struct BackendOptions {

@@ -7,19 +7,7 @@ namespace cedar::gpu {
 
 namespace {
 
-class CudaSequence final : public Sequence {
- public:
-  explicit CudaSequence(DeviceState s) : st(std::move(s)) {}
-  int64_t pos() const override { return st.pos; }
-  int64_t decoder_pos() const override { return st.decoder_pos; }
-  int64_t exact_until() const override { return st.ExactUntil(); }
-  const std::vector<int32_t>& tokens() const override { return st.tokens; }
-  void SetKeepRows(int64_t keep_h_e_rows, int64_t keep_extra_rows) override {
-    st.keep_h_e_rows = keep_h_e_rows;
-    st.keep_extra_rows = keep_extra_rows;
-  }
-  DeviceState st;
-};
+using CudaSequence = StateSequence<DeviceState>;
 
 DeviceState& Dev(Sequence& s) { return static_cast<CudaSequence&>(s).st; }
 
