@@ -4,10 +4,12 @@
 
 #include <cmath>
 
+#include "tests/state_checks.h"
 #include "tests/test_models.h"
 
 using namespace cedar;
 using cedar::test::RandomTokens;
+using cedar::test::ExpectStatesMatch;
 using cedar::test::RelError;
 using cedar::test::TinyModel;
 
@@ -23,28 +25,6 @@ PrefillResult Run(const Model& m, SequenceState& st, const std::vector<int32_t>&
   return Prefill(m, st, t, o);
 }
 
-double StoreError(const RowStore& a, const RowStore& b) {
-  if (a.lo() != b.lo() || a.hi() != b.hi()) return INFINITY;
-  return RelError(a.raw(), b.raw());
-}
-
-void ExpectStatesMatch(const ModelConfig& c, const SequenceState& a, const SequenceState& b, double tol) {
-  CHECK(a.pos == b.pos);
-  CHECK(a.tokens == b.tokens);
-  for (int l = 0; l < c.n_layers; ++l) {
-    INFO("window of layer " << l << " [" << a.windows[size_t(l)].lo() << "," << a.windows[size_t(l)].hi() << ") vs ["
-                            << b.windows[size_t(l)].lo() << "," << b.windows[size_t(l)].hi() << ")");
-    CHECK(StoreError(a.windows[size_t(l)], b.windows[size_t(l)]) <= tol);
-  }
-  for (size_t p = 0; p < a.pools.size(); ++p) {
-    INFO("pool of layer " << a.pools[p].layer);
-    CHECK(a.pools[p].rows_seen == b.pools[p].rows_seen);
-    CHECK(a.pools[p].has_pending == b.pools[p].has_pending);
-    CHECK(RelError(a.pools[p].entries, b.pools[p].entries) <= tol);
-    CHECK(RelError(a.pools[p].keys, b.pools[p].keys) <= tol);
-  }
-  CHECK(StoreError(a.h_e, b.h_e) <= tol);
-}
 
 const int kLengths[] = {1, 2, 7, 8, 9, 15, 16, 17, 28, 29, 30, 31, 45, 64, 97, 101, 150};
 

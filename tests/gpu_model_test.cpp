@@ -12,10 +12,12 @@
 
 #include "engine/backend.h"
 #include "engine/golden_check.h"
+#include "tests/state_checks.h"
 #include "tests/test_models.h"
 
 using namespace cedar;
 using cedar::test::RandomTokens;
+using cedar::test::ExpectStatesMatch;
 using cedar::test::RelError;
 using cedar::test::TinyModel;
 
@@ -53,37 +55,6 @@ PrefillResult Run(const Backend& b, Sequence& s, const std::vector<int32_t>& t, 
   o.mode = mode;
   o.chunk_size = chunk;
   return b.Prefill(s, t, o);
-}
-
-double StoreError(const RowStore& a, const RowStore& b) {
-  if (a.lo() != b.lo() || a.hi() != b.hi()) return INFINITY;
-  return RelError(a.raw(), b.raw());
-}
-
-// Every field of two host states (a device state after Download): positions, every window
-// store's range and rows, every pool, H_E.
-void ExpectStatesMatch(const ModelConfig& c, const SequenceState& a, const SequenceState& b, double tol) {
-  CHECK(a.pos == b.pos);
-  CHECK(a.decoder_pos == b.decoder_pos);
-  CHECK(a.tokens == b.tokens);
-  for (int l = 0; l < c.n_layers; ++l) {
-    INFO("window of layer " << l << " [" << a.windows[size_t(l)].lo() << "," << a.windows[size_t(l)].hi() << ") vs ["
-                            << b.windows[size_t(l)].lo() << "," << b.windows[size_t(l)].hi() << ")");
-    CHECK(StoreError(a.windows[size_t(l)], b.windows[size_t(l)]) <= tol);
-  }
-  for (size_t p = 0; p < a.pools.size(); ++p) {
-    INFO("pool of layer " << a.pools[p].layer);
-    CHECK(a.pools[p].rows_seen == b.pools[p].rows_seen);
-    CHECK(a.pools[p].has_pending == b.pools[p].has_pending);
-    CHECK(a.pools[p].entries.size() == b.pools[p].entries.size());
-    CHECK(RelError(a.pools[p].entries, b.pools[p].entries) <= tol);
-    CHECK(RelError(a.pools[p].keys, b.pools[p].keys) <= tol);
-    if (a.pools[p].has_pending && b.pools[p].has_pending) {
-      CHECK(RelError(a.pools[p].pending_c, b.pools[p].pending_c) <= tol);
-      CHECK(RelError(a.pools[p].pending_z, b.pools[p].pending_z) <= tol);
-    }
-  }
-  CHECK(StoreError(a.h_e, b.h_e) <= tol);
 }
 
 }  // namespace
