@@ -14,6 +14,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "cache/byte_size.h"
 #include "engine/backend.h"
 #include "engine/model.h"
 #include "kernels/ops.h"
@@ -27,23 +28,13 @@ namespace po = boost::program_options;
 namespace cedar::cli {
 namespace {
 
-// "512M", "1G", "1048576" -> bytes.
+// The cache's size syntax (cache/byte_size.h), with the flag named in the error.
 uint64_t ParseBytes(const std::string& s, const char* flag) {
-  size_t used = 0;
-  double v = 0;
   try {
-    v = std::stod(s, &used);
-  } catch (const std::exception&) {
-    throw std::invalid_argument(std::string(flag) + ": expected a size like 512M or 2G, found '" + s + "'");
+    return cache::ParseByteSize(s);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string(flag) + ": " + e.what());
   }
-  const std::string unit = s.substr(used);
-  double mult = 1;
-  if (unit == "K" || unit == "k" || unit == "KiB") mult = 1024.0;
-  else if (unit == "M" || unit == "MiB") mult = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GiB") mult = 1024.0 * 1024 * 1024;
-  else if (!unit.empty()) throw std::invalid_argument(std::string(flag) + ": unknown unit '" + unit + "' (K, M or G)");
-  if (v < 0) throw std::invalid_argument(std::string(flag) + ": must be >= 0");
-  return uint64_t(v * mult);
 }
 
 // The default directory (under /tmp when XDG_RUNTIME_DIR is unset) must be ours and closed to
