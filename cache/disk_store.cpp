@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <fmt/format.h>
 
@@ -355,57 +356,61 @@ Result<Payload> DiskStore::ReadSnapshot(const SnapshotMeta& want) const {
   return MakePayload(std::vector<uint8_t>(payload, payload + h.payload_bytes));
 }
 
-Result<DiskStore::ScanResult> DiskStore::Scan() const {
+namespace {
+
+// Calls fn(key, value) for every entry of this fingerprint, in key order, in one read
+// transaction (Scan and List differ only in what they keep of each entry).
+Status ForEachEntry(MDB_env* env, unsigned dbi, ModelFingerprint fingerprint,
+                    const std::function<void(const EntryKey&, const MDB_val&)>& fn) {
   ReadTxn rt;
-  if (int rc = mdb_txn_begin(env_, nullptr, MDB_RDONLY, &rt.txn); rc != 0) return LmdbError("txn_begin", rc);
+  if (int rc = mdb_txn_begin(env, nullptr, MDB_RDONLY, &rt.txn); rc != 0) return LmdbError("txn_begin", rc);
   MDB_cursor* cursor = nullptr;
-  if (int rc = mdb_cursor_open(rt.txn, dbi_, &cursor); rc != 0) return LmdbError("cursor_open", rc);
-  ScanResult result;
-  DiskKey start = MakeKey(fingerprint_, {0, EntryKind::kPage});
+  if (int rc = mdb_cursor_open(rt.txn, dbi, &cursor); rc != 0) return LmdbError("cursor_open", rc);
+  DiskKey start = MakeKey(fingerprint, {0, EntryKind::kPage});
   MDB_val k = ValOf(start);
   MDB_val v{};
   std::optional<EntryKey> entry;
-  for (int rc = mdb_cursor_get(cursor, &k, &v, MDB_SET_RANGE); rc == 0 && DecodeKey(k, fingerprint_, &entry);
+  for (int rc = mdb_cursor_get(cursor, &k, &v, MDB_SET_RANGE); rc == 0 && DecodeKey(k, fingerprint, &entry);
        rc = mdb_cursor_get(cursor, &k, &v, MDB_NEXT)) {
-    if (!entry) continue;
-    if (entry->kind == EntryKind::kSnapshot) {
+    if (entry) fn(*entry, v);
+  }
+  mdb_cursor_close(cursor);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<DiskStore::ScanResult> DiskStore::Scan() const {
+  ScanResult result;
+  Status s = ForEachEntry(env_, dbi_, fingerprint_, [&](const EntryKey& entry, const MDB_val& v) {
+    if (entry.kind == EntryKind::kSnapshot) {
       SnapshotHeader h;
-      if (!ParseSnapshotMeta(v, fingerprint_, entry->digest, &h).ok()) {
-        result.bad.push_back(*entry);
+      if (!ParseSnapshotMeta(v, fingerprint_, entry.digest, &h).ok()) {
+        result.bad.push_back(entry);
       } else {
         result.snapshots.push_back(SnapshotMetaOf(h));
       }
-      continue;
+      return;
     }
     EntryHeader h;
-    if (!ParseMeta(v, fingerprint_, page_tokens_, entry->digest, &h).ok()) {
-      result.bad.push_back(*entry);
-      continue;
+    if (!ParseMeta(v, fingerprint_, page_tokens_, entry.digest, &h).ok()) {
+      result.bad.push_back(entry);
+      return;
     }
     const auto* tokens = reinterpret_cast<const uint8_t*>(v.mv_data) + sizeof(EntryHeader);
     ScannedPage page{MetaOf(h), std::vector<TokenId>(page_tokens_)};
     std::memcpy(page.tokens.data(), tokens, page_tokens_ * sizeof(TokenId));
     result.pages.push_back(std::move(page));
-  }
-  mdb_cursor_close(cursor);
+  });
+  if (!s.ok()) return s;
   return result;
 }
 
 Result<std::vector<DiskStore::ListedEntry>> DiskStore::List() const {
-  ReadTxn rt;
-  if (int rc = mdb_txn_begin(env_, nullptr, MDB_RDONLY, &rt.txn); rc != 0) return LmdbError("txn_begin", rc);
-  MDB_cursor* cursor = nullptr;
-  if (int rc = mdb_cursor_open(rt.txn, dbi_, &cursor); rc != 0) return LmdbError("cursor_open", rc);
   std::vector<ListedEntry> entries;
-  DiskKey start = MakeKey(fingerprint_, {0, EntryKind::kPage});
-  MDB_val k = ValOf(start);
-  MDB_val v{};
-  std::optional<EntryKey> entry;
-  for (int rc = mdb_cursor_get(cursor, &k, &v, MDB_SET_RANGE); rc == 0 && DecodeKey(k, fingerprint_, &entry);
-       rc = mdb_cursor_get(cursor, &k, &v, MDB_NEXT)) {
-    if (entry) entries.push_back(ListedEntry{*entry, v.mv_size});
-  }
-  mdb_cursor_close(cursor);
+  Status s = ForEachEntry(env_, dbi_, fingerprint_,
+                          [&](const EntryKey& entry, const MDB_val& v) { entries.push_back(ListedEntry{entry, v.mv_size}); });
+  if (!s.ok()) return s;
   return entries;
 }
 
