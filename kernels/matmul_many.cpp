@@ -86,15 +86,22 @@ void MatVec(const float* w, const float* x, float* y, int rows, int in) {
 double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
   EnsureBlasSingleThreaded();
   const int threads = InPoolJob() ? 1 : Threads();
-  // Several slices per thread, claimed in order: a thread that starts late (a worker waking
-  // up) or runs slow takes fewer, instead of the caller waiting for its fixed share.
-  const int max_parts = threads == 1 ? 1 : 4 * threads;
-  std::vector<Slice> slices;
+  // Few rows (decode): several slices per thread, claimed in order, so a thread that starts
+  // late (a worker waking up) takes fewer instead of the caller waiting for its share. Many
+  // rows (prefill): one slice per thread and wider ones, because every sgemm call packs all
+  // of x again and narrow column panels run below sgemm's rate.
+  // The caller's buffer, reused across calls; workers reach it through this reference (a
+  // thread_local named inside the lambda would be each worker's own).
+  thread_local std::vector<Slice> slice_buffer;
+  std::vector<Slice>& slices = slice_buffer;
+  slices.clear();
   double total = 0;
   for (int j = 0; j < n_jobs; ++j) {
     const MatmulJob& m = jobs[j];
     if (m.n <= 0 || m.out <= 0) continue;
-    const int parts = std::max(1, std::min(max_parts, m.out / kMinCols));
+    const bool few_rows = m.n < 8;
+    const int max_parts = threads == 1 ? 1 : few_rows ? 4 * threads : threads;
+    const int parts = std::max(1, std::min(max_parts, m.out / (few_rows ? kMinCols : 4 * kMinCols)));
     for (int p = 0; p < parts; ++p) {
       Slice s{j, int(int64_t(m.out) * p / parts), int(int64_t(m.out) * (p + 1) / parts), 0};
       s.work = double(m.n) * std::max(m.in, 1) * (s.col1 - s.col0);
