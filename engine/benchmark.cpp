@@ -180,6 +180,7 @@ int RunEngineBenchMain(int argc, char** argv) {
     }
     for (auto& st : states) ptrs.push_back(st.get());
     std::vector<int32_t> toks(size_t(batch), 1);
+    kernels::ResetWorkCounters();
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < decode_n; ++i) {
       auto logits = be->DecodeBatch(ptrs, toks);
@@ -192,9 +193,18 @@ int RunEngineBenchMain(int argc, char** argv) {
     if (!on_gpu) bw_now = std::max(bw, kernels::MeasureReadBandwidthGBs(1024, 5));
     const double bytes_per_step = double(info.active_per_decode_token) * weight_bytes;  // routed experts differ per row: a lower bound
     const double bound = bw_now * 1e9 / bytes_per_step * batch;
-    Emit({{"bench", "decode"}, {"device", be->name()}, {"model", model_name}, {"batch", batch}, {"context", 512}, {"steps", decode_n}, {"tokens_per_s", batch * decode_n / s},
-          {"bandwidth_gbs", bw_now}, {"weight_bytes_per_step_lower_bound", bytes_per_step},
-          {"weight_streaming_bound_tokens_per_s", bound}, {"fraction_of_bound", batch * decode_n / s / bound}});
+    nlohmann::json j = {{"bench", "decode"}, {"device", be->name()}, {"model", model_name}, {"batch", batch}, {"context", 512},
+                        {"steps", decode_n}, {"tokens_per_s", batch * decode_n / s}, {"bandwidth_gbs", bw_now},
+                        {"weight_bytes_per_step_lower_bound", bytes_per_step},
+                        {"weight_streaming_bound_tokens_per_s", bound}, {"fraction_of_bound", batch * decode_n / s / bound}};
+    if (!on_gpu) {
+      // Where the step's time goes: the share spent inside matmul calls, and the weight bytes
+      // those calls streamed per second (F32: 4 bytes per weight; 2 FLOPs per weight and row).
+      const kernels::WorkCounters w = kernels::ReadWorkCounters();
+      j["matmul_share_of_time"] = w.matmul_seconds / s;
+      j["weight_gbs_while_in_matmuls"] = w.matmul_flops / (2.0 * batch) * 4.0 / w.matmul_seconds / 1e9;
+    }
+    Emit(j);
   }
   return 0;
 }

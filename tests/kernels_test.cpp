@@ -72,7 +72,8 @@ TEST_CASE("Matmul and MatmulAccumulate match the reference over a sweep of shape
 TEST_CASE("MatmulMany equals one Matmul per job, for jobs of mixed sizes including empty ones") {
   for (int threads : {1, 2, 3}) {
     k::SetPoolThreads(threads);
-    const int shapes[][3] = {{1, 64, 320}, {1, 64, 7}, {0, 8, 8}, {5, 31, 129}, {1, 0, 9}, {33, 16, 64}, {1, 130, 1}};
+    const int shapes[][3] = {{1, 64, 320}, {1, 64, 7}, {0, 8, 8}, {5, 31, 129}, {1, 0, 9}, {33, 16, 64}, {1, 130, 1},
+                              {1, 200, 263}, {1, 17, 45}, {1, 512, 100}};
     std::vector<std::vector<float>> xs, ws, ys, yr;
     std::vector<k::MatmulJob> jobs;
     for (size_t i = 0; i < std::size(shapes); ++i) {
