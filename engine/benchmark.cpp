@@ -87,6 +87,7 @@ int RunEngineBenchMain(int argc, char** argv) {
   std::string model_dir, preset = "small", lengths_s = "512,4096,16384", batches_s = "1,8";
   std::string device = "auto";
   bool f32_weights = false;
+  LoadOptions load;  // --mmap-weights
   int decode_n = 32, threads = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -96,11 +97,12 @@ int RunEngineBenchMain(int argc, char** argv) {
     };
     if (a == "--help" || a == "-h") {
       std::printf("usage: cedar bench [--model DIR | --preset small|medium] [--lengths 512,4096,16384] [--decode N] [--decode-batch 1,8]\n"
-                  "                   [--threads N] [--device cpu|cuda|auto] [--f32-weights]\n"
+                  "                   [--threads N] [--device cpu|cuda|auto] [--f32-weights] [--mmap-weights]\n"
                   "Prints one JSON object per result: the machine's matmul rate and bandwidth (the CPU's sgemm and read\n"
                   "bandwidth, or the GPU's BF16 GEMM and copy bandwidth), then prefill tokens/s per length in full and\n"
                   "bounded, then decode tokens/s, each with its fraction of the hardware. --device auto (the default)\n"
-                  "is cuda when this build has CUDA and a device exists; --f32-weights keeps F32 weights on the GPU.\n");
+                  "is cuda when this build has CUDA and a device exists; --f32-weights keeps F32 weights on the GPU;\n"
+                  "--mmap-weights reads F32 weights in place from the file instead of the huge-page copy.\n");
       return 0;
     } else if (a == "--model") model_dir = next();
     else if (a == "--preset") preset = next();
@@ -110,6 +112,7 @@ int RunEngineBenchMain(int argc, char** argv) {
     else if (a == "--decode-batch") batches_s = next();
     else if (a == "--device") device = next();
     else if (a == "--f32-weights") f32_weights = true;
+    else if (a == "--mmap-weights") load.mmap_weights = true;
     else throw std::invalid_argument("unknown option " + a);
   }
   kernels::SetThreads(threads);
@@ -122,7 +125,7 @@ int RunEngineBenchMain(int argc, char** argv) {
     model_dir = (std::filesystem::temp_directory_path() / ("cedar-bench-" + preset)).string();
     if (!std::filesystem::exists(model_dir + "/model.safetensors")) WriteRandomModel(c, 1, model_dir);
   }
-  auto m = Model::Load(model_dir);
+  auto m = Model::Load(model_dir, load);
   const ModelConfig& c = m->config();
   BackendOptions bo;
   bo.device = device;

@@ -4,6 +4,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cstring>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 
@@ -80,7 +83,16 @@ Weight Model::Take(const std::string& name, std::vector<int64_t> shape) {
     w.rows = shape[0] * shape[1];
     w.cols = shape[2];
   }
-  if (t->dtype == DType::F32) {
+  if (arena_ && (t->dtype == DType::F32 || t->dtype == DType::BF16)) {
+    float* dst = arena_->Allocate(size_t(t->NumElements()));
+    if (t->dtype == DType::F32) {
+      std::memcpy(dst, t->data, t->nbytes);
+    } else {
+      const std::vector<float> f = file_->ReadFloats(name);
+      std::copy(f.begin(), f.end(), dst);
+    }
+    w.data = dst;
+  } else if (t->dtype == DType::F32) {
     if (reinterpret_cast<uintptr_t>(t->data) % alignof(float) != 0) {
       owned_.push_back(std::make_unique<std::vector<float>>(file_->ReadFloats(name)));
       w.data = owned_.back()->data();
@@ -96,14 +108,21 @@ Weight Model::Take(const std::string& name, std::vector<int64_t> shape) {
   return w;
 }
 
-std::unique_ptr<const Model> Model::Load(const std::string& dir) {
+std::unique_ptr<const Model> Model::Load(const std::string& dir, const LoadOptions& options) {
   std::unique_ptr<Model> m(new Model());
   m->dir_ = dir;
   m->config_ = LoadConfigFile(dir + "/config.json");
   m->file_ = std::make_unique<SafetensorsFile>(dir + "/model.safetensors");
   const ModelConfig& c = m->config_;
   std::map<std::string, std::vector<int64_t>> shapes;
-  for (auto& s : RequiredTensors(c)) shapes[s.name] = s.shape;
+  size_t floats = 0;  // the arena's size: every required tensor as F32, 64-byte aligned
+  for (auto& s : RequiredTensors(c)) {
+    shapes[s.name] = s.shape;
+    size_t e = 1;
+    for (int64_t x : s.shape) e *= size_t(x);
+    floats += (e + 15) / 16 * 16;
+  }
+  if (!options.mmap_weights) m->arena_ = std::make_unique<WeightArena>(floats * sizeof(float));
   auto take = [&](const std::string& n) { return m->Take(n, shapes.at(n)); };
   m->embed_ = take("embed.weight");
   m->norm_ = take("norm.weight");

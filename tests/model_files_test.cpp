@@ -1,4 +1,5 @@
 // Model files: presets validate, BF16 loads, and every defect gives an error that names it.
+#include <cstring>
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -72,6 +73,26 @@ TEST_CASE("a BF16 model loads and computes like its F32 twin within BF16 roundin
   auto ra = Prefill(*f32, a, t, {}), rb = Prefill(*bf16, b, t, {});
   CHECK(cedar::test::RelError(rb.logits, ra.logits) < 0.1);
   CHECK(f32->fingerprint() != bf16->fingerprint());
+}
+
+TEST_CASE("weights copied into the huge-page arena compute exactly what the file's weights do") {
+  for (bool bf16 : {false, true}) {
+    LoadOptions in_place;
+    in_place.mmap_weights = true;
+    auto copied = Model::Load(TinyDir(bf16)), mapped = Model::Load(TinyDir(bf16), in_place);
+    // Different memory (the copy is not a view of the file), the same values.
+    CHECK(copied->layer(3).wo_b.data != mapped->layer(3).wo_b.data);
+    const Weight& a = copied->layer(3).experts[1].w2;
+    const Weight& b = mapped->layer(3).experts[1].w2;
+    REQUIRE(a.rows * a.cols == b.rows * b.cols);
+    CHECK(std::memcmp(a.data, b.data, size_t(a.rows * a.cols) * sizeof(float)) == 0);
+    CHECK(reinterpret_cast<uintptr_t>(a.data) % 64 == 0);
+    auto t = cedar::test::RandomTokens(40, 512, 11);
+    SequenceState sa(copied->config()), sb(mapped->config());
+    auto ra = Prefill(*copied, sa, t, {}), rb = Prefill(*mapped, sb, t, {});
+    CHECK(ra.logits == rb.logits);
+    CHECK(copied->fingerprint() == mapped->fingerprint());
+  }
 }
 
 TEST_CASE("invalid configs are refused with what was expected and what was found") {

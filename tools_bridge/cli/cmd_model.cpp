@@ -120,13 +120,16 @@ int RunGenerate(int argc, char** argv) {
       "top-p", po::value(&top_p)->default_value(1.0f), "nucleus mass")("seed", po::value(&seed)->default_value(0), "sampling seed")(
       "stop", po::value(&stop), "comma-separated stop token ids")("threads", po::value(&threads)->default_value(0), "CPU threads (0 = default)")(
       "device", po::value(&device)->default_value("auto"), "cpu | cuda | auto (cuda when built with CUDA and a GPU exists)")(
-      "f32-weights", "CUDA: keep F32 weights on the device (default BF16)")("json", "print JSON");
+      "f32-weights", "CUDA: keep F32 weights on the device (default BF16)")(
+      "mmap-weights", "read F32 weights in place from the file (less RAM, slower decode)")("json", "print JSON");
   po::variables_map vm;
   if (!Parse(argc, argv, "usage: cedar generate --model DIR --prompt TEXT|--tokens IDS --mode M --max-tokens N [--json]", desc, vm)) return 0;
   kernels::SetThreads(threads);
   PrefillMode mode;
   if (!ParseMode(mode_s, &mode)) throw std::invalid_argument("--mode: expected full, exact, bounded or bounded-paper, found " + mode_s);
-  auto m = Model::Load(model);
+  LoadOptions lo;
+  lo.mmap_weights = vm.count("mmap-weights") > 0;
+  auto m = Model::Load(model, lo);
   if (!tokens.empty() && !prompt.empty()) throw std::invalid_argument("give --prompt or --tokens, not both");
   // Text goes through the byte tokenizer of the chat template (ids 0-255 are bytes).
   const bridge::ByteTokenizer tokenizer(std::max(m->config().vocab_size, 512));

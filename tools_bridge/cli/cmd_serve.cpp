@@ -76,6 +76,7 @@ int RunServe(int argc, char** argv) {
       "device", po::value(&device)->default_value("auto"),
       "cpu | cuda | auto (cuda when built with CUDA and a GPU exists); cuda without a device fails at start")(
       "f32-weights", "CUDA: keep F32 weights on the device (default BF16)")(
+      "mmap-weights", "read F32 weights in place from the file (less RAM, slower decode)")(
       "max-sessions", po::value(&max_sessions)->default_value(1024), "sessions that keep a live state")(
       "default-max-tokens", po::value(&default_max_tokens)->default_value(256), "max_tokens when a request gives none")(
       "io-threads", po::value(&io_threads)->default_value(2), "I/O threads")(
@@ -129,7 +130,9 @@ int RunServe(int argc, char** argv) {
   if (!api_key.empty() && host.empty()) spdlog::warn("--api-key applies to TCP only; the Unix socket is guarded by its mode");
 
   kernels::SetThreads(threads);
-  std::shared_ptr<const Model> model = Model::Load(model_dir);
+  LoadOptions load;
+  load.mmap_weights = vm.count("mmap-weights") > 0;
+  std::shared_ptr<const Model> model = Model::Load(model_dir, load);
   if (model_name.empty()) model_name = std::filesystem::path(model_dir).lexically_normal().filename().string();
   if (model_name.empty()) model_name = "cedar";
 
