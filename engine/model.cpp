@@ -173,6 +173,7 @@ std::unique_ptr<const Model> Model::Load(const std::string& dir, const LoadOptio
   }
   m->fingerprint_ = XXH3_64bits_digest(st);
   XXH3_freeState(st);
+  if (m->arena_) m->file_->ReleasePages();  // every weight lives in the arena now
   return m;
 }
 

@@ -131,6 +131,10 @@ const TensorInfo* SafetensorsFile::Find(const std::string& name) const {
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
+void SafetensorsFile::ReleasePages() const {
+  if (map_) ::madvise(map_, map_size_, MADV_DONTNEED);
+}
+
 std::vector<float> SafetensorsFile::ReadFloats(const std::string& name) const {
   const TensorInfo* t = Find(name);
   if (!t) throw std::runtime_error("safetensors: " + path_ + ": missing tensor '" + name + "'");

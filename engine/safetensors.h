@@ -37,6 +37,10 @@ class SafetensorsFile {
   // Copies a tensor to float (F32 or BF16 source). Throws if the dtype is not a float type.
   std::vector<float> ReadFloats(const std::string& name) const;
   std::vector<int32_t> ReadInts(const std::string& name) const;
+  // Drops this process's copies of the file's pages (they stay valid: a later read faults
+  // them in again from the file). For callers that copied what they need, so the mapping no
+  // longer counts in the process's resident memory.
+  void ReleasePages() const;
 
  private:
   void Unmap();
