@@ -13,6 +13,14 @@ void EnsureBlasSingleThreaded();
 // dozens of calls contend on (~4% of decode time).
 void MatVec(const float* w, const float* x, float* y, int rows, int in);
 
+// Products of x with at most this many rows run on MatmulFewRows, not sgemm.
+constexpr int kFewRowsMax = 16;
+
+// y[b * y_stride + r] = x[b, :] . w[r, :] for b < n, r < rows (x: [n, in], w: [rows, in]):
+// batched decode's products, each weight read once for all n rows; each output summed in the
+// order MatVec uses, so a batched row equals the same row alone bit for bit.
+void MatmulFewRows(const float* x, const float* w, float* y, int n, int in, int rows, int y_stride);
+
 // MatmulMany without the work counters (Matmul counts its own calls); returns the FLOPs.
 double RunMatmulJobs(const MatmulJob* jobs, int n_jobs);
 

@@ -41,20 +41,24 @@ void MatmulImpl(const float* x, const float* w, float* y, int n, int in, int out
     return;
   }
   const double work = double(n) * in * out;
-  // A few rows (decode): the product streams its weights from memory, and splitting 128 KB of
-  // them already pays for the hand-off (~1 us); MatmulMany cuts it into claimable slices.
-  if (n < 8 && beta == 0.0f && work >= 3e4) {
+  // A few rows (decode, batched decode): the product streams its weights from memory, and
+  // splitting 128 KB of them already pays for the hand-off (~1 us); MatmulMany cuts it into
+  // claimable slices.
+  if (n <= internal::kFewRowsMax && beta == 0.0f && work >= 3e4) {
     const MatmulJob job{x, w, y, n, in, out};
     internal::RunMatmulJobs(&job, 1);
     return;
   }
-  const double split_above = n < 8 ? 3e4 : 2e5;  // smaller products stay on one thread
-  const int64_t min_cols = work < split_above ? out : (n < 8 ? 16 : 64);
-  if (out >= 2 * min_cols || n < 8) {
+  const bool few = n <= internal::kFewRowsMax;
+  const double split_above = few ? 3e4 : 2e5;  // smaller products stay on one thread
+  const int64_t min_cols = work < split_above ? out : (few ? 16 : 64);
+  if (out >= 2 * min_cols || few) {
     ParallelFor(out, min_cols, [&](int64_t b, int64_t e) {
       const int cols = int(e - b);
       if (n == 1 && beta == 0.0f)
         internal::MatVec(w + size_t(b) * in, x, y + b, cols, in);
+      else if (n <= internal::kFewRowsMax && beta == 0.0f)
+        internal::MatmulFewRows(x, w + size_t(b) * in, y + b, n, in, cols, out);
       else if (n == 1)
         cblas_sgemv(CblasRowMajor, CblasNoTrans, cols, in, 1.0f, w + size_t(b) * in, in, x, 1, beta, y + b, 1);
       else

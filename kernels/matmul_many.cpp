@@ -34,6 +34,8 @@ void RunSlice(const MatmulJob& j, const Slice& s) {
     for (int r = 0; r < j.n; ++r) std::fill(j.y + size_t(r) * j.out + s.col0, j.y + size_t(r) * j.out + s.col1, 0.0f);
   } else if (j.n == 1) {
     internal::MatVec(j.w + size_t(s.col0) * j.in, j.x, j.y + s.col0, cols, j.in);
+  } else if (j.n <= internal::kFewRowsMax) {
+    internal::MatmulFewRows(j.x, j.w + size_t(s.col0) * j.in, j.y + s.col0, j.n, j.in, cols, j.out);
   } else {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j.n, cols, j.in, 1.0f, j.x, j.in, j.w + size_t(s.col0) * j.in,
                 j.in, 0.0f, j.y + s.col0, j.out);
@@ -92,8 +94,8 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
   // every slice start costs the prefetchers a ramp and 8-row blocks are MatVec's fast path
   // (4 slices per thread measured 57 GB/s where this reaches 70 on the decode's products);
   // slices are still claimed, so a worker that wakes late leaves its part to the caller. A
-  // few rows (batched decode, sgemm): several slices per thread, claimed in order, so a
-  // thread that starts late takes fewer. Many rows (prefill): one wider slice per thread,
+  // few rows (batched decode, MatmulFewRows, compute-bound): several slices per thread,
+  // claimed in order, so a thread that starts late takes fewer. Many rows (prefill): one wider slice per thread,
   // because every sgemm call packs all of x again and narrow panels run below sgemm's rate.
   // The caller's buffer, reused across calls; workers reach it through this reference (a
   // thread_local named inside the lambda would be each worker's own).
@@ -104,10 +106,10 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
   for (int j = 0; j < n_jobs; ++j) {
     const MatmulJob& m = jobs[j];
     if (m.n <= 0 || m.out <= 0) continue;
-    const bool few_rows = m.n < 8;
+    const bool few_rows = m.n <= internal::kFewRowsMax;
     const int max_parts = threads == 1 ? 1 : m.n == 1 ? threads : few_rows ? 4 * threads : threads;
     const int parts = std::max(1, std::min(max_parts, m.out / (few_rows ? kMinCols : 4 * kMinCols)));
-    const int align = m.n == 1 ? 8 : 1;
+    const int align = few_rows ? 8 : 1;
     auto cut = [&](int p) { return p == parts ? m.out : int(int64_t(m.out) * p / parts / align * align); };
     for (int p = 0; p < parts; ++p) {
       Slice s{j, cut(p), cut(p + 1), 0};

@@ -69,11 +69,33 @@ TEST_CASE("Matmul and MatmulAccumulate match the reference over a sweep of shape
       }
 }
 
+TEST_CASE("a row of a few-row product equals the same row alone, bit for bit (batched decode == decode)") {
+  for (int threads : {1, 2}) {
+    k::SetPoolThreads(threads);
+    for (int n : {2, 3, 5, 8, 9, 16})
+      for (int in : {1, 17, 64, 200})
+        for (int out : {1, 7, 64, 263}) {
+          auto x = Random(size_t(n) * in, 300 + n), w = Random(size_t(out) * in, 400 + out);
+          std::vector<float> y(size_t(n) * out), row(static_cast<size_t>(out));
+          k::Matmul(x.data(), w.data(), y.data(), n, in, out);
+          bool same = true;
+          for (int b = 0; b < n; ++b) {
+            k::Matmul(x.data() + size_t(b) * in, w.data(), row.data(), 1, in, out);
+            same = same && std::equal(row.begin(), row.end(), y.begin() + size_t(b) * out);
+          }
+          INFO("n=" << n << " in=" << in << " out=" << out << " threads=" << threads);
+          CHECK(same);
+        }
+  }
+  k::SetPoolThreads(2);
+}
+
 TEST_CASE("MatmulMany equals one Matmul per job, for jobs of mixed sizes including empty ones") {
   for (int threads : {1, 2, 3}) {
     k::SetPoolThreads(threads);
     const int shapes[][3] = {{1, 64, 320}, {1, 64, 7}, {0, 8, 8}, {5, 31, 129}, {1, 0, 9}, {33, 16, 64}, {1, 130, 1},
-                              {1, 200, 263}, {1, 17, 45}, {1, 512, 100}};
+                              {1, 200, 263}, {1, 17, 45}, {1, 512, 100}, {8, 200, 263}, {16, 33, 100},
+                              {3, 512, 70}, {13, 17, 45}};
     std::vector<std::vector<float>> xs, ws, ys, yr;
     std::vector<k::MatmulJob> jobs;
     for (size_t i = 0; i < std::size(shapes); ++i) {
