@@ -202,10 +202,11 @@ int RunEngineBenchMain(int argc, char** argv) {
                         {"weight_streaming_bound_tokens_per_s", bound}, {"fraction_of_bound", batch * decode_n / s / bound}};
     if (!on_gpu) {
       // Where the step's time goes: the share spent inside matmul calls, and the weight bytes
-      // those calls streamed per second (F32: 4 bytes per weight; 2 FLOPs per weight and row).
+      // those calls streamed per second (F32: 4 bytes per weight; 2 FLOPs per weight).
       const kernels::WorkCounters w = kernels::ReadWorkCounters();
       j["matmul_share_of_time"] = w.matmul_seconds / s;
-      j["weight_gbs_while_in_matmuls"] = w.matmul_flops / (2.0 * batch) * 4.0 / w.matmul_seconds / 1e9;
+      // (batch 1 only: in a batch each routed expert sees a different number of rows)
+      if (batch == 1) j["weight_gbs_while_in_matmuls"] = w.matmul_flops / 2.0 * 4.0 / w.matmul_seconds / 1e9;
     }
     Emit(j);
   }
