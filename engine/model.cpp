@@ -3,9 +3,8 @@
 #include <xxhash.h>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
-#include <algorithm>
-#include <cstring>
 #include <map>
 #include <sstream>
 #include <stdexcept>
@@ -85,12 +84,7 @@ Weight Model::Take(const std::string& name, std::vector<int64_t> shape) {
   }
   if (arena_ && (t->dtype == DType::F32 || t->dtype == DType::BF16)) {
     float* dst = arena_->Allocate(size_t(t->NumElements()));
-    if (t->dtype == DType::F32) {
-      std::memcpy(dst, t->data, t->nbytes);
-    } else {
-      const std::vector<float> f = file_->ReadFloats(name);
-      std::copy(f.begin(), f.end(), dst);
-    }
+    file_->ReadFloatsInto(name, dst);
     w.data = dst;
   } else if (t->dtype == DType::F32) {
     if (reinterpret_cast<uintptr_t>(t->data) % alignof(float) != 0) {
@@ -173,7 +167,11 @@ std::unique_ptr<const Model> Model::Load(const std::string& dir, const LoadOptio
   }
   m->fingerprint_ = XXH3_64bits_digest(st);
   XXH3_freeState(st);
-  if (m->arena_) m->file_->ReleasePages();  // every weight lives in the arena now
+  if (m->arena_) {
+    m->file_->ReleasePages();  // every weight lives in the arena now
+    spdlog::debug("model {}: weights copied into a {} MiB arena (huge pages {})", dir, (floats * sizeof(float)) >> 20,
+                  m->arena_->huge_pages_requested() ? "requested" : "refused");
+  }
   return m;
 }
 

@@ -139,10 +139,17 @@ std::vector<float> SafetensorsFile::ReadFloats(const std::string& name) const {
   const TensorInfo* t = Find(name);
   if (!t) throw std::runtime_error("safetensors: " + path_ + ": missing tensor '" + name + "'");
   std::vector<float> out(size_t(t->NumElements()));
+  ReadFloatsInto(name, out.data());
+  return out;
+}
+
+void SafetensorsFile::ReadFloatsInto(const std::string& name, float* out) const {
+  const TensorInfo* t = Find(name);
+  if (!t) throw std::runtime_error("safetensors: " + path_ + ": missing tensor '" + name + "'");
   if (t->dtype == DType::F32) {
-    std::memcpy(out.data(), t->data, t->nbytes);
+    std::memcpy(out, t->data, t->nbytes);
   } else if (t->dtype == DType::BF16) {
-    for (size_t i = 0; i < out.size(); ++i) {
+    for (size_t i = 0; i < size_t(t->NumElements()); ++i) {
       uint16_t v;
       std::memcpy(&v, t->data + 2 * i, 2);
       out[i] = BF16ToFloat(v);
@@ -150,7 +157,6 @@ std::vector<float> SafetensorsFile::ReadFloats(const std::string& name) const {
   } else {
     throw std::runtime_error("safetensors: " + path_ + ": tensor '" + name + "' has dtype " + DTypeName(t->dtype) + ", expected F32 or BF16");
   }
-  return out;
 }
 
 std::vector<int32_t> SafetensorsFile::ReadInts(const std::string& name) const {

@@ -36,6 +36,8 @@ class SafetensorsFile {
   const std::string& Path() const { return path_; }
   // Copies a tensor to float (F32 or BF16 source). Throws if the dtype is not a float type.
   std::vector<float> ReadFloats(const std::string& name) const;
+  // The same into `out` (room for the tensor's element count).
+  void ReadFloatsInto(const std::string& name, float* out) const;
   std::vector<int32_t> ReadInts(const std::string& name) const;
   // Drops this process's copies of the file's pages (they stay valid: a later read faults
   // them in again from the file). For callers that copied what they need, so the mapping no

@@ -21,7 +21,6 @@ class WeightArena {
   // Whether the kernel accepted the request for huge pages (it may still back part of the
   // range with small ones).
   bool huge_pages_requested() const { return huge_; }
-  size_t used_bytes() const { return used_; }
 
  private:
   void* map_ = nullptr;    // the whole mapping (for munmap)

@@ -21,6 +21,10 @@ constexpr int kFewRowsMax = 16;
 // order MatVec uses, so a batched row equals the same row alone bit for bit.
 void MatmulFewRows(const float* x, const float* w, float* y, int n, int in, int rows, int y_stride);
 
+// Columns [col0, col1) of one product with beta = 0, on the calling thread: MatVec for one
+// row, MatmulFewRows up to kFewRowsMax rows, sgemm above.
+void MatmulColumns(const MatmulJob& j, int col0, int col1);
+
 // MatmulMany without the work counters (Matmul counts its own calls); returns the FLOPs.
 double RunMatmulJobs(const MatmulJob* jobs, int n_jobs);
 

@@ -53,12 +53,11 @@ void MatmulImpl(const float* x, const float* w, float* y, int n, int in, int out
   const double split_above = few ? 3e4 : 2e5;  // smaller products stay on one thread
   const int64_t min_cols = work < split_above ? out : (few ? 16 : 64);
   if (out >= 2 * min_cols || few) {
+    const MatmulJob job{x, w, y, n, in, out};
     ParallelFor(out, min_cols, [&](int64_t b, int64_t e) {
       const int cols = int(e - b);
-      if (n == 1 && beta == 0.0f)
-        internal::MatVec(w + size_t(b) * in, x, y + b, cols, in);
-      else if (n <= internal::kFewRowsMax && beta == 0.0f)
-        internal::MatmulFewRows(x, w + size_t(b) * in, y + b, n, in, cols, out);
+      if (beta == 0.0f)
+        internal::MatmulColumns(job, int(b), int(e));
       else if (n == 1)
         cblas_sgemv(CblasRowMajor, CblasNoTrans, cols, in, 1.0f, w + size_t(b) * in, in, x, 1, beta, y + b, 1);
       else

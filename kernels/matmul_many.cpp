@@ -28,20 +28,6 @@ struct Slice {
   double work = 0;
 };
 
-void RunSlice(const MatmulJob& j, const Slice& s) {
-  const int cols = s.col1 - s.col0;
-  if (j.in <= 0) {
-    for (int r = 0; r < j.n; ++r) std::fill(j.y + size_t(r) * j.out + s.col0, j.y + size_t(r) * j.out + s.col1, 0.0f);
-  } else if (j.n == 1) {
-    internal::MatVec(j.w + size_t(s.col0) * j.in, j.x, j.y + s.col0, cols, j.in);
-  } else if (j.n <= internal::kFewRowsMax) {
-    internal::MatmulFewRows(j.x, j.w + size_t(s.col0) * j.in, j.y + s.col0, j.n, j.in, cols, j.out);
-  } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j.n, cols, j.in, 1.0f, j.x, j.in, j.w + size_t(s.col0) * j.in,
-                j.in, 0.0f, j.y + s.col0, j.out);
-  }
-}
-
 }  // namespace
 
 namespace internal {
@@ -87,6 +73,20 @@ void MatVec(const float* w, const float* x, float* y, int rows, int in) {
 #endif
 }
 
+void MatmulColumns(const MatmulJob& j, int col0, int col1) {
+  const int cols = col1 - col0;
+  if (j.in <= 0) {
+    for (int r = 0; r < j.n; ++r) std::fill(j.y + size_t(r) * j.out + col0, j.y + size_t(r) * j.out + col1, 0.0f);
+  } else if (j.n == 1) {
+    MatVec(j.w + size_t(col0) * j.in, j.x, j.y + col0, cols, j.in);
+  } else if (j.n <= kFewRowsMax) {
+    MatmulFewRows(j.x, j.w + size_t(col0) * j.in, j.y + col0, j.n, j.in, cols, j.out);
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j.n, cols, j.in, 1.0f, j.x, j.in, j.w + size_t(col0) * j.in,
+                j.in, 0.0f, j.y + col0, j.out);
+  }
+}
+
 double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
   EnsureBlasSingleThreaded();
   const int threads = InPoolJob() ? 1 : Threads();
@@ -95,8 +95,9 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
   // (4 slices per thread measured 57 GB/s where this reaches 70 on the decode's products);
   // slices are still claimed, so a worker that wakes late leaves its part to the caller. A
   // few rows (batched decode, MatmulFewRows, compute-bound): several slices per thread,
-  // claimed in order, so a thread that starts late takes fewer. Many rows (prefill): one wider slice per thread,
-  // because every sgemm call packs all of x again and narrow panels run below sgemm's rate.
+  // claimed in order, so a thread that starts late takes fewer. Many rows (prefill): one
+  // wider slice per thread, because every sgemm call packs all of x again and narrow panels
+  // run below sgemm's rate.
   // The caller's buffer, reused across calls; workers reach it through this reference (a
   // thread_local named inside the lambda would be each worker's own).
   thread_local std::vector<Slice> slice_buffer;
@@ -122,7 +123,7 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
   std::atomic<size_t> next{0};
   ParallelFor(std::min<int64_t>(threads, int64_t(slices.size())), 1, [&](int64_t, int64_t) {
     for (size_t k; (k = next.fetch_add(1, std::memory_order_relaxed)) < slices.size();)
-      RunSlice(jobs[slices[k].job], slices[k]);
+      MatmulColumns(jobs[slices[k].job], slices[k].col0, slices[k].col1);
   });
   return 2.0 * total;
 }
