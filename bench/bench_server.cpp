@@ -35,8 +35,8 @@
 #include "engine/model.h"
 #include "kernels/ops.h"
 #include "session/session_manager.h"
-#include "tools_bridge/server/api.h"
-#include "tools_bridge/server/http_server.h"
+#include "server/api.h"
+#include "server/http_server.h"
 
 namespace {
 

@@ -3,7 +3,7 @@
 // what the simulation predicted for Cedar.
 //
 // profile/ knows no HTTP: it defines what a live driver delivers (this header), and the driver
-// that speaks to the server lives in tools_bridge/profile_live/. The `cedar` binary hands
+// that speaks to the server lives in server/profile_live/. The `cedar` binary hands
 // RunProfile a factory for it (ProfileOptions::live_driver).
 #pragma once
 

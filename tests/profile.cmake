@@ -7,7 +7,7 @@ cedar_add_test(profile_test unit cedar_profile
 
 # cedar profile --live against an in-process `cedar serve` (tiny model, Unix socket): simulation
 # and server agree on every request's hit tokens; errors and an unreachable server.
-cedar_add_test(profile_live_test unit "cedar_profile_live;cedar_bridge"
+cedar_add_test(profile_live_test unit "cedar_profile_live;cedar_server"
   ${CMAKE_CURRENT_SOURCE_DIR}/profile_live_test.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/server_fixture.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/test_models.cpp)

@@ -16,8 +16,8 @@
 #include "profile/profile.h"
 #include "tests/server_fixture.h"
 #include "tests/test_models.h"
-#include "tools_bridge/profile_live/live_driver.h"
-#include "tools_bridge/server/http_server.h"
+#include "server/profile_live/live_driver.h"
+#include "server/http_server.h"
 
 namespace cedar::test {
 namespace {

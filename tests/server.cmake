@@ -1,6 +1,6 @@
-# The HTTP server (tools_bridge/server/): the API as a pure handler, the transport over real
+# The HTTP server (server/): the API as a pure handler, the transport over real
 # sockets (tiny model, seconds on a CPU), and the end-to-end test with the openai npm client.
-cedar_add_test(server_test unit cedar_bridge
+cedar_add_test(server_test unit cedar_server
   ${CMAKE_CURRENT_SOURCE_DIR}/server_handler_test.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/server_socket_test.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/server_fixture.cpp

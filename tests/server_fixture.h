@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "session/session_manager.h"
-#include "tools_bridge/server/api.h"
+#include "server/api.h"
 
 namespace cedar::test {
 

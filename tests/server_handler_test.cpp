@@ -5,8 +5,8 @@
 #include <thread>
 
 #include "tests/server_fixture.h"
-#include "tools_bridge/server/api_error.h"
-#include "tools_bridge/server/live_turn.h"
+#include "server/api_error.h"
+#include "server/live_turn.h"
 
 namespace cedar::test {
 namespace {

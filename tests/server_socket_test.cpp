@@ -14,7 +14,7 @@
 
 #include "tests/server_fixture.h"
 #include "tests/test_models.h"
-#include "tools_bridge/server/http_server.h"
+#include "server/http_server.h"
 
 namespace cedar::test {
 namespace {

@@ -54,7 +54,7 @@ const script = [
   ['search_code', { query: 'SessionManager::Submit' }, 'session/session_manager.cpp:94: std::future<TurnResult> SessionManager::Submit(...)'],
   ['read_file', { path: 'session/session_manager.h' }, '// Sessions and the engine loop. One thread owns the model...'],
   ['run_tests', { label: 'unit' }, '100% tests passed, 0 tests failed out of 9'],
-  ['search_code', { query: 'kSessionBusy' }, 'tools_bridge/server/api_error.cpp:24: case ErrorKind::kSessionBusy:'],
+  ['search_code', { query: 'kSessionBusy' }, 'server/api_error.cpp:24: case ErrorKind::kSessionBusy:'],
   ['read_file', { path: 'docs/SERVER.md' }, '# cedar serve ... (the server documentation)'],
 ];
 

@@ -1,4 +1,4 @@
-#include "tools_bridge/profile_live/http_client.h"
+#include "server/profile_live/http_client.h"
 
 #include <sys/socket.h>
 #include <sys/time.h>

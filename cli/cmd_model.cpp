@@ -17,7 +17,7 @@
 #include "engine/sampling.h"
 #include "kernels/ops.h"
 #include "tools_bridge/lib/tokenizer.h"
-#include "tools_bridge/cli/commands.h"
+#include "cli/commands.h"
 
 namespace po = boost::program_options;
 

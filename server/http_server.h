@@ -19,7 +19,7 @@
 #include <string>
 
 #include "session/session_manager.h"
-#include "tools_bridge/server/api.h"
+#include "server/api.h"
 
 namespace cedar::server {
 

@@ -11,7 +11,7 @@
 
 #include "engine/sampling.h"
 #include "tools_bridge/lib/chat_template.h"
-#include "tools_bridge/server/http_message.h"
+#include "server/http_message.h"
 
 namespace cedar::server {
 

@@ -1,4 +1,4 @@
-#include "tools_bridge/server/http_server.h"
+#include "server/http_server.h"
 
 // Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
 #include <utility>
@@ -34,8 +34,8 @@
 #include <boost/beast/http.hpp>
 #include <spdlog/spdlog.h>
 
-#include "tools_bridge/server/api_error.h"
-#include "tools_bridge/server/worker_pool.h"
+#include "server/api_error.h"
+#include "server/worker_pool.h"
 
 namespace cedar::server {
 

@@ -19,9 +19,9 @@
 #include "engine/model.h"
 #include "kernels/ops.h"
 #include "session/session_manager.h"
-#include "tools_bridge/cli/commands.h"
-#include "tools_bridge/server/api.h"
-#include "tools_bridge/server/http_server.h"
+#include "cli/commands.h"
+#include "server/api.h"
+#include "server/http_server.h"
 
 namespace po = boost::program_options;
 

@@ -1,4 +1,4 @@
-#include "tools_bridge/profile_live/live_driver.h"
+#include "server/profile_live/live_driver.h"
 
 #include <algorithm>
 #include <chrono>
@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "tools_bridge/profile_live/http_client.h"
+#include "server/profile_live/http_client.h"
 
 namespace cedar::profile_live {
 

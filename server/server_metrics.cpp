@@ -1,4 +1,4 @@
-#include "tools_bridge/server/server_metrics.h"
+#include "server/server_metrics.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -7,7 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "kernels/hw_probe.h"
-#include "tools_bridge/cli/commands.h"
+#include "cli/commands.h"
 
 namespace {
 

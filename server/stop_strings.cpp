@@ -1,4 +1,4 @@
-#include "tools_bridge/server/stop_strings.h"
+#include "server/stop_strings.h"
 
 #include <algorithm>
 

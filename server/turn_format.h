@@ -13,8 +13,8 @@
 
 #include "session/session_manager.h"
 #include "tools_bridge/lib/tool_calls.h"
-#include "tools_bridge/server/http_message.h"
-#include "tools_bridge/server/live_turn.h"
+#include "server/http_message.h"
+#include "server/live_turn.h"
 
 namespace cedar::server {
 

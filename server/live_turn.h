@@ -19,7 +19,7 @@
 
 #include "session/session_manager.h"
 #include "tools_bridge/lib/tokenizer.h"
-#include "tools_bridge/server/stop_strings.h"
+#include "server/stop_strings.h"
 
 namespace cedar::server {
 

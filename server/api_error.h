@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "session/session_manager.h"
-#include "tools_bridge/server/http_message.h"
+#include "server/http_message.h"
 
 namespace cedar::server {
 

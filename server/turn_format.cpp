@@ -1,10 +1,10 @@
-#include "tools_bridge/server/turn_format.h"
+#include "server/turn_format.h"
 
 #include <algorithm>
 
 #include "tools_bridge/lib/openai_json.h"
-#include "tools_bridge/server/api_error.h"
-#include "tools_bridge/server/stop_strings.h"
+#include "server/api_error.h"
+#include "server/stop_strings.h"
 
 namespace cedar::server {
 namespace {

@@ -7,9 +7,9 @@
 // worker waits for the turn's end (HttpResponse::complete).
 #include <spdlog/spdlog.h>
 
-#include "tools_bridge/server/api.h"
-#include "tools_bridge/server/api_error.h"
-#include "tools_bridge/server/request_parse.h"
+#include "server/api.h"
+#include "server/api_error.h"
+#include "server/request_parse.h"
 
 namespace cedar::server {
 

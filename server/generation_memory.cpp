@@ -1,4 +1,4 @@
-#include "tools_bridge/server/generation_memory.h"
+#include "server/generation_memory.h"
 
 #include <algorithm>
 

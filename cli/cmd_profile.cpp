@@ -7,9 +7,9 @@
 #include <boost/program_options.hpp>
 
 #include "profile/profile.h"
-#include "tools_bridge/cli/commands.h"
-#include "tools_bridge/profile_live/live_driver.h"
-#include "tools_bridge/server/http_server.h"
+#include "cli/commands.h"
+#include "server/profile_live/live_driver.h"
+#include "server/http_server.h"
 
 namespace po = boost::program_options;
 

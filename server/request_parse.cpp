@@ -1,10 +1,10 @@
-#include "tools_bridge/server/request_parse.h"
+#include "server/request_parse.h"
 
 #include <cmath>
 #include <limits>
 
 #include "tools_bridge/lib/openai_json.h"
-#include "tools_bridge/server/api_error.h"
+#include "server/api_error.h"
 
 namespace cedar::server {
 namespace {

@@ -32,12 +32,12 @@
 #include "session/session_manager.h"
 #include "tools_bridge/lib/chat_template.h"
 #include "tools_bridge/lib/tokenizer.h"
-#include "tools_bridge/server/api_error.h"
-#include "tools_bridge/server/generation_memory.h"
-#include "tools_bridge/server/http_message.h"
-#include "tools_bridge/server/request_parse.h"
-#include "tools_bridge/server/server_metrics.h"
-#include "tools_bridge/server/turn_format.h"
+#include "server/api_error.h"
+#include "server/generation_memory.h"
+#include "server/http_message.h"
+#include "server/request_parse.h"
+#include "server/server_metrics.h"
+#include "server/turn_format.h"
 
 namespace cedar::server {
 

@@ -1,4 +1,4 @@
-#include "tools_bridge/server/live_turn.h"
+#include "server/live_turn.h"
 
 #include <chrono>
 

@@ -1,4 +1,4 @@
-#include "tools_bridge/server/worker_pool.h"
+#include "server/worker_pool.h"
 
 #include <spdlog/spdlog.h>
 

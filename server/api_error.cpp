@@ -1,4 +1,4 @@
-#include "tools_bridge/server/api_error.h"
+#include "server/api_error.h"
 
 namespace cedar::server {
 

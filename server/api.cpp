@@ -1,14 +1,14 @@
 // Api: routing, sessions, models, health, metrics and cache state. The turn endpoints are in
 // api_turns.cpp.
-#include "tools_bridge/server/api.h"
+#include "server/api.h"
 
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
 
 #include "tools_bridge/lib/openai_json.h"
-#include "tools_bridge/server/api_error.h"
-#include "tools_bridge/server/request_parse.h"
+#include "server/api_error.h"
+#include "server/request_parse.h"
 
 namespace cedar::server {
 
