@@ -14,11 +14,22 @@
 // shape (no such entries are written) are ignored, like other fingerprints' entries. Every Put
 // or Delete is one LMDB transaction: all of it lands or none.
 //
+// Files: the directory is created 0700 when missing (its parent must exist) and refused when
+// group or others can write it or another user owns it (a page holds a prompt's tokens);
+// data.mdb and lock.mdb are made 0600 whatever the umask. A cache is a cache: a data file that
+// fails the structural check (lmdb_check.h) or that LMDB cannot open is moved aside
+// (`data.mdb.corrupt-<unix time>`, with its lock file), one warning is logged, and the store
+// starts empty. The same happens at run time on the first structural error LMDB reports
+// (MDB_CORRUPTED, MDB_PAGE_NOTFOUND, ...) or a value that lies outside the file: the store
+// continues with a fresh empty file (or none, RAM only, if even that cannot be made), and the
+// call that found the damage answers NotFound, like an entry that is gone.
+//
 // Thread contract: owned by one PrefixCache, used from its owner thread only.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -28,6 +39,7 @@
 #include "cache/status.h"
 
 struct MDB_env;
+struct MDB_val;
 
 namespace cedar::cache::detail {
 
@@ -62,8 +74,10 @@ struct EntryKey {
 
 class DiskStore {
  public:
-  // Opens (creating the files if needed) the LMDB environment in `dir`, which must exist and be
-  // writable. The map is sized for twice the budget plus slack (LMDB needs room for its pages).
+  // Opens (creating the files if needed) the LMDB environment in `dir`, which must be writable
+  // by its owner only (created 0700 if missing). The map is sized for twice the budget plus
+  // slack (LMDB needs room for its pages). A damaged data file is moved aside (see above);
+  // IOError only for what the operator must fix (the directory, permissions, no space).
   static Result<std::unique_ptr<DiskStore>> Open(const std::string& dir, uint64_t budget_bytes,
                                                  ModelFingerprint fingerprint, size_t page_tokens,
                                                  bool sync_writes);
@@ -124,15 +138,45 @@ class DiskStore {
   Result<std::vector<ListedEntry>> List() const;
 
   const std::string& dir() const { return dir_; }
+  // Data files moved aside since Open (at open or at run time), and where the last one went.
+  uint64_t files_moved_aside() const { return files_moved_aside_; }
+  const std::string& last_moved_aside() const { return last_moved_aside_; }
+  // False once the disk tier is gone (a damaged file that could not be replaced): every call
+  // then answers as for an empty store and writes nothing.
+  bool usable() const { return env_ != nullptr; }
 
  private:
   DiskStore() = default;
 
+  // Opens the environment in dir_ (no checks); on failure env_ stays null and the LMDB code
+  // is returned through *rc.
+  Status OpenEnv(int* rc) const;
+  // Closes the environment, moves data.mdb and lock.mdb aside, logs one warning naming the
+  // reason and the new name, and opens a fresh empty environment (RAM only if that fails).
+  void MoveAsideAndReopen(const std::string& reason) const;
+  // For an LMDB error `rc` from `what`: a structural error drops the file (as above) and gives
+  // NotFound; any other gives IOError.
+  Status Failed(const char* what, int rc) const;
+  // Is [v, v + size) inside the data file as it is now? (LMDB hands out pointers into its map;
+  // a damaged size or page number could point past the file's end, where a read is SIGBUS.)
+  bool InsideFile(const MDB_val& v) const;
+  // Finds where LMDB mapped data.mdb (sets map_base_, or leaves it null: values unchecked).
+  void FindMap() const;
+  // Calls fn for every entry of this fingerprint in one read transaction.
+  Status ForEachEntry(const std::function<void(const EntryKey&, const MDB_val&)>& fn) const;
+
   std::string dir_;
-  MDB_env* env_ = nullptr;
-  unsigned dbi_ = 0;
   ModelFingerprint fingerprint_ = 0;
   size_t page_tokens_ = 0;
+  uint64_t map_bytes_ = 0;
+  bool sync_writes_ = true;
+  // Mutable: a read that finds damage replaces the file (the entries were lost either way).
+  mutable MDB_env* env_ = nullptr;
+  mutable unsigned dbi_ = 0;
+  mutable uint64_t files_moved_aside_ = 0;
+  mutable std::string last_moved_aside_;
+  mutable const uint8_t* map_base_ = nullptr;  // LMDB's map of data.mdb (null: unknown)
+  mutable uint64_t map_bytes_mapped_ = 0;
 };
 
 }  // namespace cedar::cache::detail

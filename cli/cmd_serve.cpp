@@ -138,7 +138,7 @@ int RunServe(int argc, char** argv) {
 
   mo.cache_ram_bytes = ParseBytes(cache_ram, "--cache-ram");
   mo.cache_disk_bytes = ParseBytes(cache_disk, "--cache-disk");
-  mo.cache_dir = cache_dir;
+  mo.cache_dir = cache_dir == "none" ? std::string() : cache_dir;  // "none" = RAM only, as the help says
   mo.max_sessions = max_sessions;
   std::unique_ptr<session::SessionManager> manager = session::SessionManager::Start(model, mo);
 
