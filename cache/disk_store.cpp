@@ -362,16 +362,19 @@ Status DiskStore::Failed(const char* what, int rc) const {
   return Status::NotFound(fmt::format("the disk tier was replaced after LMDB {} failed", what));
 }
 
-bool DiskStore::InsideFile(const MDB_val& v) const {
-  if (map_base_ == nullptr) return true;  // the map was not found in /proc/self/maps: unchecked
+uint64_t DiskStore::FileBytes() const {
   int fd = -1;
   struct stat st {};
-  if (mdb_env_get_fd(env_, &fd) != 0 || ::fstat(fd, &st) != 0) return false;
+  if (mdb_env_get_fd(env_, &fd) != 0 || ::fstat(fd, &st) != 0) return 0;
+  return std::min<uint64_t>(static_cast<uint64_t>(st.st_size), map_bytes_mapped_);
+}
+
+bool DiskStore::InsideFile(const MDB_val& v, uint64_t file_bytes) const {
+  if (map_base_ == nullptr) return true;  // the map was not found in /proc/self/maps: unchecked
   const auto* p = static_cast<const uint8_t*>(v.mv_data);
-  const uint64_t file = std::min<uint64_t>(static_cast<uint64_t>(st.st_size), map_bytes_mapped_);
   if (p < map_base_) return false;
   const auto off = static_cast<uint64_t>(p - map_base_);
-  return off <= file && v.mv_size <= file - off;
+  return off <= file_bytes && v.mv_size <= file_bytes - off;
 }
 
 DiskStore::~DiskStore() {
@@ -470,6 +473,7 @@ Status DiskStore::Read(std::span<const PageRead> pages, std::vector<Payload>* ou
   if (!env_) return Status::NotFound("no disk tier");
   ReadTxn rt;
   if (int rc = mdb_txn_begin(env_, nullptr, MDB_RDONLY, &rt.txn); rc != 0) return Failed("txn_begin", rc);
+  const uint64_t file_bytes = FileBytes();  // constant during the read (this thread is the only writer)
   for (size_t i = 0; i < pages.size(); ++i) {
     const PageRead& want = pages[i];
     DiskKey key = MakeKey(fingerprint_, {want.meta.digest, EntryKind::kPage});
@@ -480,7 +484,7 @@ Status DiskStore::Read(std::span<const PageRead> pages, std::vector<Payload>* ou
       rt.End();
       return Failed("get", rc);
     }
-    if (!InsideFile(v)) {
+    if (!InsideFile(v, file_bytes)) {
       rt.End();
       return Failed("get (a value outside the file)", MDB_CORRUPTED);
     }
@@ -516,7 +520,7 @@ Result<Payload> DiskStore::ReadSnapshot(const SnapshotMeta& want) const {
     rt.End();
     return Failed("get", rc);
   }
-  if (!InsideFile(v)) {
+  if (!InsideFile(v, FileBytes())) {
     rt.End();
     return Failed("get (a value outside the file)", MDB_CORRUPTED);
   }
@@ -550,9 +554,10 @@ Status DiskStore::ForEachEntry(const std::function<void(const EntryKey&, const M
   MDB_val k = ValOf(start);
   MDB_val v{};
   std::optional<EntryKey> entry;
+  const uint64_t file_bytes = FileBytes();  // constant during the walk (this thread is the only writer)
   int rc = mdb_cursor_get(cursor, &k, &v, MDB_SET_RANGE);
   for (; rc == 0 && DecodeKey(k, fingerprint_, &entry); rc = mdb_cursor_get(cursor, &k, &v, MDB_NEXT)) {
-    if (!InsideFile(k) || !InsideFile(v)) {
+    if (!InsideFile(k, file_bytes) || !InsideFile(v, file_bytes)) {
       rc = MDB_CORRUPTED;
       break;
     }

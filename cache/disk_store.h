@@ -159,7 +159,9 @@ class DiskStore {
   Status Failed(const char* what, int rc) const;
   // Is [v, v + size) inside the data file as it is now? (LMDB hands out pointers into its map;
   // a damaged size or page number could point past the file's end, where a read is SIGBUS.)
-  bool InsideFile(const MDB_val& v) const;
+  // `file_bytes` is FileBytes() (the file's size, capped by the map), read once per transaction.
+  bool InsideFile(const MDB_val& v, uint64_t file_bytes) const;
+  uint64_t FileBytes() const;
   // Finds where LMDB mapped data.mdb (sets map_base_, or leaves it null: values unchecked).
   void FindMap() const;
   // Calls fn for every entry of this fingerprint in one read transaction.

@@ -4,9 +4,7 @@
 // payloads. A file written by ordinary use (spills, deletions, restarts) always passes the
 // structural check (no false alarm throws a good cache away).
 #include <doctest/doctest.h>
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <filesystem>
 
@@ -236,52 +234,89 @@ TEST_CASE("a data file written by ordinary use (spills, evictions, restarts) pas
   }
 }
 
+namespace {
+
+using detail::DiskStore;
+
+// A store in `dir` holding one 300-byte page entry (small enough to sit in the root leaf page).
+struct OneEntryStore {
+  std::unique_ptr<DiskStore> store;
+  std::vector<TokenId> tokens = Seq(0, kPage);
+  std::vector<uint8_t> payload = std::vector<uint8_t>(300, 7);
+  detail::PageMeta meta{/*digest=*/42, 0, kNoTenant, 0, 300, 1};
+
+  explicit OneEntryStore(const std::string& dir) {
+    auto opened = DiskStore::Open(dir, 1 << 20, /*fingerprint=*/1, kPage, /*sync_writes=*/false);
+    REQUIRE_MESSAGE(opened.ok(), opened.status().ToString());
+    store = std::move(opened).value();
+    REQUIRE(Put().ok());
+    std::vector<Payload> out;
+    REQUIRE(Read(&out).ok());
+  }
+  Status Put() {
+    const DiskStore::PageWrite write{meta, tokens, &payload};
+    return store->Put({&write, 1});
+  }
+  Status Read(std::vector<Payload>* out) {
+    const DiskStore::PageRead read{meta, tokens};
+    return store->Read({&read, 1}, out);
+  }
+  // After the damage: one warning, the file aside, and the fresh file stores and serves.
+  void ExpectReplaced(const WarningCapture& capture) {
+    CHECK(store->files_moved_aside() == 1);
+    CHECK(store->usable());
+    CHECK(std::filesystem::exists(store->last_moved_aside()));
+    REQUIRE_MESSAGE(capture.warnings().size() == 1, capture.joined());
+    REQUIRE(Put().ok());
+    std::vector<Payload> out;
+    REQUIRE(Read(&out).ok());
+    REQUIRE(out.size() == 1);
+    CHECK(*out[0] == payload);
+    CHECK(capture.warnings().size() == 1);
+  }
+};
+
+}  // namespace
+
 TEST_CASE("damage found at run time drops the file once; the store continues with a fresh one") {
   FilesTempDir dir;
-  using detail::DiskStore;
-  auto opened = DiskStore::Open(dir.path, 1 << 20, /*fingerprint=*/1, kPage, /*sync_writes=*/false);
-  REQUIRE_MESSAGE(opened.ok(), opened.status().ToString());
-  std::unique_ptr<DiskStore> store = std::move(opened).value();
-  const auto tokens = Seq(0, kPage);
-  const std::vector<uint8_t> payload(300, 7);
-  const detail::PageMeta meta{/*digest=*/42, 0, kNoTenant, 0, payload.size(), 1};
-  const DiskStore::PageWrite write{meta, tokens, &payload};
-  REQUIRE(store->Put({&write, 1}).ok());
-  const DiskStore::PageRead read{meta, tokens};
-  std::vector<Payload> out;
-  REQUIRE(store->Read({&read, 1}, &out).ok());
-
+  OneEntryStore s(dir.path);
   // Another writer damages the main tree's root page under the open map: its type becomes
   // "overflow" (LMDB answers MDB_CORRUPTED when it looks for a leaf there).
   const std::string data = dir.path + "/data.mdb";
   const auto file = ReadFile(data);
-  const uint32_t psize = LmdbPageSize(file);
-  uint64_t txn0, txn1, root;
-  std::memcpy(&txn0, file.data() + 144, 8);
-  std::memcpy(&txn1, file.data() + psize + 144, 8);
-  std::memcpy(&root, file.data() + (txn0 < txn1 ? psize : 0) + 128, 8);
+  const uint64_t root = MainRootPage(file);
   REQUIRE(root >= 2);
-  const int fd = ::open(data.c_str(), O_WRONLY);
-  REQUIRE(fd >= 0);
   const uint16_t overflow = 0x04;
-  REQUIRE(::pwrite(fd, &overflow, sizeof(overflow), static_cast<off_t>(root * psize + 10)) == 2);
-  ::close(fd);
+  PatchFile(data, root * LmdbPageSize(file) + 10, &overflow, sizeof(overflow));
 
   WarningCapture capture;
-  out.clear();
-  const Status s = store->Read({&read, 1}, &out);
-  CHECK(s.code() == StatusCode::kNotFound);  // like an entry that is gone
-  CHECK(store->files_moved_aside() == 1);
-  CHECK(store->usable());
-  CHECK(std::filesystem::exists(store->last_moved_aside()));
-  REQUIRE_MESSAGE(capture.warnings().size() == 1, capture.joined());
-  // The fresh file works: write, read back, no further warning.
-  REQUIRE(store->Put({&write, 1}).ok());
-  out.clear();
-  REQUIRE(store->Read({&read, 1}, &out).ok());
-  REQUIRE(out.size() == 1);
-  CHECK(*out[0] == payload);
-  CHECK(capture.warnings().size() == 1);
+  std::vector<Payload> out;
+  CHECK(s.Read(&out).code() == StatusCode::kNotFound);  // like an entry that is gone
+  s.ExpectReplaced(capture);
+}
+
+TEST_CASE("a value LMDB returns that reaches past the file's end is never read; the file is dropped") {
+  FilesTempDir dir;
+  OneEntryStore s(dir.path);
+  // The root leaf's only node gets a data size of about 2 GB (its high 16 bits, bytes 2..3 of
+  // the node, become 0x7fff): LMDB hands back a pointer into the page and that size.
+  const std::string data = dir.path + "/data.mdb";
+  const auto file = ReadFile(data);
+  const uint32_t psize = LmdbPageSize(file);
+  const uint64_t root = MainRootPage(file);
+  uint16_t node_offset, flags;
+  std::memcpy(&flags, file.data() + root * psize + 10, 2);
+  REQUIRE((flags & 0x02) != 0);  // a leaf
+  std::memcpy(&node_offset, file.data() + root * psize + 16, 2);
+  const uint16_t high = 0x7fff;
+  PatchFile(data, root * psize + node_offset + 2, &high, sizeof(high));
+
+  WarningCapture capture;
+  std::vector<Payload> out;
+  CHECK(s.Read(&out).code() == StatusCode::kNotFound);
+  CHECK(capture.joined().find("outside the file") != std::string::npos);
+  s.ExpectReplaced(capture);
 }
 
 }  // namespace cedar::cache

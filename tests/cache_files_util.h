@@ -104,6 +104,27 @@ inline uint32_t LmdbPageSize(const std::vector<uint8_t>& file) {
   return psize;
 }
 
+// The main tree's root page, from the meta LMDB uses (the larger txnid): txnid at byte 144 of a
+// meta page, the main database's root at byte 128.
+inline uint64_t MainRootPage(const std::vector<uint8_t>& file) {
+  const uint32_t psize = LmdbPageSize(file);
+  uint64_t txn0, txn1, root;
+  std::memcpy(&txn0, file.data() + 144, 8);
+  std::memcpy(&txn1, file.data() + psize + 144, 8);
+  std::memcpy(&root, file.data() + (txn0 < txn1 ? psize : 0) + 128, 8);
+  return root;
+}
+
+// Writes `bytes` at `offset` of the file at `path` in place (under any map of it).
+inline void PatchFile(const std::string& path, uint64_t offset, const void* bytes, size_t n) {
+  std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+  REQUIRE(f.good());
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(static_cast<const char*>(bytes), static_cast<std::streamsize>(n));
+  f.flush();
+  REQUIRE(f.good());
+}
+
 // Pages of `file` (beyond the two metas) whose type is branch or leaf.
 inline std::vector<size_t> TreePages(const std::vector<uint8_t>& file) {
   const uint32_t psize = LmdbPageSize(file);
