@@ -2,6 +2,7 @@
 
 #include <lmdb.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -222,9 +223,10 @@ Status PrepareDirectory(const std::string& dir) {
 }
 
 // LMDB errors that mean the file (not the system) is bad: the file is dropped, not reported.
+// Not MDB_PANIC: LMDB sets it after a failed write (a full disk), and a fresh file would not help.
 bool IsStructural(int rc) {
-  return rc == MDB_CORRUPTED || rc == MDB_PAGE_NOTFOUND || rc == MDB_BAD_TXN || rc == MDB_PANIC ||
-         rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH || rc == MDB_INCOMPATIBLE || rc == MDB_CURSOR_FULL;
+  return rc == MDB_CORRUPTED || rc == MDB_PAGE_NOTFOUND || rc == MDB_BAD_TXN || rc == MDB_INVALID ||
+         rc == MDB_VERSION_MISMATCH || rc == MDB_INCOMPATIBLE || rc == MDB_CURSOR_FULL;
 }
 
 // Makes `path` mode 0600 if it exists (LMDB creates with mode & ~umask; an earlier version
@@ -255,25 +257,28 @@ Result<std::unique_ptr<DiskStore>> DiskStore::Open(const std::string& dir, uint6
 
   // LMDB is never handed a file that fails the structural check: it would trust it.
   const std::string data = dir + "/data.mdb";
+  bool failed_check = false;
   if (::access(data.c_str(), F_OK) == 0) {
     LmdbFileStats stats;
     Status check = CheckLmdbFile(data, &stats);
     if (check.code() == StatusCode::kIOError) return check;
-    if (!check.ok()) {
+    failed_check = !check.ok();
+    if (failed_check) {
       store->MoveAsideAndReopen("structural check: " + check.message());
     } else {
       spdlog::debug("prefix cache: '{}' checked: {} bytes, {} tree pages, {} overflow pages, {} entries", data,
                     stats.file_bytes, stats.pages_walked, stats.overflow_pages, stats.entries);
     }
   }
-  if (store->env_ == nullptr && store->files_moved_aside_ == 0) {
+  if (!failed_check) {  // (a file that failed is never opened, even when it could not be moved)
     int rc = 0;
     Status s = store->OpenEnv(&rc);
     if (!s.ok() && !IsStructural(rc)) return s;  // the directory or the system: the operator's to fix
     if (!s.ok()) store->MoveAsideAndReopen(s.message());
   }
   if (store->env_ == nullptr) {
-    return Status::IOError(fmt::format("cannot open a fresh LMDB environment in '{}' after moving a damaged one aside", dir));
+    return Status::IOError(fmt::format("cannot open an LMDB environment in '{}': its data file is damaged and could "
+                                       "not be replaced (see the warning above)", dir));
   }
   return store;
 }
@@ -345,9 +350,14 @@ void DiskStore::FindMap() const {
   std::string line;
   while (std::getline(maps, line)) {
     unsigned long long start = 0, end = 0, offset = 0, inode = 0;
-    char perms[8] = {0}, dev[32] = {0};
-    if (std::sscanf(line.c_str(), "%llx-%llx %7s %llx %31s %llu", &start, &end, perms, &offset, dev, &inode) != 6) continue;
-    if (inode == static_cast<unsigned long long>(st.st_ino) && offset == 0) {
+    unsigned dev_major = 0, dev_minor = 0;
+    char perms[8] = {0};
+    if (std::sscanf(line.c_str(), "%llx-%llx %7s %llx %x:%x %llu", &start, &end, perms, &offset, &dev_major, &dev_minor,
+                    &inode) != 7) {
+      continue;
+    }
+    if (inode == static_cast<unsigned long long>(st.st_ino) && dev_major == major(st.st_dev) &&
+        dev_minor == minor(st.st_dev) && offset == 0) {
       map_base_ = reinterpret_cast<const uint8_t*>(static_cast<uintptr_t>(start));
       map_bytes_mapped_ = end - start;
       return;

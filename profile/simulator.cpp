@@ -125,6 +125,7 @@ CacheSim::CacheSim(Design design, const SimConfig& config, uint64_t ram_budget)
     dir_ = (fs::path(config.disk_dir) / fmt::format("{}-{}", DesignName(design), ram_budget)).string();
     fs::remove_all(dir_);
     fs::create_directories(dir_);
+    fs::permissions(dir_, fs::perms::owner_all);  // the cache refuses a directory others can write (umask 002)
     c.disk_dir = dir_;
     c.disk_budget_bytes = config.disk_budget / k;
   }
