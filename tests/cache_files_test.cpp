@@ -234,6 +234,44 @@ TEST_CASE("a data file written by ordinary use (spills, evictions, restarts) pas
   }
 }
 
+TEST_CASE("a damaged freelist record (LMDB would hand out pages from it) is found at open and the file moved aside") {
+  FilesTempDir dir;
+  {
+    // Evictions on a small disk tier free pages, so the freelist has records.
+    auto cache = OpenOrFail(FilesConfig(dir.path, /*ram_budget=*/20'000, /*disk_budget=*/150'000));
+    for (int i = 0; i < 60; ++i) {
+      const auto t = PrefixOf(i);
+      REQUIRE(cache->Insert(t, Provider(t)).ok());
+    }
+    REQUIRE(cache->Counters().disk_entries_deleted > 0);
+  }
+  const std::string data = dir.path + "/data.mdb";
+  REQUIRE(detail::CheckLmdbFile(data).ok());
+  const auto file = ReadFile(data);
+  const uint32_t psize = LmdbPageSize(file);
+  // The freelist's root (the free database record's root, byte 80 of the meta in use) is a
+  // leaf here; its first record's page count (the first 8 bytes of the value) becomes huge.
+  uint64_t txn0, txn1, free_root;
+  std::memcpy(&txn0, file.data() + 144, 8);
+  std::memcpy(&txn1, file.data() + psize + 144, 8);
+  std::memcpy(&free_root, file.data() + (txn0 < txn1 ? psize : 0) + 80, 8);
+  REQUIRE(free_root >= 2);
+  REQUIRE(free_root != ~uint64_t{0});
+  const uint8_t* page = file.data() + free_root * psize;
+  uint16_t flags, node_offset, key_bytes, node_flags;
+  std::memcpy(&flags, page + 10, 2);
+  REQUIRE((flags & 0x02) != 0);  // a leaf
+  std::memcpy(&node_offset, page + 16, 2);
+  std::memcpy(&node_flags, page + node_offset + 4, 2);
+  std::memcpy(&key_bytes, page + node_offset + 6, 2);
+  REQUIRE(node_flags == 0);  // the record sits in the leaf
+  const uint64_t huge = uint64_t{1} << 40;
+  PatchFile(data, free_root * psize + node_offset + 8 + key_bytes, &huge, sizeof(huge));
+  const Status check = detail::CheckLmdbFile(data);
+  CHECK_MESSAGE(check.message().find("freelist") != std::string::npos, check.ToString());
+  ExpectMovedAsideAndServing(dir.path, 0);
+}
+
 namespace {
 
 using detail::DiskStore;
