@@ -8,6 +8,8 @@
 #include <random>
 #include <sstream>
 
+#include "engine/config.h"
+#include "tools_bridge/lib/chat_format.h"
 #include "tools_bridge/lib/dsml_encoding.h"
 #include "tools_bridge/lib/dsml_parser.h"
 #include "tools_bridge/lib/openai_json.h"
@@ -274,6 +276,26 @@ TEST_CASE("with raw replay every agent turn extends the previous prompt and outp
       previous = prompt + output + std::string(dsml::kEos);
     }
   }
+}
+
+TEST_CASE("config.json selects the chat format; cedar is the default and is not written") {
+  ModelConfig c;
+  REQUIRE(PresetConfig("tiny", &c));
+  CHECK(c.chat_format == "cedar");
+  CHECK(ChatFormatOf(c) == ChatFormat::kCedar);
+  CHECK_FALSE(ConfigToJson(c).contains("chat_format"));
+  nlohmann::json j = ConfigToJson(c);
+  j["chat_format"] = "deepseek_v41";
+  ModelConfig v41 = ConfigFromJson(j);
+  CHECK(v41.Validate().empty());
+  CHECK(ChatFormatOf(v41) == ChatFormat::kDeepseekV41);
+  CHECK(ConfigToJson(v41)["chat_format"] == "deepseek_v41");
+  CHECK(ChatFormatName(ChatFormat::kDeepseekV41) == "deepseek_v41");
+  j["chat_format"] = "llama3";
+  ModelConfig bad = ConfigFromJson(j);
+  CHECK(bad.Validate().find("chat_format: expected \"cedar\" or \"deepseek_v41\", found \"llama3\"") !=
+        std::string::npos);
+  CHECK_THROWS_AS(ChatFormatOf(bad), std::invalid_argument);
 }
 
 }  // namespace
