@@ -106,14 +106,13 @@ struct Item {
   const Message* msg = nullptr;   // assistant
   int src = -1;                   // assistant: index into the caller's messages
   bool tools = false;             // system item that carries the tools block
-  bool drop_reasoning = false;    // assistant before the last user turn (drop_thinking)
 };
 
 // merge_tool_messages + sort_tool_results_by_call_order of the released encoder.
 std::vector<Item> Merge(std::span<const Message> messages, bool has_tools) {
   std::vector<Item> items;
   if (has_tools && (messages.empty() || messages.front().role != Role::kSystem)) {
-    items.push_back({Role::kSystem, "", nullptr, -1, true, false});
+    items.push_back({Role::kSystem, "", nullptr, -1, true});
   }
   std::map<std::string, int> call_order;  // id -> position in the latest assistant's calls
   std::vector<Block> blocks;
@@ -154,7 +153,7 @@ std::vector<Item> Merge(std::span<const Message> messages, bool has_tools) {
       case Role::kTool: blocks.push_back({true, m.tool_call_id, m.content}); break;
       case Role::kSystem:
         flush_user();
-        items.push_back({Role::kSystem, m.content, nullptr, -1, has_tools && i == 0, false});
+        items.push_back({Role::kSystem, m.content, nullptr, -1, has_tools && i == 0});
         break;
       case Role::kAssistant:
         flush_user();
@@ -164,7 +163,7 @@ std::vector<Item> Merge(std::span<const Message> messages, bool has_tools) {
             if (!m.tool_calls[k].id.empty()) call_order[m.tool_calls[k].id] = static_cast<int>(k);
           }
         }
-        items.push_back({Role::kAssistant, "", &m, static_cast<int>(i), false, false});
+        items.push_back({Role::kAssistant, "", &m, static_cast<int>(i), false});
         break;
     }
   }
@@ -293,9 +292,6 @@ Rendered RenderSegments(std::span<const Message> messages, const ojson& tools,
   // With tools, every turn keeps its reasoning (the released encoder's effective_drop_thinking).
   const bool drop = options.drop_thinking && !has_tools;
   const int last_user = LastUserIndex(items);
-  if (options.thinking && drop) {
-    for (int i = 0; i < last_user; ++i) items[i].drop_reasoning = items[i].role == Role::kAssistant;
-  }
 
   Rendered r;
   if (options.add_bos) Emit(r, kBos);

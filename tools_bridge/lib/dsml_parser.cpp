@@ -108,51 +108,74 @@ ojson ParamValue(const std::string& value, const std::string& is_string, bool ha
   return parsed.is_discarded() ? ojson(value) : parsed;
 }
 
-// Parses one invoke at the start of `s`. kYes: *call and *consumed set.
-Match ParseInvoke(std::string_view s, bool final, ToolCall* call, size_t* consumed) {
-  Reader r{s, final};
-  if (Match m = r.Any(kInvokeOpeners); m != Match::kYes) return m;
-  if (Match m = r.Attr("name", &call->name); m != Match::kYes) return m;
-  if (Match m = r.Skip(" "); m != Match::kYes) return m;
-  if (Match m = r.Lit(">"); m != Match::kYes) return m;
-  ojson args = ojson::object();
+}  // namespace
+
+// Parses the invoke at the start of `s`, resuming from `progress_` (what earlier calls with a
+// prefix of `s` accepted), so a long streamed value is scanned once, not once per chunk.
+// kYes: *call and *consumed set.
+int StreamParser::ParseInvoke(std::string_view s, bool final, ToolCall* call, size_t* consumed) {
+  InvokeProgress& p = progress_;
+  Reader r{s, final, p.pos};
+  if (!p.header) {
+    if (Match m = r.Any(kInvokeOpeners); m != Match::kYes) return static_cast<int>(m);
+    if (Match m = r.Attr("name", &p.name); m != Match::kYes) return static_cast<int>(m);
+    if (Match m = r.Skip(" "); m != Match::kYes) return static_cast<int>(m);
+    if (Match m = r.Lit(">"); m != Match::kYes) return static_cast<int>(m);
+    p.header = true;
+    p.pos = r.pos;
+  }
   while (true) {
-    if (Match m = r.Skip(" \n\r\t"); m != Match::kYes) return m;
+    const size_t param_start = r.pos;
+    if (Match m = r.Skip(" \n\r\t"); m != Match::kYes) return static_cast<int>(m);
     Match closer = r.Any(kInvokeClosers);
     if (closer == Match::kYes) break;
     Match opener = r.Any(kParamOpeners);
     if (opener != Match::kYes) {
-      return closer == Match::kMore || opener == Match::kMore ? Match::kMore : Match::kNo;
+      return static_cast<int>(closer == Match::kMore || opener == Match::kMore ? Match::kMore
+                                                                             : Match::kNo);
     }
     std::string key, is_string;
-    if (Match m = r.Attr("name", &key); m != Match::kYes) return m;
+    if (Match m = r.Attr("name", &key); m != Match::kYes) return static_cast<int>(m);
     const size_t before_flag = r.pos;
     Match flag = r.Attr("string", &is_string);
-    if (flag == Match::kMore) return flag;
+    if (flag == Match::kMore) return static_cast<int>(flag);
     const bool has_flag = flag == Match::kYes;
     if (!has_flag) r.pos = before_flag;
-    if (Match m = r.Skip(" "); m != Match::kYes) return m;
-    if (Match m = r.Lit(">"); m != Match::kYes) return m;
+    if (Match m = r.Skip(" "); m != Match::kYes) return static_cast<int>(m);
+    if (Match m = r.Lit(">"); m != Match::kYes) return static_cast<int>(m);
     // The value runs to the first parameter closer; the end-of-sentence token before it means
-    // the call was cut off.
-    std::string_view rest = s.substr(r.pos);
+    // the call was cut off. Resume the search where the last one gave up (minus a tag's length,
+    // as a tag may have been cut).
+    const size_t value_start = r.pos;
+    size_t from = value_start;
+    if (p.scan_param == param_start && p.scan > from) from = p.scan;
+    std::string_view rest = s.substr(from);
     size_t end = std::string_view::npos, close_len = 0;
     for (std::string_view c : kParamClosers) {
       const size_t at = rest.find(c);
       if (at < end) end = at, close_len = c.size();
     }
     const size_t eos = rest.find(kEos);
-    if (eos != std::string_view::npos && eos < end) return Match::kNo;
-    if (end == std::string_view::npos) return final ? Match::kNo : Match::kMore;
-    args[key] = ParamValue(std::string(rest.substr(0, end)), is_string, has_flag);
-    r.pos += end + close_len;
+    if (eos != std::string_view::npos && eos < end) return static_cast<int>(Match::kNo);
+    if (end == std::string_view::npos) {
+      if (final) return static_cast<int>(Match::kNo);
+      p.pos = param_start;
+      p.scan_param = param_start;
+      const size_t tag = kEos.size() + kParamClosers[0].size();  // longer than any tag searched
+      p.scan = std::max(value_start, s.size() - std::min(s.size(), tag));
+      return static_cast<int>(Match::kMore);
+    }
+    end += from - value_start;
+    p.args[key] = ParamValue(std::string(s.substr(value_start, end)), is_string, has_flag);
+    r.pos = value_start + end + close_len;
+    p.pos = r.pos;
   }
-  call->arguments = PyJsonDumps(args);
+  call->name = p.name;
+  call->arguments = PyJsonDumps(p.args);
   *consumed = r.pos;
-  return Match::kYes;
+  return static_cast<int>(Match::kYes);
 }
 
-}  // namespace
 
 StreamParser::StreamParser(bool thinking, ToolCallIds call_ids)
     : state_(thinking ? State::kReasoning : State::kContent), call_ids_(std::move(call_ids)) {}
@@ -257,11 +280,12 @@ bool StreamParser::RunCalls(bool final, std::vector<StreamDelta>& out) {
   if (!final && kEos.starts_with(rest)) return false;
   ToolCall call;
   size_t consumed = 0;
-  switch (ParseInvoke(rest, final, &call, &consumed)) {
+  switch (static_cast<Match>(ParseInvoke(rest, final, &call, &consumed))) {
     case Match::kMore: return false;
-    case Match::kNo: return malformed();
+    case Match::kNo: progress_ = {}; return malformed();
     case Match::kYes: break;
   }
+  progress_ = {};
   Consume(ws + consumed);
   opener_.clear();
   call.id = call_ids_.prefix + std::to_string(call_ids_.next++);

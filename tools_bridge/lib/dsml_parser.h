@@ -28,9 +28,12 @@
 //
 // Thread contract: ParseOutput is pure; a StreamParser belongs to one stream.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "tools_bridge/lib/tool_calls.h"
 
@@ -61,6 +64,7 @@ class StreamParser {
   bool RunText(bool final, std::vector<StreamDelta>& out);   // false: wait for more text
   bool RunCalls(bool final, std::vector<StreamDelta>& out);  // false: wait for more text
   void Consume(size_t n);
+  int ParseInvoke(std::string_view s, bool final, ToolCall* call, size_t* consumed);  // a Match
   void Stop(size_t eos_at);
 
   State state_;
@@ -69,6 +73,17 @@ class StreamParser {
   size_t base_ = 0;      // offset of buf_[0] in raw_
   std::string raw_;
   std::string opener_;   // the calls opener (and the "\n\n" before it) while no call is accepted
+  // What is known of the invoke being read (offsets into buf_ after its leading whitespace,
+  // which stays put until the invoke is accepted or rejected).
+  struct InvokeProgress {
+    bool header = false;          // "<｜DSML｜ invoke name=...>" read
+    std::string name;
+    nlohmann::ordered_json args = nlohmann::ordered_json::object();  // parameters read so far
+    size_t pos = 0;               // where reading resumes
+    size_t scan_param = SIZE_MAX; // the parameter whose value search stopped at `scan`
+    size_t scan = 0;
+  };
+  InvokeProgress progress_;
   int calls_ = 0;
   bool done_ = false;
   bool stopped_ = false;
