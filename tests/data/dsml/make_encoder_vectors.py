@@ -147,4 +147,8 @@ add("derived_py_json_numbers", [{"role": "user", "content": "q"}, {"role": "assi
     BOS + U + "q" + A + "</think>" + CALLS(INV("f", P("a", "1000000000000000.0", "false"), P("b", "1e+16", "false"), P("c", "0.0001", "false"),
         P("d", "1e-05", "false"), P("e", "-0.0", "false"), P("f", "123456789012", "false"), P("g", '["\\u0001\\t\\"/\x7f"]', "false"))) + EOS,
     False, source="derived")
+# DERIVED: tools without a system message attach to an empty system message put in front (the
+# serving convention PORT follows; the encoder reads tools from a system message).
+add("derived_tools_without_system", [{"role": "user", "content": "q"}],
+    BOS + SYS + "\n\n" + TOOLS_HEAD + schema("lookup") + TOOLS_TAIL + U + "q" + A + "</think>", False, tools=[tool()], source="derived")
 print(json.dumps({"note": "see make_encoder_vectors.py", "cases": cases}, ensure_ascii=False, indent=1))
