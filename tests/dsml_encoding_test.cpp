@@ -133,7 +133,9 @@ ToolCall RandomCall(std::mt19937& rng, int n) {
   };
   ojson args = ojson::object();
   for (int k = std::uniform_int_distribution<int>(0, 4)(rng); k > 0; --k) {
-    args["p" + std::to_string(k)] = value(0);
+    std::string key = "p";  // (not "p" + ...: GCC 12 warns falsely about that form, -Wrestrict)
+    key += std::to_string(k);
+    args[key] = value(0);
   }
   return {"call_" + std::to_string(n), "tool_" + std::to_string(n % 3), PyJsonDumps(args)};
 }
