@@ -76,6 +76,8 @@ std::string ModelConfig::Validate() const {
   positive("window", window);
   positive("moe_inter_dim", moe_inter_dim);
   positive("max_seq_len", max_seq_len);
+  if (chat_format != "cedar" && chat_format != "deepseek_v41")
+    bad("chat_format", "\"cedar\" or \"deepseek_v41\"", "\"" + chat_format + "\"");
   if (!(norm_eps > 0)) bad("norm_eps", "> 0", std::to_string(norm_eps));
   if (!(rope_theta > 0) || !(compress_rope_theta > 0)) bad("rope_theta/compress_rope_theta", "> 0", "a non-positive base");
   if (n_encoder_layers <= 0 || n_encoder_layers >= n_layers)
@@ -180,11 +182,12 @@ ModelConfig ConfigFromJson(const nlohmann::json& j) {
   Read(j, "compress_rope_theta", &c.compress_rope_theta, false);
   Read(j, "norm_eps", &c.norm_eps, false);
   Read(j, "max_seq_len", &c.max_seq_len, false);
+  Read(j, "chat_format", &c.chat_format, false);
   return c;
 }
 
 nlohmann::json ConfigToJson(const ModelConfig& c) {
-  return nlohmann::json{
+  nlohmann::json j{
       {"vocab_size", c.vocab_size}, {"dim", c.dim}, {"n_layers", c.n_layers},
       {"n_encoder_layers", c.n_encoder_layers}, {"n_heads", c.n_heads}, {"head_dim", c.head_dim},
       {"rope_dim", c.rope_dim}, {"q_lora_rank", c.q_lora_rank}, {"o_groups", c.o_groups},
@@ -198,6 +201,10 @@ nlohmann::json ConfigToJson(const ModelConfig& c) {
       {"swiglu_limit", c.swiglu_limit}, {"rope_theta", c.rope_theta},
       {"compress_rope_theta", c.compress_rope_theta}, {"norm_eps", c.norm_eps},
       {"max_seq_len", c.max_seq_len}};
+  // Written only when not the default, so existing models keep their config JSON (and with it
+  // the model fingerprint that keys on-disk caches).
+  if (c.chat_format != "cedar") j["chat_format"] = c.chat_format;
+  return j;
 }
 
 ModelConfig LoadConfigFile(const std::string& path) {

@@ -41,6 +41,10 @@ struct ModelConfig {
   float compress_rope_theta = 160000.0f; // RoPE base of layers with a compressed branch.
   float norm_eps = 1e-6f;      // RMSNorm epsilon.
   int max_seq_len = 65536;     // Cedar's own limit on positions served (not in the spec).
+  // Prompt format the model was trained on (tools_bridge/lib/chat_format.h): "cedar" (our
+  // template, tools_bridge/lib/chat_template.h) or "deepseek_v41" (the released V4.1 encoding,
+  // tools_bridge/lib/dsml_encoding.h). Absent in config.json means "cedar".
+  std::string chat_format = "cedar";
 
   // Derived lookups (valid after Validate()).
   int RatioOf(int layer) const { return compress_ratios[layer]; }

@@ -69,6 +69,16 @@ struct Message {
   // included, if any), kept by the caller. When set they are rendered verbatim instead of
   // content/tool_calls, which still supply the call ids later tool messages answer.
   std::optional<TokenIds> generated;
+  // Assistant only: the reasoning (OpenAI-compatible `reasoning_content`). The cedar template
+  // ignores it; the deepseek_v41 encoding renders it inside <think>...</think> where the
+  // released encoder keeps reasoning (dsml_encoding.h).
+  std::string reasoning;
+  // Assistant only, optional, deepseek_v41 encoding: the exact text the model generated after
+  // the generation prompt (reasoning, "</think>", content and DSML calls; no end-of-sentence
+  // token). When set it is rendered verbatim instead of reasoning/content/tool_calls, so the
+  // next prompt holds the bytes the model produced even if the client re-serialised the
+  // calls (dsml_encoding.h, "Byte-exact replay").
+  std::optional<std::string> raw;
   bool operator==(const Message&) const = default;
 };
 

@@ -85,6 +85,15 @@ std::vector<Message> MessagesFromJson(const json& messages) {
     if (msg.role == Role::kTool) {
       msg.tool_call_id = ReadString(m, "tool_call_id", Field(i, "tool_call_id"));
     }
+    // Assistant reasoning sent back by the client (DeepSeek's `reasoning_content`); only the
+    // deepseek_v41 encoding renders it.
+    if (msg.role == Role::kAssistant) {
+      auto rc = m.find("reasoning_content");
+      if (rc != m.end() && !rc->is_null()) {
+        if (!rc->is_string()) Fail(Field(i, "reasoning_content") + ": expected a string or null");
+        msg.reasoning = rc->get<std::string>();
+      }
+    }
     out.push_back(std::move(msg));
   }
   return out;
@@ -94,6 +103,7 @@ json AssistantMessageJson(const AssistantOutput& output) {
   json m = {{"role", "assistant"}};
   m["content"] =
       output.content.empty() && !output.tool_calls.empty() ? json(nullptr) : json(output.content);
+  if (!output.reasoning.empty()) m["reasoning_content"] = output.reasoning;
   if (!output.tool_calls.empty()) {
     json calls = json::array();
     for (const ToolCall& c : output.tool_calls) {
@@ -109,6 +119,7 @@ json AssistantMessageJson(const AssistantOutput& output) {
 json DeltaJson(const StreamDelta& delta) {
   switch (delta.kind) {
     case StreamDelta::Kind::kContent: return {{"content", delta.text}};
+    case StreamDelta::Kind::kReasoning: return {{"reasoning_content", delta.text}};
     case StreamDelta::Kind::kToolCallStart:
       return {
           {"tool_calls", json::array({{{"index", delta.index},

@@ -115,6 +115,7 @@ Message ToMessage(const AssistantOutput& output, std::optional<TokenIds> generat
 void ApplyDelta(const StreamDelta& delta, AssistantOutput& output) {
   switch (delta.kind) {
     case StreamDelta::Kind::kContent: output.content += delta.text; break;
+    case StreamDelta::Kind::kReasoning: output.reasoning += delta.text; break;
     case StreamDelta::Kind::kToolCallStart:
       if (static_cast<int>(output.tool_calls.size()) <= delta.index) {
         output.tool_calls.resize(delta.index + 1);

@@ -44,6 +44,7 @@ struct ToolCallIds {
 struct AssistantOutput {
   std::string content;               // text outside tool calls (valid UTF-8)
   std::vector<ToolCall> tool_calls;  // in generation order
+  std::string reasoning;             // deepseek_v41 only: the text inside <think>...</think>
   bool stopped = false;              // a stop id was seen (false: cut off, e.g. max_tokens)
   bool operator==(const AssistantOutput&) const = default;
 };
@@ -63,9 +64,10 @@ struct StreamDelta {
     kContent,            // delta.content = text
     kToolCallStart,      // delta.tool_calls = [{index, id, type:"function", function:{name}}]
     kToolCallArguments,  // delta.tool_calls = [{index, function:{arguments: text}}]
+    kReasoning,          // delta.reasoning_content = text (deepseek_v41 thinking mode)
   };
   Kind kind = Kind::kContent;
-  std::string text;  // kContent: content; kToolCallArguments: a fragment of the arguments
+  std::string text;  // kContent/kReasoning: the text; kToolCallArguments: an arguments fragment
   int index = 0;     // tool calls: position of the call in this message (0, 1, ...)
   std::string id;    // kToolCallStart
   std::string name;  // kToolCallStart
