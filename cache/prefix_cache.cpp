@@ -256,16 +256,33 @@ void PrefixCache::ReleaseHandle(Node* deepest) {
 
 // Loads the disk-only nodes of the path to `deepest`, top down, stopping before a node whose
 // newly protected bytes would take pinned RAM over the budget, or at a node that fails
-// verification (dropped with its subtree). Returns the usable path prefix.
+// verification (dropped with its subtree). Returns the usable path prefix. Room for the loads
+// is made first, from older unpinned state, so RAM use never passes the budget while loading.
 std::vector<Node*> PrefixCache::LoadPathWithinBudget(Node* deepest, size_t* loaded_tokens) {
-  std::vector<Node*> usable;
+  const std::vector<Node*> all = PathTo(deepest);
   uint64_t room = config_.ram_budget_bytes > ram_pinned_ ? config_.ram_budget_bytes - ram_pinned_ : 0;
-  for (Node* n : PathTo(deepest)) {
+  size_t fit = 0;
+  uint64_t to_load = 0;
+  for (Node* n : all) {
     const uint64_t need = n->pinned() ? 0 : n->payload_bytes + n->snapshot_ram_bytes();
     if (need > room) {
       spdlog::debug("prefix cache: pin stops at {} tokens: RAM budget", n->start());
       break;
     }
+    room -= need;
+    if (!n->in_ram()) to_load += n->payload_bytes;
+    ++fit;
+  }
+  // The planned prefix is touched (newest, so evicted last) and its new bytes fit beside the
+  // pinned ones, so what must go is older unpinned state or nodes past the plan (never used
+  // below): the planned nodes' pages stay.
+  if (fit > 0 && to_load > 0) {
+    Touch(all[fit - 1]);
+    EvictRamTo(config_.ram_budget_bytes - std::min(to_load, config_.ram_budget_bytes));
+  }
+  std::vector<Node*> usable;
+  for (size_t i = 0; i < fit; ++i) {
+    Node* n = all[i];
     if (!n->in_ram()) {
       Node* loaded = LoadNode(n);  // on a bad entry: the verified head, or null
       if (loaded != nullptr) {
@@ -276,7 +293,6 @@ std::vector<Node*> PrefixCache::LoadPathWithinBudget(Node* deepest, size_t* load
     } else {
       usable.push_back(n);
     }
-    room -= need;
   }
   return usable;
 }
