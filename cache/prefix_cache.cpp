@@ -434,9 +434,16 @@ Result<InsertResult> PrefixCache::Insert(std::span<const TokenId> tokens, const 
   Node* parent = MaterializePath(m);
   if (parent != nullptr) Touch(parent);  // the prefix we extend is the newest: evicted last
   // Room first, from older unpinned state, so RAM never overshoots the budget. The touched
-  // prefix is not evicted: everything else unpinned holds more than `admitted_bytes` too
-  // much (the admission above left room for the prefix and the new pages).
-  if (admitted_bytes > 0) EvictRamTo(config_.ram_budget_bytes - std::min(admitted_bytes, config_.ram_budget_bytes));
+  // prefix is not evicted: the admission above left room for it and for what comes in, so
+  // what must go is older unpinned state.
+  // The new snapshots get room too, as far as it can be made without touching the prefix:
+  // else the next Settle would drop them first (snapshots go before pages), and a snapshot
+  // just cut at a prompt's end is the one its next turn or an exact repeat needs.
+  uint64_t snapshot_bytes = 0;
+  for (const SnapshotInput& s : snapshots)
+    if (s.position <= stored) snapshot_bytes += s.payload->size();
+  const uint64_t incoming = admitted_bytes + std::min(snapshot_bytes, room);
+  if (incoming > 0) EvictRamTo(config_.ram_budget_bytes - std::min(incoming, config_.ram_budget_bytes));
   if (parent == nullptr) parent = RootForInsert(salt);
   size_t pos = m.matched_tokens;
   while (pos < stored) {

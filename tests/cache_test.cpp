@@ -308,6 +308,19 @@ TEST_CASE("inserts beside pinned state never take RAM over the budget, and what 
   CheckIntegrity(*cache);
 }
 
+TEST_CASE("an insert makes room for its own snapshot from older state instead of dropping it") {
+  // Older snapshots go before pages when the budget is enforced; the snapshot just cut at a
+  // prompt's end is the one its next turn needs, so the insert evicts older pages for it first.
+  auto cache = OpenOrFail(RamConfig(10 * kPageBytes));
+  const auto a = Seq(0, 32), b = Seq(100, 8);
+  Insert(*cache, a);
+  Insert(*cache, b, {{8, MakePayload(std::vector<uint8_t>(150))}});
+  CHECK(cache->Match(b).snapshot_position == 8);
+  CHECK(cache->Counters().snapshots_dropped == 0);
+  CHECK(cache->Sizes().ram.used_bytes() <= 10 * kPageBytes);
+  CheckIntegrity(*cache);
+}
+
 TEST_CASE("open rejects a bad configuration") {
   PrefixCacheConfig c = RamConfig();
   c.page_tokens = 6;
