@@ -256,16 +256,33 @@ void PrefixCache::ReleaseHandle(Node* deepest) {
 
 // Loads the disk-only nodes of the path to `deepest`, top down, stopping before a node whose
 // newly protected bytes would take pinned RAM over the budget, or at a node that fails
-// verification (dropped with its subtree). Returns the usable path prefix.
+// verification (dropped with its subtree). Returns the usable path prefix. Room for the loads
+// is made first, from older unpinned state, so RAM use never passes the budget while loading.
 std::vector<Node*> PrefixCache::LoadPathWithinBudget(Node* deepest, size_t* loaded_tokens) {
-  std::vector<Node*> usable;
+  const std::vector<Node*> all = PathTo(deepest);
   uint64_t room = config_.ram_budget_bytes > ram_pinned_ ? config_.ram_budget_bytes - ram_pinned_ : 0;
-  for (Node* n : PathTo(deepest)) {
+  size_t fit = 0;
+  uint64_t to_load = 0;
+  for (Node* n : all) {
     const uint64_t need = n->pinned() ? 0 : n->payload_bytes + n->snapshot_ram_bytes();
     if (need > room) {
       spdlog::debug("prefix cache: pin stops at {} tokens: RAM budget", n->start());
       break;
     }
+    room -= need;
+    if (!n->in_ram()) to_load += n->payload_bytes;
+    ++fit;
+  }
+  // The planned prefix is touched (newest, so evicted last) and its new bytes fit beside the
+  // pinned ones, so what must go is older unpinned state or nodes past the plan (never used
+  // below): the planned nodes' pages stay.
+  if (fit > 0 && to_load > 0) {
+    Touch(all[fit - 1]);
+    EvictRamTo(config_.ram_budget_bytes - std::min(to_load, config_.ram_budget_bytes));
+  }
+  std::vector<Node*> usable;
+  for (size_t i = 0; i < fit; ++i) {
+    Node* n = all[i];
     if (!n->in_ram()) {
       Node* loaded = LoadNode(n);  // on a bad entry: the verified head, or null
       if (loaded != nullptr) {
@@ -276,7 +293,6 @@ std::vector<Node*> PrefixCache::LoadPathWithinBudget(Node* deepest, size_t* load
     } else {
       usable.push_back(n);
     }
-    room -= need;
   }
   return usable;
 }
@@ -368,7 +384,10 @@ Result<InsertResult> PrefixCache::Insert(std::span<const TokenId> tokens, const 
 
   // Plan: find what is present and obtain every missing page before changing anything.
   PathMatch m = Walk(tokens, salt);
-  InsertResult result{m.matched_tokens, whole - m.matched_tokens, whole};
+  InsertResult result;
+  result.cached_tokens = m.matched_tokens;
+  result.added_tokens = whole - m.matched_tokens;
+  result.stored_tokens = whole;
   std::vector<Payload> fresh;
   for (size_t pos = m.matched_tokens; pos < whole; pos += page) {
     Result<Payload> p = provider(pos / page, tokens.subspan(pos, page));
@@ -376,14 +395,59 @@ Result<InsertResult> PrefixCache::Insert(std::span<const TokenId> tokens, const 
     if (!*p) return Status::InvalidArgument("page provider returned a null payload");
     fresh.push_back(std::move(p).value());
   }
-  if (whole == 0) return result;
+  if (whole == 0) {
+    for (const SnapshotInput& s : snapshots) result.refused_snapshots.push_back(s.position);
+    return result;
+  }
+
+  // Admission: pinned bytes cannot be evicted, so only what fits beside them is admitted: the
+  // RAM pages of the cached prefix being extended (they stay: the new pages hang below them)
+  // plus as many new pages as fit. Pages past that are refused: storing them would overshoot
+  // the budget.
+  uint64_t room = config_.ram_budget_bytes > ram_pinned_ ? config_.ram_budget_bytes - ram_pinned_ : 0;
+  auto take = [&](uint64_t bytes) {
+    if (bytes > room) return false;
+    room -= bytes;
+    return true;
+  };
+  bool fits = true;
+  for (const Node* n : m.full) fits = fits && (n->pinned() || !n->in_ram() || take(n->payload_bytes));
+  if (m.partial != nullptr && !m.partial->pinned() && m.partial->in_ram()) {
+    uint64_t head = 0;
+    for (size_t i = 0; i < m.partial_pages; ++i) head += m.partial->page_bytes[i];
+    fits = fits && take(head);
+  }
+  size_t admitted = 0;
+  uint64_t admitted_bytes = 0;
+  while (fits && admitted < fresh.size() && take(fresh[admitted]->size())) admitted_bytes += fresh[admitted++]->size();
+  if (admitted < fresh.size()) {
+    result.refused_tokens = (fresh.size() - admitted) * page;
+    result.added_tokens = admitted * page;
+    result.stored_tokens = m.matched_tokens + admitted * page;
+    fresh.resize(admitted);
+    spdlog::debug("prefix cache: insert refuses {} of {} tokens: RAM budget held by pinned state",
+                  result.refused_tokens, whole);
+  }
+  const size_t stored = result.stored_tokens;
 
   // Apply: cannot fail from here on.
   Node* parent = MaterializePath(m);
+  if (parent != nullptr) Touch(parent);  // the prefix we extend is the newest: evicted last
+  // Room first, from older unpinned state, so RAM never overshoots the budget. The touched
+  // prefix is not evicted: the admission above left room for it and for what comes in, so
+  // what must go is older unpinned state.
+  // The new snapshots get room too, as far as it can be made without touching the prefix:
+  // else the next Settle would drop them first (snapshots go before pages), and a snapshot
+  // just cut at a prompt's end is the one its next turn or an exact repeat needs.
+  uint64_t snapshot_bytes = 0;
+  for (const SnapshotInput& s : snapshots)
+    if (s.position <= stored) snapshot_bytes += s.payload->size();
+  const uint64_t incoming = admitted_bytes + std::min(snapshot_bytes, room);
+  if (incoming > 0) EvictRamTo(config_.ram_budget_bytes - std::min(incoming, config_.ram_budget_bytes));
   if (parent == nullptr) parent = RootForInsert(salt);
   size_t pos = m.matched_tokens;
-  while (pos < whole) {
-    const size_t pages = std::min(config_.max_node_pages, (whole - pos) / page);
+  while (pos < stored) {
+    const size_t pages = std::min(config_.max_node_pages, (stored - pos) / page);
     auto node = std::make_unique<Node>();
     node->parent = parent;
     node->salt = salt;
@@ -404,12 +468,30 @@ Result<InsertResult> PrefixCache::Insert(std::span<const TokenId> tokens, const 
     parent = raw;
     pos = raw->end;
   }
-  Touch(parent);
-  for (const SnapshotInput& s : snapshots) SetSnapshot(NodeEndingAt(parent, s.position), s.payload);
-  spdlog::debug("prefix cache: insert {} tokens ({} new), {} snapshots", whole, result.added_tokens,
-                snapshots.size());
+  if (stored > 0) {
+    Touch(parent);
+    for (const SnapshotInput& s : snapshots) {
+      Node* n = s.position <= stored ? NodeEndingAt(parent, s.position) : nullptr;
+      if (n == nullptr || !SnapshotFits(n, s.payload)) {
+        result.refused_snapshots.push_back(s.position);
+        continue;
+      }
+      SetSnapshot(n, s.payload);
+    }
+  } else {
+    for (const SnapshotInput& s : snapshots) result.refused_snapshots.push_back(s.position);
+  }
+  spdlog::debug("prefix cache: insert {} tokens ({} new, {} refused), {} snapshots ({} refused)", whole,
+                result.added_tokens, result.refused_tokens, snapshots.size(), result.refused_snapshots.size());
   Settle();
   return result;
+}
+
+// A snapshot on a pinned node is protected at once: it must fit beside the other pinned bytes.
+bool PrefixCache::SnapshotFits(const Node* node, const Payload& payload) const {
+  if (!node->pinned()) return true;
+  const uint64_t old = node->snapshot_ram_bytes(), need = payload->size();
+  return need <= old || ram_pinned_ + (need - old) <= config_.ram_budget_bytes;
 }
 
 Status PrefixCache::AddSnapshot(std::span<const TokenId> tokens_prefix, size_t position, Payload payload,
@@ -424,6 +506,10 @@ Status PrefixCache::AddSnapshot(std::span<const TokenId> tokens_prefix, size_t p
                                         m.matched_tokens, position));
   }
   Node* n = MaterializePath(m);  // ends exactly at `position`
+  if (!SnapshotFits(n, payload)) {
+    return Status::ResourceExhausted(fmt::format("snapshot of {} bytes on a pinned prefix: over the RAM budget",
+                                                 payload->size()));
+  }
   Touch(n);
   SetSnapshot(n, std::move(payload));
   Settle();

@@ -95,9 +95,14 @@ struct MatchResult {
 };
 
 struct InsertResult {
-  size_t cached_tokens = 0;  // full-page tokens that were already present
-  size_t added_tokens = 0;   // tokens of the pages added by this call
-  size_t stored_tokens = 0;  // cached + added: the whole-page part of the input
+  size_t cached_tokens = 0;   // full-page tokens that were already present
+  size_t added_tokens = 0;    // tokens of the pages added by this call
+  size_t stored_tokens = 0;   // cached + added: the part of the input the cache now holds
+  size_t refused_tokens = 0;  // whole-page tokens past stored_tokens that did not fit beside
+                              // the pinned bytes (a partial insert; 0 = everything stored)
+  std::vector<size_t> refused_snapshots;  // positions of input snapshots not set (past the
+                                          // stored part, or on a pinned node with no room)
+  bool partial() const { return refused_tokens > 0 || !refused_snapshots.empty(); }
 };
 
 // Bytes of one tier. Protected bytes belong to pinned nodes (handles and soft pins): in RAM
@@ -228,8 +233,13 @@ class PrefixCache {
   // comes first: `provider` is called once per missing page, in order (page_index counts from
   // the start of `tokens`), before anything changes; if it fails, the call returns its error
   // and the cache is unchanged. Then the pages are added, the snapshots set (replacing any at
-  // the same position, in the new or the already cached part), and the RAM budget enforced,
-  // which may spill the new pages at once if everything else is pinned.
+  // the same position, in the new or the already cached part), and the RAM budget enforced.
+  // Admission respects the budget: pinned bytes cannot be evicted, so the new pages are
+  // admitted only while they (and the RAM pages of the cached prefix they extend) fit in the
+  // RAM budget beside them; the rest is refused (a partial insert, reported in the result),
+  // as is a snapshot past the admitted end or one that would take pinned bytes over the budget.
+  // Older unpinned state is evicted before the new pages are added, so RAM use never
+  // overshoots the budget, not even inside the call, unless pinned state alone exceeds it.
   // REQUIRES (else InvalidArgument, nothing changed): every snapshot position is a multiple of
   // page_tokens in (0, stored tokens] with a non-null payload; the provider returns non-null.
   Result<InsertResult> Insert(std::span<const TokenId> tokens, const PageProvider& provider,
@@ -238,7 +248,8 @@ class PrefixCache {
 
   // Sets the snapshot after `position` tokens of `tokens_prefix`, replacing any there.
   // REQUIRES: position is a multiple of page_tokens, 0 < position <= tokens_prefix.size().
-  // NotFound if those pages are not cached.
+  // NotFound if those pages are not cached; ResourceExhausted (nothing changed) if the node is
+  // pinned and the snapshot would take pinned bytes over the RAM budget.
   Status AddSnapshot(std::span<const TokenId> tokens_prefix, size_t position, Payload payload,
                      TenantSalt salt = kNoTenant);
 
@@ -291,6 +302,7 @@ class PrefixCache {
   void Unpin(Node* deepest, bool soft);
   void ReleaseHandle(Node* deepest);
   void Touch(Node* deepest);
+  bool SnapshotFits(const Node* node, const Payload& payload) const;  // pinned bytes stay <= budget
 
   // prefix_cache_evict.cpp: tiers, eviction, disk, rebuild.
   template <class F> void Update(Node* node, F&& change);

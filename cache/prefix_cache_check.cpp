@@ -155,6 +155,8 @@ Status PrefixCache::CheckIntegrity() const {
   if (ram_used_ > config_.ram_budget_bytes && (!ram_lru_.empty() || !snapshot_lru_.empty())) {
     return mismatch("RAM over budget with evictable state", config_.ram_budget_bytes, ram_used_);
   }
+  // Pins never take RAM past the budget (Acquire, SoftPin and snapshot admission keep it).
+  if (ram_pinned_ > config_.ram_budget_bytes) return mismatch("pinned RAM over budget", config_.ram_budget_bytes, ram_pinned_);
   if (soft_pinned_ram_ > SoftPinCap()) return mismatch("soft pins over their cap", SoftPinCap(), soft_pinned_ram_);
   return CheckDisk();
 }

@@ -15,7 +15,7 @@ struct SnapshotHeader {
   int64_t position = 0;
   int32_t n_layers = 0;  // encoder layers stored (E)
   int32_t dim = 0, head_dim = 0;
-  int32_t reserved = 0;
+  int32_t tail = 0;      // DecoderTail (0 in payloads written before tails existed)
 };
 
 void PutBytes(std::vector<uint8_t>& out, const void* p, size_t n) {
@@ -50,6 +50,12 @@ class Reader {
     s.Assign(lo, std::move(rows));
     return true;
   }
+  bool Floats(std::vector<float>& v) {
+    int64_t n = 0;
+    if (!Get(&n, 8) || n < 0 || size_t(n) > (b_.size() - off_) / sizeof(float)) return false;
+    v.resize(size_t(n));
+    return Get(v.data(), v.size() * sizeof(float));
+  }
   bool done() const { return off_ == b_.size(); }
 
  private:
@@ -76,8 +82,14 @@ Payload EncodePage(const ModelConfig& c, const SequenceState& st, int64_t start,
   return MakePayload(std::move(out));
 }
 
-Result<Payload> EncodeSnapshot(const ModelConfig& c, const SequenceState& st, int64_t position, int64_t h_e_rows) {
+Result<Payload> EncodeSnapshot(const ModelConfig& c, const SequenceState& st, int64_t position, int64_t h_e_rows,
+                               const TailInput& tail) {
   const int E = c.n_encoder_layers;
+  if (tail.kind != DecoderTail::kNone) {
+    if (position != st.pos || st.decoder_pos != st.pos)
+      return Status::FailedPrecondition("snapshot tail: the decoder did not run to the position");
+    if (int64_t(tail.logits.size()) != c.vocab_size) return Status::FailedPrecondition("snapshot tail: logits are not [V]");
+  }
   const int64_t R = std::min<int64_t>(c.window, position);
   for (const Pool& p : st.pools)
     if (p.rows_seen < position) return Status::FailedPrecondition("snapshot: pools end before position");
@@ -87,6 +99,7 @@ Result<Payload> EncodeSnapshot(const ModelConfig& c, const SequenceState& st, in
   h.n_layers = E;
   h.dim = c.dim;
   h.head_dim = c.head_dim;
+  h.tail = int32_t(tail.kind);
   std::vector<uint8_t> out;
   PutBytes(out, &h, sizeof h);
   for (int l = 0; l < E; ++l) {
@@ -98,7 +111,28 @@ Result<Payload> EncodeSnapshot(const ModelConfig& c, const SequenceState& st, in
   const int64_t h_lo = std::max(st.h_e.lo(), position - std::max<int64_t>(h_e_rows, R));
   if (h_lo > position - R || st.h_e.hi() < position) return Status::FailedPrecondition("snapshot: H_E does not cover [P-R, P)");
   PutRows(out, st.h_e, h_lo, position);
+  if (tail.kind != DecoderTail::kNone) {
+    // Decoder windows of layers (E, L): the last W rows (a decode step at P reads W - 1 back).
+    for (int l = E + 1; l < c.n_layers; ++l) {
+      const RowStore& w = st.windows[size_t(l)];
+      if (w.hi() != position || w.size() == 0)
+        return Status::FailedPrecondition("snapshot tail: decoder layer " + std::to_string(l) + " window does not end at P");
+      PutRows(out, w, std::max(w.lo(), position - int64_t(c.window)), position);
+    }
+    const int64_t n = int64_t(tail.logits.size());
+    PutBytes(out, &n, 8);
+    PutBytes(out, tail.logits.data(), tail.logits.size() * sizeof(float));
+  }
   return MakePayload(std::move(out));
+}
+
+DecoderTail SnapshotTail(const Payload& snapshot) {
+  if (!snapshot) return DecoderTail::kNone;
+  Reader r(*snapshot);
+  SnapshotHeader h;
+  if (!r.Get(&h, sizeof h) || h.magic != kSnapshotMagic || h.version != kSnapshotVersion) return DecoderTail::kNone;
+  if (h.tail != int32_t(DecoderTail::kExact) && h.tail != int32_t(DecoderTail::kBounded)) return DecoderTail::kNone;
+  return DecoderTail(h.tail);
 }
 
 Result<SequenceState> StateFromPages(const ModelConfig& c, std::span<const Payload> pages, size_t page_tokens,
@@ -130,7 +164,7 @@ Result<SequenceState> StateFromPages(const ModelConfig& c, std::span<const Paylo
   return st;
 }
 
-Status ApplySnapshot(const ModelConfig& c, const Payload& snapshot, SequenceState& st) {
+Status ApplySnapshot(const ModelConfig& c, const Payload& snapshot, SequenceState& st, std::vector<float>* logits) {
   if (!snapshot) return Status::InvalidArgument("snapshot: null payload");
   Reader r(*snapshot);
   SnapshotHeader h;
@@ -141,11 +175,30 @@ Status ApplySnapshot(const ModelConfig& c, const Payload& snapshot, SequenceStat
                               std::to_string(st.pos) + ")");
   for (int l = 0; l < h.n_layers; ++l)
     if (!r.Rows(st.windows[size_t(l)])) return Status::Corruption("snapshot: truncated window of layer " + std::to_string(l));
-  if (!r.Rows(st.h_e) || !r.done()) return Status::Corruption("snapshot: truncated or oversized H_E");
+  if (!r.Rows(st.h_e)) return Status::Corruption("snapshot: truncated H_E");
   if (st.h_e.hi() != st.pos) return Status::Corruption("snapshot: H_E does not end at the position");
   for (int l = 0; l < h.n_layers; ++l)
     if (st.windows[size_t(l)].hi() != st.pos) return Status::Corruption("snapshot: window does not end at the position");
   st.decoder_pos = 0;
+  if (h.tail != int32_t(DecoderTail::kNone)) {
+    if (h.tail != int32_t(DecoderTail::kExact) && h.tail != int32_t(DecoderTail::kBounded))
+      return Status::Corruption("snapshot: unknown decoder tail " + std::to_string(h.tail));
+    // Read into scratch stores; they replace the state's decoder windows only when asked for.
+    std::vector<RowStore> dec;
+    for (int l = h.n_layers + 1; l < c.n_layers; ++l) {
+      dec.emplace_back(st.windows[size_t(l)].dim());
+      if (!r.Rows(dec.back()) || dec.back().hi() != st.pos)
+        return Status::Corruption("snapshot: bad decoder tail window of layer " + std::to_string(l));
+    }
+    std::vector<float> lg;
+    if (!r.Floats(lg) || int64_t(lg.size()) != c.vocab_size) return Status::Corruption("snapshot: bad tail logits");
+    if (logits != nullptr) {
+      for (size_t i = 0; i < dec.size(); ++i) st.windows[size_t(h.n_layers) + 1 + i] = std::move(dec[i]);
+      st.decoder_pos = st.pos;
+      *logits = std::move(lg);
+    }
+  }
+  if (!r.done()) return Status::Corruption("snapshot: oversized payload");
   return Status::Ok();
 }
 

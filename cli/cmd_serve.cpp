@@ -53,7 +53,7 @@ void CheckDefaultSocketDir(const std::string& socket_path) {
 
 int RunServe(int argc, char** argv) {
   po::options_description desc("cedar serve");
-  std::string model_dir, socket_path, host, api_key, model_name, cache_ram, cache_disk, cache_dir;
+  std::string model_dir, socket_path, host, api_key, model_name, cache_ram, cache_disk, cache_dir, session_ram;
   std::string decoder_policy = "auto", restore_policy = "staircase", device = "auto";
   int port = -1, io_threads = 2, threads = 0, max_sessions = 1024, default_max_tokens = 256;
   size_t max_connections = 1024, max_body = 32u << 20;
@@ -68,6 +68,9 @@ int RunServe(int argc, char** argv) {
       "cache-ram", po::value(&cache_ram)->default_value("1G"), "prefix cache RAM budget")(
       "cache-disk", po::value(&cache_disk)->default_value("8G"), "prefix cache disk budget")(
       "cache-dir", po::value(&cache_dir), "prefix cache disk tier (LMDB) directory; none = RAM only")(
+      "session-ram", po::value(&session_ram),
+      "budget of session memory: live states plus the cache RAM their pins hold (default: half of --cache-ram); "
+      "past it the least recently used sessions are demoted into the cache")(
       "restore-policy", po::value(&restore_policy)->default_value("staircase"),
       "a cached prefix without its snapshot: staircase (exact encoder restore of ~E*W rows) | replay "
       "(Encoder SWA Bounded Replay of W rows, approximate; caches nothing after) | recompute (from the "
@@ -77,7 +80,8 @@ int RunServe(int argc, char** argv) {
       "cpu | cuda | auto (cuda when built with CUDA and a GPU exists); cuda without a device fails at start")(
       "f32-weights", "CUDA: keep F32 weights on the device (default BF16)")(
       "mmap-weights", "read F32 weights in place from the file (less RAM, slower decode)")(
-      "max-sessions", po::value(&max_sessions)->default_value(1024), "sessions that keep a live state")(
+      "max-sessions", po::value(&max_sessions)->default_value(1024),
+      "sessions at most, live or demoted into the cache (POST /v1/sessions answers 429 beyond)")(
       "default-max-tokens", po::value(&default_max_tokens)->default_value(256), "max_tokens when a request gives none")(
       "io-threads", po::value(&io_threads)->default_value(2), "I/O threads")(
       "threads", po::value(&threads)->default_value(0), "CPU threads for the model (0 = default)")(
@@ -139,6 +143,11 @@ int RunServe(int argc, char** argv) {
   mo.cache_ram_bytes = ParseBytes(cache_ram, "--cache-ram");
   mo.cache_disk_bytes = ParseBytes(cache_disk, "--cache-disk");
   mo.cache_dir = cache_dir == "none" ? std::string() : cache_dir;  // "none" = RAM only, as the help says
+  if (!session_ram.empty()) {
+    mo.session_ram_bytes = ParseBytes(session_ram, "--session-ram");
+    if (mo.session_ram_bytes == 0) throw std::invalid_argument("--session-ram: expected a size > 0, found '" + session_ram + "'");
+  }
+  if (max_sessions < 1) throw std::invalid_argument("--max-sessions: expected an integer >= 1, found " + std::to_string(max_sessions));
   mo.max_sessions = max_sessions;
   std::unique_ptr<session::SessionManager> manager = session::SessionManager::Start(model, mo);
 

@@ -27,6 +27,7 @@ class Sequence {
   virtual int64_t decoder_pos() const = 0;                  // SequenceState::decoder_pos
   virtual int64_t exact_until() const = 0;                  // SequenceState::ExactUntil()
   virtual const std::vector<int32_t>& tokens() const = 0;   // every token consumed, [pos]
+  virtual size_t Bytes() const = 0;                         // state bytes held (host or device)
   // SequenceState::keep_h_e_rows / keep_extra_rows: history the next calls keep.
   virtual void SetKeepRows(int64_t keep_h_e_rows, int64_t keep_extra_rows) = 0;
 };
@@ -65,6 +66,7 @@ class StateSequence final : public Sequence {
   int64_t decoder_pos() const override { return st.decoder_pos; }
   int64_t exact_until() const override { return st.ExactUntil(); }
   const std::vector<int32_t>& tokens() const override { return st.tokens; }
+  size_t Bytes() const override { return st.Bytes(); }
   void SetKeepRows(int64_t keep_h_e_rows, int64_t keep_extra_rows) override {
     st.keep_h_e_rows = keep_h_e_rows;
     st.keep_extra_rows = keep_extra_rows;

@@ -4,7 +4,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <optional>
+#include <string_view>
 
 #include "tools_bridge/lib/openai_json.h"
 #include "server/api_error.h"
@@ -17,6 +21,35 @@ using nlohmann::json;
 namespace {
 
 constexpr std::string_view kSessionsPrefix = "/v1/sessions/";
+constexpr size_t kDefaultListLimit = 100, kMaxListLimit = 1000;  // GET /v1/sessions page sizes
+
+// The value of query parameter `name` in `target` (percent-decoded), or nullopt.
+std::optional<std::string> ListQueryParam(const std::string& target, const std::string& name) {
+  const size_t q = target.find('?');
+  if (q == std::string::npos) return std::nullopt;
+  std::string_view rest(target);
+  rest.remove_prefix(q + 1);
+  while (!rest.empty()) {
+    const size_t amp = rest.find('&');
+    const std::string_view pair = rest.substr(0, amp);
+    rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
+    const size_t eq = pair.find('=');
+    if (pair.substr(0, eq) != name) continue;
+    const std::string_view raw = eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
+    std::string out;
+    for (size_t i = 0; i < raw.size(); ++i) {
+      if (raw[i] == '%' && i + 2 < raw.size() && std::isxdigit((unsigned char)raw[i + 1]) &&
+          std::isxdigit((unsigned char)raw[i + 2])) {
+        out += char(std::stoi(std::string(raw.substr(i + 1, 2)), nullptr, 16));
+        i += 2;
+      } else {
+        out += raw[i] == '+' ? ' ' : raw[i];
+      }
+    }
+    return out;
+  }
+  return std::nullopt;
+}
 
 int64_t UnixNow() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -145,7 +178,7 @@ HttpResponse Api::Route(const HttpRequest& request, const std::string& path) {
   }
   if (path == "/v1/sessions") {
     if (m == "POST") return CreateSession(request);
-    if (m == "GET") return ListSessions();
+    if (m == "GET") return ListSessions(request);
     throw MethodNotAllowed(m, path, "GET, POST");
   }
   if (path.starts_with(kSessionsPrefix) && path.size() > kSessionsPrefix.size()) {
@@ -208,6 +241,8 @@ HttpResponse Api::CreateSession(const HttpRequest& request) {
   std::string sid;
   try {
     sid = WithManager([&](session::SessionManager& m) { return m.CreateSession(id, pin, pin.empty() ? 0 : ttl); });
+  } catch (const session::SessionLimitError& e) {
+    throw ApiError(429, "rate_limit_error", "session_limit", e.what());
   } catch (const std::invalid_argument& e) {
     if (std::string_view(e.what()).find("already exists") != std::string_view::npos) {
       throw ApiError(409, "conflict_error", "session_exists", e.what(), "session_id");
@@ -246,12 +281,26 @@ HttpResponse Api::DeleteSession(const std::string& id) {
   return JsonResponse(200, {{"id", id}, {"object", "session.deleted"}, {"deleted", true}});
 }
 
-HttpResponse Api::ListSessions() {
-  json data = json::array();
-  for (const session::SessionInfo& s : WithManager([](session::SessionManager& m) { return m.ListSessions(); })) {
-    data.push_back(SessionJson(s));
+HttpResponse Api::ListSessions(const HttpRequest& request) {
+  size_t limit = kDefaultListLimit;
+  if (auto v = ListQueryParam(request.target, "limit")) {
+    const bool digits = !v->empty() && v->size() <= 9 && std::all_of(v->begin(), v->end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+    limit = digits ? size_t(std::stoul(*v)) : 0;
+    if (limit < 1 || limit > kMaxListLimit) {
+      throw InvalidRequest("limit: expected an integer in [1, " + std::to_string(kMaxListLimit) + "]", "limit");
+    }
   }
-  return JsonResponse(200, {{"object", "list"}, {"data", std::move(data)}});
+  const std::string after = ListQueryParam(request.target, "after").value_or("");
+  const session::SessionPage page = WithManager([&](session::SessionManager& m) { return m.ListSessions(limit, after); });
+  json data = json::array();
+  for (const session::SessionInfo& s : page.data) data.push_back(SessionJson(s));
+  json first = page.data.empty() ? json(nullptr) : json(page.data.front().id);
+  json last = page.data.empty() ? json(nullptr) : json(page.data.back().id);
+  return JsonResponse(200, {{"object", "list"},
+                            {"data", std::move(data)},
+                            {"first_id", std::move(first)},
+                            {"last_id", std::move(last)},
+                            {"has_more", page.has_more}});
 }
 
 HttpResponse Api::Models() const {
@@ -301,6 +350,15 @@ HttpResponse Api::Cache() {
             {"exact_restores", e.exact_restores},
             {"decoder_replays", e.decoder_replays},
             {"sessions", e.sessions},
+            {"session_memory",
+             {{"live_state_bytes", e.live_state_bytes},
+              {"pinned_bytes", e.session_pinned_bytes},
+              {"budget_bytes", e.session_ram_budget},
+              {"live_sessions", e.live_sessions},
+              {"max_sessions", e.max_sessions},
+              {"demoted", e.sessions_demoted}}},
+            {"inserts_partial", e.cache_inserts_partial},
+            {"insert_refused_tokens", e.cache_insert_refused_tokens},
             {"remembered_turns", memory_.entries()},
             {"page_tokens", e.page_tokens},
             {"policies",

@@ -4,7 +4,7 @@
 //   POST   /v1/chat/completions   messages, tools, tool_choice, stream, max_tokens, ... (+ session_id)
 //   POST   /v1/completions        prompt as text or token ids
 //   POST   /v1/sessions           create a session, optionally pinning its first messages
-//   GET    /v1/sessions           list sessions
+//   GET    /v1/sessions           list sessions (paged: limit, after; OpenAI list shape)
 //   GET    /v1/sessions/{id}      one session
 //   DELETE /v1/sessions/{id}      delete a session
 //   GET    /v1/models             the served model
@@ -100,7 +100,7 @@ class Api {
   HttpResponse CreateSession(const HttpRequest& request);
   HttpResponse GetSession(const std::string& id);
   HttpResponse DeleteSession(const std::string& id);
-  HttpResponse ListSessions();
+  HttpResponse ListSessions(const HttpRequest& request);  // paged: ?limit=N&after=ID
   HttpResponse Models() const;
   HttpResponse Health() const;
   HttpResponse Metrics();

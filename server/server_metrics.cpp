@@ -136,6 +136,20 @@ std::string ServerMetrics::Render(const session::EngineMetrics& e) const {
   Metric(out, "cedar_decoder_replays_total", "counter", "Decoder SWA Bounded Replays.", double(e.decoder_replays));
   Metric(out, "cedar_layer_token_units_total", "counter", "Work done, in layer-token units.", double(e.layer_token_units));
   Metric(out, "cedar_sessions", "gauge", "Sessions open.", double(e.sessions));
+  Metric(out, "cedar_sessions_max", "gauge", "--max-sessions: sessions at most, live or demoted.", double(e.max_sessions));
+  Metric(out, "cedar_live_sessions", "gauge", "Sessions holding a live state.", double(e.live_sessions));
+  Metric(out, "cedar_session_live_state_bytes", "gauge", "Bytes of live states (idle sessions and turns in flight).",
+         double(e.live_state_bytes));
+  Metric(out, "cedar_session_pinned_bytes", "gauge", "Prefix-cache RAM pinned by sessions (part of the cache's RAM).",
+         double(e.session_pinned_bytes));
+  Metric(out, "cedar_session_ram_budget_bytes", "gauge", "--session-ram: live state bytes plus pinned bytes stay under it.",
+         double(e.session_ram_budget));
+  Metric(out, "cedar_sessions_demoted_total", "counter", "Live states demoted into the cache to respect --session-ram.",
+         double(e.sessions_demoted));
+  Metric(out, "cedar_cache_inserts_partial_total", "counter",
+         "Cache inserts that stored less than offered: RAM held by pinned prefixes.", double(e.cache_inserts_partial));
+  Metric(out, "cedar_cache_insert_refused_tokens_total", "counter", "Tokens refused by partial cache inserts.",
+         double(e.cache_insert_refused_tokens));
   Head(out, "cedar_cache_bytes", "gauge", "Bytes held by the prefix cache, by tier.");
   Line(out, "cedar_cache_bytes", "tier=\"ram\"", double(e.ram_bytes));
   Line(out, "cedar_cache_bytes", "tier=\"disk\"", double(e.disk_bytes));

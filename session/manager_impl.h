@@ -37,6 +37,7 @@ struct SessionManager::Impl {
   std::list<ActiveTurn> active;
   EngineMetrics metrics;
   uint64_t next_session = 1;
+  bool sessionless_refusal_logged = false;  // a partial insert of a turn without a session was logged
 
   void Loop();
   void Post(std::function<void()> f) {
@@ -73,14 +74,23 @@ struct SessionManager::Impl {
   void Finish(ActiveTurn& t, const std::string& reason);
   void Fail(ActiveTurn& t, ErrorKind kind, const std::string& message);
   std::unique_ptr<Sequence> Restore(ActiveTurn& t, Session* s);
-  void InsertIntoCache(const SequenceState& st, std::vector<cache::SnapshotInput> snapshots, cache::TenantSalt salt);
-  std::optional<cache::SnapshotInput> SnapshotAt(const SequenceState& st, int64_t position);
+  std::unique_ptr<Sequence> RestoreRepeat(ActiveTurn& t);  // the whole prompt from a decoder tail
+  // `owner`: the session whose state this is (a partial insert is logged once per session).
+  void InsertIntoCache(const SequenceState& st, std::vector<cache::SnapshotInput> snapshots, cache::TenantSalt salt,
+                       Session* owner);
+  std::optional<cache::SnapshotInput> SnapshotAt(const SequenceState& st, int64_t position,
+                                                 const cache::TailInput& tail = {});
   void PrepareState(SequenceState& st) const;
   void PrepareState(Sequence& s) const;  // the same history, on a backend sequence
   // What the cache codec reads: the sequence's own state on the CPU (no copy), else a
   // Download into `copy`. Called only where a turn feeds the cache.
   const SequenceState& HostView(const Sequence& s, std::optional<SequenceState>& copy) const;
-  void TouchSessionLimit();
+  // session_budget.cpp: the live-session budget.
+  uint64_t SessionRamBudget() const;     // opt.session_ram_bytes, or cache RAM / 2
+  uint64_t LiveBytes() const;            // idle sessions' live states + in-flight turns' states
+  uint64_t SessionPinnedBytes() const;   // cache RAM pinned by handles alone (sessions' pins)
+  void EnforceSessionBudget();           // demotes least recently used sessions until within
+  void Demote(Session& s);               // state into the cache; live state and pin released
 };
 
 }  // namespace cedar::session

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <limits>
 #include <list>
 #include <mutex>
 #include <set>
@@ -67,6 +68,8 @@ std::unique_ptr<SessionManager> SessionManager::Start(std::shared_ptr<const Mode
   auto opened = cache::PrefixCache::Open(model->fingerprint(), cc);
   if (!opened.ok()) throw std::runtime_error("cannot open the prefix cache: " + opened.status().ToString());
   impl->cache = std::move(opened).value();
+  spdlog::info("session memory budget {} bytes (live states + pinned prefixes), at most {} sessions",
+               impl->SessionRamBudget(), options.max_sessions);
   std::unique_ptr<SessionManager> m(new SessionManager(std::move(model), std::move(impl)));
   m->device_ = m->impl_->backend->name();
   m->device_detail_ = m->impl_->backend->Describe();
@@ -140,6 +143,11 @@ std::string SessionManager::CreateSession(const std::string& id, const std::vect
     } else if (I.sessions.count(sid)) {
       throw std::invalid_argument("session '" + sid + "' already exists");
     }
+    // Every session counts, live or demoted into the cache: ids and histories are bounded too.
+    if (int64_t(I.sessions.size()) >= int64_t(I.opt.max_sessions))
+      throw SessionLimitError("session limit reached: " + std::to_string(I.sessions.size()) +
+                              " sessions exist (--max-sessions " + std::to_string(I.opt.max_sessions) +
+                              "); delete one first");
     Session s;
     s.id = sid;
     if (!pin_prefix.empty()) {
@@ -160,43 +168,54 @@ std::string SessionManager::CreateSession(const std::string& id, const std::vect
       std::vector<cache::SnapshotInput> snaps;
       const int64_t b = int64_t(pin_prefix.size() / I.opt.page_tokens * I.opt.page_tokens);
       if (auto snap = I.SnapshotAt(st, b)) snaps.push_back(*snap);
-      I.InsertIntoCache(st, snaps, cache::kNoTenant);
+      I.InsertIntoCache(st, snaps, cache::kNoTenant, &s);
       auto pinned = I.cache->SoftPin(pin_prefix, cache::kNoTenant, std::chrono::milliseconds(int64_t(pin_ttl_s * 1000)));
       if (!pinned.ok()) spdlog::warn("session {}: soft pin refused: {}", sid, pinned.status().ToString());
       s.pinned_prefix = pin_prefix;
     }
     I.sessions.emplace(sid, std::move(s));
-    I.TouchSessionLimit();
     return sid;
   });
 }
+
+namespace {
+SessionInfo InfoOf(const Session& s) {
+  SessionInfo info;
+  info.id = s.id;
+  info.live = s.live != nullptr;
+  info.tokens = s.live ? s.live->pos() : 0;
+  info.turns = s.turns;
+  info.pinned_tokens = int64_t(s.pinned_prefix.size());
+  info.idle_seconds = Ms(s.last_used, std::chrono::steady_clock::now()) / 1000.0;
+  return info;
+}
+}  // namespace
 
 std::optional<SessionInfo> SessionManager::GetSession(const std::string& id) {
   return impl_->Call<std::optional<SessionInfo>>([this, id]() -> std::optional<SessionInfo> {
     auto it = impl_->sessions.find(id);
     if (it == impl_->sessions.end()) return std::nullopt;
-    const Session& s = it->second;
-    SessionInfo info;
-    info.id = s.id;
-    info.live = s.live != nullptr;
-    info.tokens = s.live ? s.live->pos() : 0;
-    info.turns = s.turns;
-    info.pinned_tokens = int64_t(s.pinned_prefix.size());
-    info.idle_seconds = Ms(s.last_used, std::chrono::steady_clock::now()) / 1000.0;
-    return info;
+    return InfoOf(it->second);
   });
 }
 
 std::vector<SessionInfo> SessionManager::ListSessions() {
-  std::vector<std::string> ids = impl_->Call<std::vector<std::string>>([this] {
-    std::vector<std::string> v;
-    for (auto& [id, s] : impl_->sessions) v.push_back(id);
-    return v;
+  return ListSessions(std::numeric_limits<size_t>::max(), "").data;
+}
+
+// One engine round trip per page; the ids are sorted here (max_sessions bounds the work).
+SessionPage SessionManager::ListSessions(size_t limit, const std::string& after) {
+  return impl_->Call<SessionPage>([this, limit, after] {
+    std::vector<const Session*> all;
+    for (const auto& [id, s] : impl_->sessions)
+      if (after.empty() || id > after) all.push_back(&s);
+    std::sort(all.begin(), all.end(), [](const Session* a, const Session* b) { return a->id < b->id; });
+    SessionPage page;
+    page.has_more = all.size() > limit;
+    if (page.has_more) all.resize(limit);
+    for (const Session* s : all) page.data.push_back(InfoOf(*s));
+    return page;
   });
-  std::vector<SessionInfo> out;
-  for (auto& id : ids)
-    if (auto i = GetSession(id)) out.push_back(*i);
-  return out;
 }
 
 bool SessionManager::DeleteSession(const std::string& id) {
@@ -214,10 +233,22 @@ bool SessionManager::DeleteSession(const std::string& id) {
   });
 }
 
+std::string SessionManager::CheckCacheIntegrity() {
+  return impl_->Call<std::string>([this] {
+    const cache::Status s = impl_->cache->CheckIntegrity();
+    return s.ok() ? std::string() : s.ToString();
+  });
+}
+
 EngineMetrics SessionManager::Metrics() {
   return impl_->Call<EngineMetrics>([this] {
     EngineMetrics m = impl_->metrics;
     m.sessions = int64_t(impl_->sessions.size());
+    m.max_sessions = impl_->opt.max_sessions;
+    for (const auto& [id, s] : impl_->sessions) m.live_sessions += s.live ? 1 : 0;
+    m.live_state_bytes = impl_->LiveBytes();
+    m.session_pinned_bytes = impl_->SessionPinnedBytes();
+    m.session_ram_budget = impl_->SessionRamBudget();
     const cache::CacheSizes s = impl_->cache->Sizes();
     const cache::CacheCounters c = impl_->cache->Counters();
     m.ram_bytes = s.ram.used_bytes();

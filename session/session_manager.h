@@ -19,6 +19,7 @@
 #include <future>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,8 @@ struct TurnAccounting {
   int64_t decoder_only_cached_units = 0;  // a decoder-only model with an exact prefix cache
   int64_t no_cache_units = 0;             // the same model with no cache (N·L)
   bool snapshot_hit = false;
+  bool tail_hit = false;             // resumed from a snapshot's decoder tail at the prompt's end
+                                     // (an exact repeat): no prompt row was computed
   double ttft_ms = 0;                // submit -> first token (or end of prefill)
   double total_ms = 0;
   int64_t cached_tokens() const { return matched_live + matched_ram + matched_disk; }
@@ -109,6 +112,15 @@ struct EngineMetrics {
   int64_t layer_token_units = 0;
   int64_t decode_batches = 0, decode_batch_rows = 0;  // batched decode steps and their rows
   int64_t sessions = 0;
+  // Session memory (--session-ram): live states plus the cache RAM their pins hold.
+  uint64_t live_state_bytes = 0;      // live states: idle sessions' and in-flight turns'
+  uint64_t session_pinned_bytes = 0;  // prefix-cache RAM pinned by sessions (also in ram_bytes)
+  uint64_t session_ram_budget = 0;    // live_state_bytes + session_pinned_bytes stay under it
+  int64_t live_sessions = 0;          // sessions holding a live state
+  int64_t max_sessions = 0;           // --max-sessions: sessions at most, live or not
+  int64_t sessions_demoted = 0;       // live states (and pins) released into the cache for the budget
+  int64_t cache_inserts_partial = 0;  // cache inserts that stored less than offered (RAM held by pins)
+  int64_t cache_insert_refused_tokens = 0;  // tokens those inserts refused
   // From the prefix cache:
   uint64_t ram_bytes = 0, disk_bytes = 0, ram_budget = 0, disk_budget = 0;
   int64_t page_tokens = 0;  // the cache's page size
@@ -120,9 +132,29 @@ struct ManagerOptions {
   uint64_t cache_disk_bytes = 8ull << 30; // --cache-disk
   std::string cache_dir;                  // --cache-dir; "" = RAM only
   size_t page_tokens = 16;                // power of two, even
-  int max_sessions = 1024;                // live sessions kept; the least recently used drops its live state
+  // Budget of session memory: live states (backend Sequences) plus the prefix-cache RAM that
+  // sessions' pins hold (those bytes are inside cache_ram_bytes). Past it the least recently
+  // used sessions are demoted: their state goes into the cache and their live state and pin are
+  // released (the next turn restores from the cache, exactly). 0 = cache_ram_bytes / 2: the
+  // cache keeps at least half its RAM for unpinned prefixes, and a live state (one turn's
+  // windows and pools) lives about as long as its prefix stays hot in the cache anyway.
+  uint64_t session_ram_bytes = 0;         // --session-ram
+  int max_sessions = 1024;                // sessions at most, live or demoted (CreateSession beyond
+                                          // throws SessionLimitError)
   bool snapshot_decoder_windows = true;   // snapshots also hold decoder windows (exact restore)
   BackendOptions backend;                 // --device (default cpu: the engine of engine/engine.h), F32 device weights
+};
+
+// CreateSession when max_sessions sessions exist (the server answers 429).
+class SessionLimitError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// One page of ListSessions, in id order.
+struct SessionPage {
+  std::vector<SessionInfo> data;
+  bool has_more = false;  // sessions after the last one returned
 };
 
 class SessionManager {
@@ -141,13 +173,18 @@ class SessionManager {
 
   // Creates a session (id "" = a generated one). `pin_prefix` (optional) is prefilled into the
   // cache and soft-pinned for `pin_ttl_s` seconds. Returns the id, or throws
-  // std::invalid_argument (duplicate id, bad tokens).
+  // std::invalid_argument (duplicate id, bad tokens) or SessionLimitError (max_sessions exist).
   std::string CreateSession(const std::string& id, const std::vector<int32_t>& pin_prefix, double pin_ttl_s);
   std::optional<SessionInfo> GetSession(const std::string& id);
   bool DeleteSession(const std::string& id);
-  std::vector<SessionInfo> ListSessions();
+  std::vector<SessionInfo> ListSessions();  // all of them, in id order
+  // At most `limit` sessions whose ids sort after `after` ("" = from the first), in id order.
+  SessionPage ListSessions(size_t limit, const std::string& after);
 
   EngineMetrics Metrics();
+  // PrefixCache::CheckIntegrity() on the engine thread (tests, debugging): Ok or the first
+  // violated invariant as text.
+  std::string CheckCacheIntegrity();
   const Model& model() const { return *model_; }
   const std::string& device() const { return device_; }              // "cpu" or "cuda": the backend in use
   const std::string& device_detail() const { return device_detail_; }  // Backend::Describe()

@@ -8,6 +8,7 @@
 
 #include "cache/cache_types.h"
 #include "cache/prefix_cache.h"
+#include "cache/state_codec.h"
 #include "engine/backend.h"
 #include "engine/sampling.h"
 #include "session/session_manager.h"
@@ -21,6 +22,9 @@ struct Session {
   std::vector<int32_t> pinned_prefix;
   cache::PrefixHandle prefix;         // pins the cached prefix of the last turn while the session lives
   std::chrono::steady_clock::time_point last_used = std::chrono::steady_clock::now();
+  cache::TenantSalt live_salt = cache::kNoTenant;  // salt the live state's turn cached under
+                                                   // (a demotion inserts the state there)
+  bool insert_refusal_logged = false;  // a partial cache insert was logged (once per session)
 };
 
 struct ActiveTurn {
@@ -31,6 +35,8 @@ struct ActiveTurn {
   std::optional<Sampler> sampler;
   std::vector<float> logits;               // [V] predicting the next token
   std::vector<cache::SnapshotInput> snapshots;  // taken at the end of the prompt
+  cache::DecoderTail tail_kind = cache::DecoderTail::kNone;  // what the decoder windows equal:
+                                           // exact, a bounded replay (until the first decode step), or neither
   TurnResult result;
   bool first_token_seen = false;
   bool done = false;

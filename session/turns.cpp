@@ -36,10 +36,11 @@ const SequenceState& SessionManager::Impl::HostView(const Sequence& s, std::opti
   return copy.emplace(backend->Download(s));
 }
 
-std::optional<cache::SnapshotInput> SessionManager::Impl::SnapshotAt(const SequenceState& st, int64_t position) {
+std::optional<cache::SnapshotInput> SessionManager::Impl::SnapshotAt(const SequenceState& st, int64_t position,
+                                                                   const cache::TailInput& tail) {
   if (position <= 0) return std::nullopt;
   const ModelConfig& c = model->config();
-  auto snap = cache::EncodeSnapshot(c, st, position, st.keep_h_e_rows);
+  auto snap = cache::EncodeSnapshot(c, st, position, st.keep_h_e_rows, tail);
   if (!snap.ok()) {
     spdlog::debug("no snapshot at {}: {}", position, snap.status().ToString());
     return std::nullopt;
@@ -48,7 +49,7 @@ std::optional<cache::SnapshotInput> SessionManager::Impl::SnapshotAt(const Seque
 }
 
 void SessionManager::Impl::InsertIntoCache(const SequenceState& st, std::vector<cache::SnapshotInput> snapshots,
-                                           cache::TenantSalt salt) {
+                                           cache::TenantSalt salt, Session* owner) {
   const ModelConfig& c = model->config();
   const size_t page = opt.page_tokens;
   // Only exact state enters the cache: after an Encoder SWA Bounded Replay, pool rows past the
@@ -62,8 +63,66 @@ void SessionManager::Impl::InsertIntoCache(const SequenceState& st, std::vector<
   snapshots.erase(std::remove_if(snapshots.begin(), snapshots.end(), [&](const cache::SnapshotInput& s) { return s.position > stored; }),
                   snapshots.end());
   auto r = cache->Insert(tokens, provider, snapshots, salt);
-  if (!r.ok()) spdlog::warn("cache insert refused: {}", r.status().ToString());
-  else spdlog::debug("cache insert: {} cached, {} added, {} snapshots", r->cached_tokens, r->added_tokens, snapshots.size());
+  if (!r.ok()) {
+    spdlog::warn("cache insert refused: {}", r.status().ToString());
+    return;
+  }
+  spdlog::debug("cache insert: {} cached, {} added, {} refused, {} snapshots", r->cached_tokens, r->added_tokens,
+                r->refused_tokens, snapshots.size());
+  if (!r->partial()) return;
+  // Pinned state held the RAM: the turn's next hit will be shorter than its context. Counted
+  // always, logged at info once per session (a refusal usually repeats every turn).
+  metrics.cache_inserts_partial++;
+  metrics.cache_insert_refused_tokens += int64_t(r->refused_tokens);
+  bool& logged = owner ? owner->insert_refusal_logged : sessionless_refusal_logged;
+  const std::string who = owner ? "session '" + owner->id + "'" : "a turn without a session";
+  if (!logged)
+    spdlog::info("prefix cache stored {} of {} tokens of {} ({} snapshots refused): its RAM is held by pinned prefixes; "
+                 "counted in cedar_cache_inserts_partial_total, logged once",
+                 r->stored_tokens, r->stored_tokens + r->refused_tokens, who, r->refused_snapshots.size());
+  logged = true;
+}
+
+// An exact repeat: the whole prompt is cached (it ends on a page boundary) with a snapshot at
+// its end whose decoder tail this turn's policy accepts. The state resumes there with the
+// tail's logits and decoder windows: no row is computed. Null when that is not the case.
+std::unique_ptr<Sequence> SessionManager::Impl::RestoreRepeat(ActiveTurn& t) {
+  const ModelConfig& c = model->config();
+  const auto& prompt = t.request.prompt;
+  const size_t N = prompt.size();
+  if (N % opt.page_tokens != 0) return nullptr;
+  const cache::MatchResult m = cache->Match(prompt, t.request.tenant);
+  if (m.matched_tokens != N || m.snapshot_position != N) return nullptr;
+  auto handle = cache->Acquire(prompt, t.request.tenant);
+  if (!handle.ok() || handle->tokens() != N || handle->snapshot_position() != N) return nullptr;
+  // A tail equals what this turn would compute: exact windows for the exact policy, a bounded
+  // replay's for the bounded one (the same when N <= W); auto takes either, as it takes a live
+  // decoder when one covers the turn.
+  const cache::DecoderTail tail = cache::SnapshotTail(handle->snapshot());
+  const DecoderPolicy pol = t.request.decoder;
+  const bool short_prompt = int64_t(N) <= c.window;
+  const bool usable = tail != cache::DecoderTail::kNone &&
+                      (pol == DecoderPolicy::kAuto || short_prompt ||
+                       (pol == DecoderPolicy::kExact) == (tail == cache::DecoderTail::kExact));
+  if (!usable) return nullptr;
+  auto st = cache::StateFromPages(c, handle->pages(), opt.page_tokens, prompt);
+  if (!st.ok()) return nullptr;
+  SequenceState host = std::move(st).value();
+  std::vector<float> logits;
+  if (cache::Status applied = cache::ApplySnapshot(c, handle->snapshot(), host, &logits); !applied.ok()) {
+    spdlog::warn("snapshot rejected: {}", applied.ToString());
+    return nullptr;
+  }
+  std::unique_ptr<Sequence> out = backend->Adopt(std::move(host));
+  backend->RebuildLayerEWindow(*out);
+  t.logits = std::move(logits);
+  t.tail_kind = tail;
+  TurnAccounting& a = t.result.accounting;
+  a.snapshot_hit = a.tail_hit = true;
+  a.matched_disk = std::min<int64_t>(int64_t(N), int64_t(m.disk_tokens));
+  a.matched_ram = int64_t(N) - a.matched_disk;
+  spdlog::debug("turn: exact repeat of {} tokens from the snapshot's decoder tail ({} from disk)", N, a.matched_disk);
+  return out;
 }
 
 // Builds the state a turn starts from: the session's live state when it is a prefix of the
@@ -80,6 +139,7 @@ std::unique_ptr<Sequence> SessionManager::Impl::Restore(ActiveTurn& t, Session* 
     return std::move(s->live);
   }
   if (s) s->live.reset();  // the conversation diverged: the live state is of no further use
+  if (auto repeat = RestoreRepeat(t)) return repeat;
   // Match at most prompt - 1 tokens: the last one must run to give logits.
   std::span<const int32_t> query(prompt.data(), prompt.size() - 1);
   const cache::MatchResult m = cache->Match(query, t.request.tenant);
@@ -166,34 +226,42 @@ void SessionManager::Impl::StartTurn(ActiveTurn& t) {
     Sequence& st = *t.state;
     PrepareState(st);
     const int64_t N = int64_t(rq.prompt.size()), p0 = st.pos(), fresh_rows = N - p0;
-    const bool live_decoder = st.decoder_pos() == p0 && p0 > 0;
-    PrefillOptions po;
-    po.chunk_size = kPrefillChunk;
-    if (rq.decoder == DecoderPolicy::kExact || (live_decoder && fresh_rows <= c.window && rq.decoder == DecoderPolicy::kAuto))
-      po.mode = PrefillMode::kExact;
-    else
-      po.mode = PrefillMode::kBounded;
-    if (p0 == 0 && rq.decoder == DecoderPolicy::kAuto && N <= c.window) po.mode = PrefillMode::kExact;
-    PrefillResult pr = backend->Prefill(st, std::span<const int32_t>(rq.prompt.data() + p0, size_t(fresh_rows)), po);
-    if (po.mode == PrefillMode::kBounded && N > c.window) metrics.decoder_replays++;
     a.prompt_tokens = N;
     a.tokens_encoded = fresh_rows;
-    a.decoder_rows = pr.stats.decoder_rows;
-    a.prefill_units += pr.stats.layer_token_units;
-    a.layer_token_units += pr.stats.layer_token_units;
+    a.no_cache_units = N * c.n_layers;
+    if (fresh_rows > 0) {
+      const bool live_decoder = st.decoder_pos() == p0 && p0 > 0;
+      PrefillOptions po;
+      po.chunk_size = kPrefillChunk;
+      if (rq.decoder == DecoderPolicy::kExact || (live_decoder && fresh_rows <= c.window && rq.decoder == DecoderPolicy::kAuto))
+        po.mode = PrefillMode::kExact;
+      else
+        po.mode = PrefillMode::kBounded;
+      if (p0 == 0 && rq.decoder == DecoderPolicy::kAuto && N <= c.window) po.mode = PrefillMode::kExact;
+      PrefillResult pr = backend->Prefill(st, std::span<const int32_t>(rq.prompt.data() + p0, size_t(fresh_rows)), po);
+      if (po.mode == PrefillMode::kBounded && N > c.window) metrics.decoder_replays++;
+      // A bounded replay of N <= W rows is the exact computation.
+      t.tail_kind = po.mode == PrefillMode::kExact || N <= c.window ? cache::DecoderTail::kExact : cache::DecoderTail::kBounded;
+      a.decoder_rows = pr.stats.decoder_rows;
+      a.prefill_units += pr.stats.layer_token_units;
+      a.layer_token_units += pr.stats.layer_token_units;
+      t.logits = std::move(pr.logits);
+    }  // else an exact repeat: Restore set the logits and the tail kind
     const int64_t matched = a.matched_live + a.matched_ram + a.matched_disk;
     a.decoder_only_cached_units = (N - matched) * c.n_layers;
-    a.no_cache_units = N * c.n_layers;
-    t.logits = std::move(pr.logits);
     if (rq.return_prompt_logits) t.result.prompt_logits = t.logits;
     // The snapshot at the prompt's last page boundary must be cut now: decoding moves the
     // windows past it. With nothing to decode, Finish cuts the same one from the same state
-    // (so a device downloads once).
+    // (so a device downloads once). Cut at the prompt's very end, it carries the decoder tail
+    // (an exact repeat of this prompt then computes nothing); a repeat has it already.
     const int64_t boundary = N / int64_t(opt.page_tokens) * int64_t(opt.page_tokens);
-    if (rq.max_tokens > 0 && boundary > 0) {
+    if (rq.max_tokens > 0 && boundary > 0 && fresh_rows > 0) {
       std::optional<SequenceState> copy;
-      if (auto snap = SnapshotAt(HostView(st, copy), boundary)) t.snapshots.push_back(*snap);
+      cache::TailInput tail;
+      if (boundary == N) tail = {t.tail_kind, t.logits};
+      if (auto snap = SnapshotAt(HostView(st, copy), boundary, tail)) t.snapshots.push_back(*snap);
     }
+    EnforceSessionBudget();  // the turn's state now counts: idle sessions make room
     t.sampler.emplace(rq.sampling);
     if (rq.max_tokens == 0) {
       a.ttft_ms = Ms(t.submitted, std::chrono::steady_clock::now());
@@ -253,16 +321,28 @@ void SessionManager::Impl::Finish(ActiveTurn& t, const std::string& reason) {
   // Remember: pages of everything consumed, snapshots at the prompt's and the output's ends.
   std::vector<cache::SnapshotInput> snaps = std::move(t.snapshots);
   const int64_t end = st.pos / int64_t(opt.page_tokens) * int64_t(opt.page_tokens);
-  if (snaps.empty() || int64_t(snaps.back().position) != end)
-    if (auto snap = SnapshotAt(st, end)) snaps.push_back(*snap);
-  InsertIntoCache(st, std::move(snaps), t.request.tenant);
+  // After decode steps the windows stay exact only above an exact prefill; a bounded replay's
+  // windows plus decode steps equal no fresh computation, so they carry no tail.
+  const bool decoded = st.pos > t.result.accounting.prompt_tokens;
+  const cache::DecoderTail kind = decoded && t.tail_kind != cache::DecoderTail::kExact ? cache::DecoderTail::kNone : t.tail_kind;
+  cache::TailInput tail;
+  if (end == st.pos && st.decoder_pos == st.pos && !t.logits.empty()) tail = {kind, t.logits};
+  // An exact repeat resumed from the snapshot at the prompt's end: it is cached already, with
+  // its tail (a new cut at the same position could not carry one once decoding started).
+  const bool have_end = !snaps.empty() ? int64_t(snaps.back().position) == end
+                                       : t.result.accounting.tail_hit && end == t.result.accounting.prompt_tokens;
+  if (!have_end)
+    if (auto snap = SnapshotAt(st, end, tail)) snaps.push_back(*snap);
+  auto owner = t.request.session_id.empty() ? sessions.end() : sessions.find(t.request.session_id);
+  InsertIntoCache(st, std::move(snaps), t.request.tenant, owner == sessions.end() ? nullptr : &owner->second);
   if (!t.request.session_id.empty()) {
-    auto it = sessions.find(t.request.session_id);
+    auto it = owner;
     if (it != sessions.end()) {
       it->second.prefix.Release();
       auto pinned = cache->Acquire(std::span<const int32_t>(st.tokens.data(), size_t(st.ExactUntil())), t.request.tenant);
       if (pinned.ok()) it->second.prefix = std::move(pinned).value();
       it->second.live = std::move(t.state);
+      it->second.live_salt = t.request.tenant;
       it->second.turns++;
       it->second.last_used = std::chrono::steady_clock::now();
     }
@@ -278,7 +358,7 @@ void SessionManager::Impl::Finish(ActiveTurn& t, const std::string& reason) {
   metrics.hit_tokens_ram += a.matched_ram;
   metrics.hit_tokens_disk += a.matched_disk;
   metrics.layer_token_units += a.layer_token_units;
-  TouchSessionLimit();
+  EnforceSessionBudget();
   a.total_ms = Ms(t.submitted, std::chrono::steady_clock::now());  // the cache insert included
   spdlog::debug("turn done: {} tokens, {} ({:.1f} ms)", t.result.output.size(), reason, a.total_ms);
   t.promise.set_value(std::move(t.result));
@@ -296,20 +376,6 @@ void SessionManager::Impl::Fail(ActiveTurn& t, ErrorKind kind, const std::string
     busy.erase(t.request.session_id);
   }
   t.promise.set_value(std::move(t.result));
-}
-
-// Keeps at most max_sessions live states: the least recently used sessions drop theirs (the
-// cache still holds their prefixes).
-void SessionManager::Impl::TouchSessionLimit() {
-  std::vector<Session*> live;
-  for (auto& [id, s] : sessions)
-    if (s.live) live.push_back(&s);
-  if (int(live.size()) <= opt.max_sessions) return;
-  std::sort(live.begin(), live.end(), [](Session* a, Session* b) { return a->last_used < b->last_used; });
-  for (size_t i = 0; i + size_t(opt.max_sessions) < live.size(); ++i) {
-    live[i]->live.reset();
-    live[i]->prefix.Release();
-  }
 }
 
 }  // namespace cedar::session

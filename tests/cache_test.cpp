@@ -261,9 +261,63 @@ TEST_CASE("acquire never pins more than the RAM budget") {
   Insert(*cache, a);
   auto ha = cache->Acquire(a);
   REQUIRE(ha.ok());
-  Insert(*cache, b);  // b does not fit next to the pinned a: dropped
-  CHECK(cache->Match(b).matched_tokens == 0);
+  // b does not fit next to the pinned a: its first two pages are admitted, the rest refused.
+  auto r = cache->Insert(b, Provider(b), std::vector<SnapshotInput>{{16, MakePayload({1})}});
+  REQUIRE(r.ok());
+  CHECK(r->stored_tokens == 8);
+  CHECK(r->refused_tokens == 8);
+  CHECK(r->refused_snapshots == std::vector<size_t>{16});
+  CHECK(cache->Match(b).matched_tokens == 8);
   CHECK(cache->Sizes().ram.protected_bytes == 4 * kPageBytes);
+  CheckIntegrity(*cache);
+}
+
+TEST_CASE("inserts beside pinned state never take RAM over the budget, and what fits is admitted") {
+  // 10 pages of budget; pins hold 4, then 8: inserts get what is left and are told what was
+  // refused; RAM use never exceeds the budget, not even inside an Insert (every eviction
+  // happens before the new pages arrive, so the peak is checked through the pages dropped).
+  auto cache = OpenOrFail(RamConfig(10 * kPageBytes));
+  const auto a = Seq(0, 16), b = Seq(100, 16), c = Seq(200, 40);
+  Insert(*cache, a);
+  Insert(*cache, b);
+  auto ha = cache->Acquire(a);
+  auto hb = cache->Acquire(b);
+  REQUIRE((ha.ok() && hb.ok()));
+  CHECK(cache->Sizes().ram.protected_bytes == 8 * kPageBytes);
+  auto r = cache->Insert(c, Provider(c));
+  REQUIRE(r.ok());
+  CHECK(r->stored_tokens == 8);  // two pages fit beside the pinned eight
+  CHECK(r->refused_tokens == 32);
+  CHECK(cache->Sizes().ram.used_bytes() <= 10 * kPageBytes);
+  CheckIntegrity(*cache);
+  // A snapshot on a pinned prefix that does not fit is refused, and the old one stays.
+  REQUIRE(cache->AddSnapshot(a, 8, MakePayload({7})).ok());
+  CHECK(cache->AddSnapshot(a, 8, MakePayload(std::vector<uint8_t>(3 * kPageBytes))).code() ==
+        StatusCode::kResourceExhausted);
+  CHECK(*cache->Acquire(a)->snapshot() == std::vector<uint8_t>{7});
+  CheckIntegrity(*cache);
+  // Released pins make room again: the same insert now stores everything.
+  ha->Release();
+  hb->Release();
+  r = cache->Insert(c, Provider(c));
+  REQUIRE(r.ok());
+  CHECK(r->stored_tokens == 40);
+  CHECK(r->refused_tokens == 0);
+  CHECK(cache->Sizes().ram.used_bytes() <= 10 * kPageBytes);
+  CheckPayloads(*cache->Acquire(c), c);
+  CheckIntegrity(*cache);
+}
+
+TEST_CASE("an insert makes room for its own snapshot from older state instead of dropping it") {
+  // Older snapshots go before pages when the budget is enforced; the snapshot just cut at a
+  // prompt's end is the one its next turn needs, so the insert evicts older pages for it first.
+  auto cache = OpenOrFail(RamConfig(10 * kPageBytes));
+  const auto a = Seq(0, 32), b = Seq(100, 8);
+  Insert(*cache, a);
+  Insert(*cache, b, {{8, MakePayload(std::vector<uint8_t>(150))}});
+  CHECK(cache->Match(b).snapshot_position == 8);
+  CHECK(cache->Counters().snapshots_dropped == 0);
+  CHECK(cache->Sizes().ram.used_bytes() <= 10 * kPageBytes);
   CheckIntegrity(*cache);
 }
 
