@@ -31,7 +31,8 @@ struct JsonParseError {
     kNumberOutOfRange,  // a number whose magnitude does not fit a double (1e400)
   };
   Kind kind = Kind::kSyntax;
-  size_t offset = 0;     // byte offset in the text where the parser stopped
+  size_t offset = 0;     // 0-based byte offset of the failing byte (the text's size at end of
+                         // input); 0 for kTooDeep, whose SAX event carries no position
   std::string path;      // where, e.g. "tools[0].function.parameters" ("" = the top level)
   std::string top_key;   // the key of the top-level object the error is under ("" = none)
   std::string message;   // one sentence in our words (path, offset, limit), no library text
