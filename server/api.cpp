@@ -13,6 +13,8 @@
 #include "tools_bridge/lib/openai_json.h"
 #include "server/api_error.h"
 #include "server/request_parse.h"
+#include "server/session_ids.h"
+#include "tools_bridge/lib/json_limits.h"
 
 namespace cedar::server {
 
@@ -57,8 +59,22 @@ int64_t UnixNow() {
 
 ApiError MethodNotAllowed(const std::string& method, const std::string& path, const char* allow) {
   return ApiError(405, "invalid_request_error", "method_not_allowed",
-                  method + " " + path + " is not supported (allowed: " + allow + ")");
+                  bridge::Clip(method, 20) + " " + bridge::Clip(path, 100) + " is not supported (allowed: " + allow + ")");
 }
+
+// The id in /v1/sessions/{id}: percent-decoded, then held to session_ids.h's alphabet.
+std::string SessionIdFromPath(std::string_view segment) {
+  std::optional<std::string> id = PercentDecode(segment);
+  if (!id) {
+    throw InvalidRequest("the path's session id \"" + bridge::Clip(segment, 40) + "\" has a malformed %-escape",
+                         "session_id");
+  }
+  CheckSessionId(*id, "the path");
+  return *id;
+}
+
+// Longest pin_ttl_s: 30 days (a longer pin is a leak; the value also becomes milliseconds).
+constexpr double kMaxPinTtlSeconds = 30 * 24 * 3600.0;
 
 json SessionJson(const session::SessionInfo& s) {
   return {{"id", s.id},          {"object", "session"},         {"tokens", s.tokens},
@@ -141,8 +157,8 @@ HttpResponse Api::Handle(const HttpRequest& request) {
   } catch (const ApiError& e) {
     response = ErrorResponse(e);
   } catch (const std::exception& e) {
-    spdlog::error("{} {}: {}", request.method, path, e.what());
-    response = ErrorResponse(ApiError(500, "server_error", "internal_error", e.what()));
+    // Never the exception's text to the client (it may be a library's); the log has it.
+    response = ErrorResponse(InternalError(request.method + " " + bridge::Clip(path, 100) + ": " + e.what()));
   }
   // A streamed response is counted by its `complete`, when its turn ends.
   if (!response.stream) {
@@ -168,8 +184,10 @@ HttpResponse Api::Route(const HttpRequest& request, const std::string& path) {
   }
   if (path.starts_with("/v1/models/")) {
     if (m != "GET") throw MethodNotAllowed(m, path, "GET");
-    const std::string id = path.substr(11);
-    if (id != options_.model_name) throw ApiError(404, "not_found_error", "model_not_found", "unknown model '" + id + "'");
+    const std::string id = PercentDecode(std::string_view(path).substr(11)).value_or(path.substr(11));
+    if (id != options_.model_name) {
+      throw ApiError(404, "not_found_error", "model_not_found", "unknown model '" + bridge::Clip(id, 100) + "'", "model");
+    }
     return JsonResponse(200, json::parse(Models().body)["data"][0]);
   }
   if (path == "/v1/cache") {
@@ -182,24 +200,17 @@ HttpResponse Api::Route(const HttpRequest& request, const std::string& path) {
     throw MethodNotAllowed(m, path, "GET, POST");
   }
   if (path.starts_with(kSessionsPrefix) && path.size() > kSessionsPrefix.size()) {
-    const std::string id = path.substr(kSessionsPrefix.size());
+    if (m != "GET" && m != "DELETE") throw MethodNotAllowed(m, path, "GET, DELETE");
+    const std::string id = SessionIdFromPath(std::string_view(path).substr(kSessionsPrefix.size()));
     if (m == "GET") return GetSession(id);
-    if (m == "DELETE") return DeleteSession(id);
-    throw MethodNotAllowed(m, path, "GET, DELETE");
+    return DeleteSession(id);
   }
-  throw ApiError(404, "not_found_error", "unknown_route", "no route for " + m + " " + path);
+  throw ApiError(404, "not_found_error", "unknown_route",
+                 "no route for " + bridge::Clip(m, 20) + " " + bridge::Clip(path, 100));
 }
 
 void Api::RequireNotDraining() const {
   if (draining_.load()) throw FromErrorKind(session::ErrorKind::kShuttingDown, "the server is shutting down");
-}
-
-void Api::RequireSession(const std::string& id) {
-  std::lock_guard<std::mutex> lk(mu_);
-  if (!sessions_.count(id)) {
-    throw FromErrorKind(session::ErrorKind::kSessionNotFound,
-                        "unknown session '" + id + "' (create it with POST /v1/sessions)");
-  }
 }
 
 std::string Api::NewId(const char* prefix) {
@@ -221,16 +232,21 @@ HttpResponse Api::CreateSession(const HttpRequest& request) {
   std::vector<int32_t> pin;
   double ttl = options_.default_pin_ttl_s;
   if (auto it = body.find("pin_ttl_s"); it != body.end() && !it->is_null()) {
-    if (!it->is_number() || it->get<double>() < 0) throw InvalidRequest("pin_ttl_s: expected a number >= 0", "pin_ttl_s");
+    if (!it->is_number() || it->get<double>() < 0 || it->get<double>() > kMaxPinTtlSeconds) {
+      throw InvalidRequest("pin_ttl_s: expected a number in [0, " + std::to_string(int64_t(kMaxPinTtlSeconds)) +
+                               "] (seconds), found " + bridge::JsonPreview(*it),
+                           "pin_ttl_s");
+    }
     ttl = it->get<double>();
   }
   if (auto it = body.find("messages"); it != body.end() && !it->is_null()) {
     json tools = body.value("tools", json());
     if (!tools.is_null() && !tools.is_array()) throw InvalidRequest("tools: expected an array", "tools");
+    if (!it->is_array()) throw InvalidRequest("messages: expected an array, found " + bridge::JsonPreview(*it), "messages");
     try {
       pin = template_.Render(bridge::MessagesFromJson(*it), tools);
     } catch (const bridge::ChatTemplateError& e) {
-      throw InvalidRequest(e.what(), "messages");
+      throw InvalidRequest(e.what(), e.param());
     }
     if (int64_t(pin.size()) >= manager_.model().config().max_seq_len) {
       throw FromErrorKind(session::ErrorKind::kPromptTooLong,
@@ -247,11 +263,7 @@ HttpResponse Api::CreateSession(const HttpRequest& request) {
     if (std::string_view(e.what()).find("already exists") != std::string_view::npos) {
       throw ApiError(409, "conflict_error", "session_exists", e.what(), "session_id");
     }
-    throw InvalidRequest(e.what());
-  }
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    sessions_.insert(sid);
+    throw InvalidRequest(e.what(), "messages");  // the manager's own words about the pinned prefix
   }
   return JsonResponse(200, {{"id", sid},
                             {"object", "session"},
@@ -267,16 +279,17 @@ HttpResponse Api::GetSession(const std::string& id) {
 }
 
 HttpResponse Api::DeleteSession(const std::string& id) {
-  if (!WithManager([&](session::SessionManager& m) { return m.DeleteSession(id); })) {
-    if (WithManager([&](session::SessionManager& m) { return m.GetSession(id).has_value(); })) {
+  using Outcome = session::SessionManager::DeleteOutcome;
+  switch (WithManager([&](session::SessionManager& m) { return m.DeleteSession(id); })) {
+    case Outcome::kBusy:
       throw FromErrorKind(session::ErrorKind::kSessionBusy, "session '" + id + "' has a turn in flight");
-    }
-    throw FromErrorKind(session::ErrorKind::kSessionNotFound, "unknown session '" + id + "'");
+    case Outcome::kNotFound:
+      throw FromErrorKind(session::ErrorKind::kSessionNotFound, "unknown session '" + id + "'");
+    case Outcome::kDeleted:
+      break;
   }
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    sessions_.erase(id);
-  }
+  // Remembered generations are keyed by the exact prompt, so a stale entry can never attach to
+  // a different conversation; forgetting here only frees the memory.
   memory_.Forget(id);
   return JsonResponse(200, {{"id", id}, {"object", "session.deleted"}, {"deleted", true}});
 }

@@ -25,7 +25,6 @@
 #include <memory>
 #include <mutex>
 #include <random>
-#include <set>
 #include <shared_mutex>
 #include <string>
 
@@ -106,7 +105,6 @@ class Api {
   HttpResponse Metrics();
   HttpResponse Cache();
 
-  void RequireSession(const std::string& id);
   // Runs f(manager_) unless the manager is detached (then 503). Not for waiting on turns.
   template <class F>
   auto WithManager(F f) -> decltype(f(std::declval<session::SessionManager&>()));
@@ -124,9 +122,10 @@ class Api {
   bool manager_detached_ = false;  // guarded by gate_
   int64_t created_ = 0;  // unix seconds at start (the model's `created`)
 
-  std::mutex mu_;  // guards sessions_ and rng_
-  std::set<std::string> sessions_;  // sessions created through this API and not deleted
-  std::mt19937_64 rng_;
+  // Session existence is the SessionManager's alone (one source of truth keeps create, delete
+  // and turns on one id linearizable); the Api keeps no set of its own.
+  std::mutex mu_;  // guards rng_
+  std::mt19937_64 rng_;  // response ids (chatcmpl-...), which name nothing a client can reach
 };
 
 template <class F>

@@ -1,5 +1,7 @@
 #include "server/api_error.h"
 
+#include <spdlog/spdlog.h>
+
 namespace cedar::server {
 
 using nlohmann::json;
@@ -16,10 +18,10 @@ ApiError InvalidRequest(const std::string& message, const std::string& param, co
   return ApiError(400, "invalid_request_error", code, message, param);
 }
 
-ApiError FromErrorKind(session::ErrorKind kind, const std::string& message) {
+ApiError FromErrorKind(session::ErrorKind kind, const std::string& message, const std::string& param) {
   using session::ErrorKind;
   switch (kind) {
-    case ErrorKind::kInvalidRequest: return InvalidRequest(message);
+    case ErrorKind::kInvalidRequest: return InvalidRequest(message, param);
     case ErrorKind::kSessionNotFound:
       return ApiError(404, "not_found_error", "session_not_found", message, "session_id");
     case ErrorKind::kSessionBusy:
@@ -27,12 +29,18 @@ ApiError FromErrorKind(session::ErrorKind kind, const std::string& message) {
                       message + "; wait for it to finish (or cancel it) before sending the next turn",
                       "session_id");
     case ErrorKind::kPromptTooLong:
-      return InvalidRequest(message, "messages", "context_length_exceeded");
+      return InvalidRequest(message, param.empty() ? "messages" : param, "context_length_exceeded");
     case ErrorKind::kShuttingDown: return ApiError(503, "server_error", "shutting_down", message);
     case ErrorKind::kNone:
     case ErrorKind::kInternal: break;
   }
-  return ApiError(500, "server_error", "internal_error", message);
+  return InternalError(message);
+}
+
+ApiError InternalError(const std::string& detail) {
+  // The detail may be a library's exception text: it goes to the log, not to the client.
+  spdlog::error("internal error: {}", detail);
+  return ApiError(500, "server_error", "internal_error", "internal error (the server's log has the details)");
 }
 
 HttpResponse JsonResponse(int status, const json& body) {

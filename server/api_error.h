@@ -29,8 +29,12 @@ class ApiError : public std::runtime_error {
 ApiError InvalidRequest(const std::string& message, const std::string& param = "",
                         const std::string& code = "");
 // A session manager refusal: kInvalidRequest 400, kSessionNotFound 404, kSessionBusy 409,
-// kPromptTooLong 400 context_length_exceeded, kShuttingDown 503, kInternal 500.
-ApiError FromErrorKind(session::ErrorKind kind, const std::string& message);
+// kPromptTooLong 400 context_length_exceeded, kShuttingDown 503, kInternal 500. `param` names
+// the field for 400s ("" = none; kPromptTooLong defaults to "messages").
+ApiError FromErrorKind(session::ErrorKind kind, const std::string& message, const std::string& param = "");
+// 500 internal_error with a fixed message; `detail` (possibly a library's exception text) is
+// logged, never sent.
+ApiError InternalError(const std::string& detail);
 
 HttpResponse ErrorResponse(const ApiError& error);
 HttpResponse JsonResponse(int status, const nlohmann::json& body);

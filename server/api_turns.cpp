@@ -20,9 +20,9 @@ Api::TurnPlan Api::PlanTurn(const GenerationParams& params, std::vector<int32_t>
   if (int64_t(prompt.size()) >= c.max_seq_len) {
     throw FromErrorKind(session::ErrorKind::kPromptTooLong,
                         "the prompt is " + std::to_string(prompt.size()) + " tokens; the model's limit (max_seq_len) is " +
-                            std::to_string(c.max_seq_len) + " positions, prompt and output together");
+                            std::to_string(c.max_seq_len) + " positions, prompt and output together",
+                        chat ? "messages" : "prompt");
   }
-  if (!params.session_id.empty()) RequireSession(params.session_id);
   TurnPlan plan;
   plan.chat = chat;
   plan.stream = params.stream;
@@ -59,7 +59,7 @@ HttpResponse Api::ChatCompletions(const HttpRequest& request, std::chrono::stead
     memory_.Reattach(chat.params.session_id, template_, chat.messages, chat.tools);
     prompt = template_.RenderGenerationPrompt(chat.messages, chat.tools);
   } catch (const bridge::ChatTemplateError& e) {
-    throw InvalidRequest(e.what(), "messages");
+    throw InvalidRequest(e.what(), e.param());
   }
   return RunTurn(PlanTurn(chat.params, std::move(prompt), true), request, "/v1/chat/completions", start);
 }
@@ -83,12 +83,13 @@ HttpResponse Api::RunTurn(TurnPlan plan, const HttpRequest& request, const std::
   std::shared_ptr<LiveTurn> turn = WithManager([&](session::SessionManager& m) {
     return LiveTurn::Submit(m, plan.request, tokenizer_, plan.stop, request.cancelled);
   });
+  const std::string prompt_param = plan.chat ? "messages" : "prompt";
   if (auto refused = turn->RefusedAtOnce(); refused && refused->error_kind != session::ErrorKind::kNone) {
-    throw FromErrorKind(refused->error_kind, refused->error);
+    throw FromErrorKind(refused->error_kind, refused->error, prompt_param);
   }
   if (!plan.stream) {
     const session::TurnResult& r = turn->Wait();
-    if (r.error_kind != session::ErrorKind::kNone) throw FromErrorKind(r.error_kind, r.error);
+    if (r.error_kind != session::ErrorKind::kNone) throw FromErrorKind(r.error_kind, r.error, prompt_param);
     Finished(plan, *turn);
     if (plan.chat) {
       const bridge::AssistantOutput out = ChatOutputOf(tokenizer_, r.output, plan.meta, turn->matched_stop());

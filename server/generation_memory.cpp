@@ -1,6 +1,7 @@
 #include "server/generation_memory.h"
 
 #include <algorithm>
+#include <map>
 
 #include <xxhash.h>
 
@@ -12,17 +13,43 @@ namespace {
 bool SameAsShown(const bridge::Message& a, const bridge::Message& b) {
   return a.content == b.content && a.tool_calls == b.tool_calls;
 }
+
+// XXH3 over a growing id sequence: digest(prefix + one more id) without touching the running
+// state. Equal to XXH3_64bits over the same ids (the streaming and one-shot forms agree).
+class RunningHash {
+ public:
+  RunningHash() : state_(XXH3_createState()), probe_(XXH3_createState()) {
+    if (!state_ || !probe_) throw std::bad_alloc();
+    XXH3_64bits_reset(state_);
+  }
+  ~RunningHash() {
+    XXH3_freeState(state_);
+    XXH3_freeState(probe_);
+  }
+  RunningHash(const RunningHash&) = delete;
+  RunningHash& operator=(const RunningHash&) = delete;
+  void Add(std::span<const int32_t> ids) { XXH3_64bits_update(state_, ids.data(), ids.size_bytes()); }
+  uint64_t DigestWith(int32_t last) {
+    XXH3_copyState(probe_, state_);
+    XXH3_64bits_update(probe_, &last, sizeof last);
+    return XXH3_64bits_digest(probe_);
+  }
+
+ private:
+  XXH3_state_t* state_;
+  XXH3_state_t* probe_;
+};
 }  // namespace
 
 void GenerationMemory::Remember(const std::string& scope, std::span<const int32_t> gen_prompt,
                                 const bridge::Message& shown, std::vector<int32_t> generated) {
-  Entry e;
-  e.prompt_hash = Hash(gen_prompt);
-  e.prompt_len = gen_prompt.size();
-  e.shown.role = bridge::Role::kAssistant;
-  e.shown.content = shown.content;
-  e.shown.tool_calls = shown.tool_calls;
-  e.generated = std::move(generated);
+  auto e = std::make_shared<Entry>();
+  e->prompt_hash = Hash(gen_prompt);
+  e->prompt_len = gen_prompt.size();
+  e->shown.role = bridge::Role::kAssistant;
+  e->shown.content = shown.content;
+  e->shown.tool_calls = shown.tool_calls;
+  e->generated = std::move(generated);
   std::lock_guard<std::mutex> lk(mu_);
   if (!scopes_.count(scope) && scopes_.size() >= max_scopes_) {
     auto oldest = std::min_element(scopes_.begin(), scopes_.end(),
@@ -35,36 +62,47 @@ void GenerationMemory::Remember(const std::string& scope, std::span<const int32_
   while (s.entries.size() > per_scope_) s.entries.pop_front();
 }
 
-const GenerationMemory::Entry* GenerationMemory::Find(const Scope& scope, std::span<const int32_t> gen_prompt,
-                                                      const bridge::Message& m) const {
-  const uint64_t h = Hash(gen_prompt);
-  for (auto it = scope.entries.rbegin(); it != scope.entries.rend(); ++it) {
-    if (it->prompt_len == gen_prompt.size() && it->prompt_hash == h && SameAsShown(it->shown, m)) return &*it;
-  }
-  return nullptr;
-}
-
 int GenerationMemory::Reattach(const std::string& scope, const bridge::ChatTemplate& chat_template,
                                std::vector<bridge::Message>& messages, const nlohmann::json& tools) {
-  std::lock_guard<std::mutex> lk(mu_);
-  auto sit = scopes_.find(scope);
-  if (sit == scopes_.end() || sit->second.entries.empty()) return 0;
-  Scope& s = sit->second;
-  s.last_used = ++clock_;
-  int attached = 0;
-  for (size_t i = 0; i < messages.size(); ++i) {
-    bridge::Message& m = messages[i];
-    if (m.role != bridge::Role::kAssistant || m.generated) continue;
-    // Render the context only for a message some entry could match.
-    const bool candidate = std::any_of(s.entries.begin(), s.entries.end(),
-                                       [&](const Entry& e) { return SameAsShown(e.shown, m); });
-    if (!candidate) continue;
-    const bridge::TokenIds gen_prompt =
-        chat_template.RenderGenerationPrompt(std::span<const bridge::Message>(messages.data(), i), tools);
-    if (const Entry* e = Find(s, gen_prompt, m)) {
-      m.generated = e->generated;
-      attached++;
+  const bool any_assistant = std::any_of(messages.begin(), messages.end(), [](const bridge::Message& m) {
+    return m.role == bridge::Role::kAssistant && !m.generated;
+  });
+  if (!any_assistant) return 0;
+  // The scope's entries, newest first within each prompt length; the lock covers only this copy.
+  std::map<size_t, std::vector<std::shared_ptr<const Entry>>> by_len;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto sit = scopes_.find(scope);
+    if (sit == scopes_.end() || sit->second.entries.empty()) return 0;
+    sit->second.last_used = ++clock_;
+    for (auto it = sit->second.entries.rbegin(); it != sit->second.entries.rend(); ++it) {
+      by_len[(*it)->prompt_len].push_back(*it);
     }
+  }
+  // One incremental rendering: `ids` is always Render(messages[0..i)), so messages[i]'s
+  // generation prompt is ids + <|assistant|>, hashed from the running state in O(1).
+  chat_template.Validate(messages, tools);
+  const int32_t assistant = chat_template.tokens().assistant;
+  bridge::TokenIds ids = chat_template.RenderStart(tools);
+  RunningHash hash;
+  hash.Add(ids);
+  int attached = 0;
+  for (bridge::Message& m : messages) {
+    if (m.role == bridge::Role::kAssistant && !m.generated) {
+      if (auto found = by_len.find(ids.size() + 1); found != by_len.end()) {
+        const uint64_t h = hash.DigestWith(assistant);
+        for (const std::shared_ptr<const Entry>& e : found->second) {
+          if (e->prompt_hash == h && SameAsShown(e->shown, m)) {
+            m.generated = e->generated;
+            attached++;
+            break;
+          }
+        }
+      }
+    }
+    const size_t before = ids.size();
+    chat_template.RenderAppend(m, ids);  // with the ids just attached, as the final rendering will
+    hash.Add(std::span<const int32_t>(ids).subspan(before));
   }
   return attached;
 }

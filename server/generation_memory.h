@@ -12,10 +12,17 @@
 // renders them verbatim. A message the client changed, or one in a different context, is
 // rendered canonically as usual, so reattaching never changes what the request means.
 //
-// Thread contract: every method locks; use from any thread.
+// Cost: Reattach renders the conversation once, incrementally (the template is prefix-stable),
+// hashing as it goes, so it is linear in the conversation whatever the number of assistant
+// messages; an entry can only match the one message whose generation prompt has its length.
+// The lock is held only to copy a scope's entry pointers (entries are immutable once stored),
+// never while rendering.
+//
+// Thread contract: every method locks briefly; use from any thread.
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <string>
@@ -57,11 +64,10 @@ class GenerationMemory {
     std::vector<int32_t> generated;
   };
   struct Scope {
-    std::deque<Entry> entries;
+    std::deque<std::shared_ptr<const Entry>> entries;  // oldest first; immutable once stored
     uint64_t last_used = 0;
   };
   static uint64_t Hash(std::span<const int32_t> ids);
-  const Entry* Find(const Scope& scope, std::span<const int32_t> gen_prompt, const bridge::Message& m) const;
 
   size_t per_scope_, max_scopes_;
   mutable std::mutex mu_;

@@ -3,18 +3,18 @@
 #include <cmath>
 #include <limits>
 
+#include "tools_bridge/lib/json_limits.h"
 #include "tools_bridge/lib/openai_json.h"
 #include "server/api_error.h"
+#include "server/session_ids.h"
 
 namespace cedar::server {
 namespace {
 
 using nlohmann::json;
 
-std::string Shown(const json& v) {
-  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
-}
+// A client value in an error message: bounded in length and in recursion, whatever its size.
+std::string Shown(const json& v) { return bridge::JsonPreview(v, 60); }
 
 [[noreturn]] void Expected(const std::string& field, const std::string& what, const json& found) {
   throw InvalidRequest(field + ": expected " + what + ", found " + Shown(found), field);
@@ -70,6 +70,11 @@ std::vector<std::string> ReadStop(const json& body) {
   }
   for (const std::string& s : out) {
     if (s.empty()) throw InvalidRequest("stop: strings must not be empty", "stop");
+    if (s.size() > kMaxStopStringBytes) {
+      throw InvalidRequest("stop: a string is " + std::to_string(s.size()) + " bytes; at most " +
+                               std::to_string(kMaxStopStringBytes),
+                           "stop");
+    }
   }
   return out;
 }
@@ -79,6 +84,12 @@ GenerationParams ReadParams(const json& body, const HttpRequest& request) {
   if (const json* v = Find(body, "model")) {
     if (!v->is_string()) Expected("model", "a string", *v);
     p.model = v->get<std::string>();
+    // Echoed in every response and stream chunk: a long name would multiply the output.
+    if (p.model.size() > kMaxModelNameBytes) {
+      throw InvalidRequest("model: the name is " + std::to_string(p.model.size()) + " bytes; at most " +
+                               std::to_string(kMaxModelNameBytes),
+                           "model");
+    }
   }
   p.session_id = SessionIdOf(body, request);
   for (const char* key : {"max_completion_tokens", "max_tokens"}) {
@@ -96,7 +107,9 @@ GenerationParams ReadParams(const json& body, const HttpRequest& request) {
   p.ignore_eos = ReadBool(body, "ignore_eos", false);
   if (const json* so = Find(body, "stream_options")) {
     if (!so->is_object()) Expected("stream_options", "an object", *so);
-    p.include_usage = ReadBool(*so, "include_usage", false);
+    const json* usage = Find(*so, "include_usage");
+    if (usage && !usage->is_boolean()) Expected("stream_options", "include_usage to be a boolean", *usage);
+    p.include_usage = usage && usage->get<bool>();
   }
   return p;
 }
@@ -133,18 +146,26 @@ void CheckToolChoice(const json& choice, const json& tools) {
 }  // namespace
 
 json ParseJsonBody(const std::string& body) {
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    // Parse again with exceptions for the position of the error.
-    try {
-      json again = json::parse(body);
-    } catch (const json::parse_error& e) {
-      throw InvalidRequest(std::string("invalid JSON body: ") + e.what(), "", "invalid_json");
+  bridge::JsonParseResult parsed = bridge::ParseJsonBounded(body, bridge::kMaxJsonDepth);
+  if (parsed.error) {
+    const bridge::JsonParseError& e = *parsed.error;
+    const std::string param = bridge::Clip(e.top_key, 64);
+    switch (e.kind) {
+      case bridge::JsonParseError::Kind::kTooDeep:
+        throw InvalidRequest("JSON body: " + e.message + "; at most " + std::to_string(bridge::kMaxJsonDepth) +
+                                 " levels of nesting are accepted",
+                             param, "json_too_deep");
+      case bridge::JsonParseError::Kind::kNumberOutOfRange:
+        throw InvalidRequest("JSON body: " + e.message, param, "number_out_of_range");
+      case bridge::JsonParseError::Kind::kSyntax:
+        break;
     }
-    throw InvalidRequest("invalid JSON body", "", "invalid_json");
+    throw InvalidRequest("invalid JSON body: " + e.message, param, "invalid_json");
   }
-  if (!j.is_object()) throw InvalidRequest("the body must be a JSON object, found " + Shown(j));
-  return j;
+  if (!parsed.value.is_object()) {
+    throw InvalidRequest("the body must be a JSON object, found " + Shown(parsed.value));
+  }
+  return std::move(parsed.value);
 }
 
 std::string SessionIdOf(const json& body, const HttpRequest& request) {
@@ -152,8 +173,10 @@ std::string SessionIdOf(const json& body, const HttpRequest& request) {
   if (const json* v = Find(body, "session_id")) {
     if (!v->is_string()) Expected("session_id", "a string", *v);
     id = v->get<std::string>();
+    CheckSessionId(id, "session_id");
   }
   if (const std::string* h = request.Header("x-session-id"); h && !h->empty()) {
+    CheckSessionId(*h, "header X-Session-Id");
     if (!id.empty() && id != *h) {
       throw InvalidRequest("session_id \"" + id + "\" and header X-Session-Id \"" + *h + "\" differ", "session_id");
     }
@@ -171,7 +194,7 @@ ChatRequest ParseChatRequest(const json& body, const HttpRequest& request) {
   try {
     r.messages = bridge::MessagesFromJson(*messages);
   } catch (const bridge::ChatTemplateError& e) {
-    throw InvalidRequest(e.what(), "messages");
+    throw InvalidRequest(e.what(), e.param());
   }
   if (const json* tools = Find(body, "tools")) {
     if (!tools->is_array()) Expected("tools", "an array", *tools);

@@ -28,6 +28,10 @@ struct GenerationParams {
 };
 
 inline constexpr size_t kMaxStopStrings = 16;
+// Longest stop string: the matcher and the stream holdback compare a tail that long per token.
+inline constexpr size_t kMaxStopStringBytes = 256;
+// Longest `model`: it is echoed in every response and every stream chunk.
+inline constexpr size_t kMaxModelNameBytes = 256;
 
 struct ChatRequest {
   GenerationParams params;
@@ -42,14 +46,16 @@ struct CompletionRequest {
   std::vector<int32_t> prompt_ids;         // `prompt` as token ids
 };
 
-// Parses the body as a JSON object (400 "invalid JSON: ..." otherwise).
+// Parses the body as a JSON object, nesting at most bridge::kMaxJsonDepth deep (checked while
+// parsing, before a tree is built). 400 otherwise, naming the top-level field at fault:
+// code invalid_json (syntax, bad UTF-8), json_too_deep, number_out_of_range (1e400).
 nlohmann::json ParseJsonBody(const std::string& body);
 
 ChatRequest ParseChatRequest(const nlohmann::json& body, const HttpRequest& request);
 CompletionRequest ParseCompletionRequest(const nlohmann::json& body, const HttpRequest& request);
 
 // The session id a request names: body `session_id`, or the X-Session-Id header. Both given
-// and different: 400.
+// and different, or either outside session_ids.h's alphabet: 400 (param session_id).
 std::string SessionIdOf(const nlohmann::json& body, const HttpRequest& request);
 
 }  // namespace cedar::server

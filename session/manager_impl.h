@@ -31,12 +31,16 @@ struct SessionManager::Impl {
   bool stopping = false;
   bool cancel_all = false;
   std::set<std::string> busy;       // sessions with a turn queued or in flight
+  // The ids of `sessions`, changed only by the engine thread (with `mu` held) when it creates
+  // or deletes a session. Submit reads it to refuse an unknown id at once, and DeleteSession
+  // checks `busy` and erases here under one lock, so create, delete and a turn's admission on
+  // one id are linearizable: a session either exists for every call or for none.
+  std::set<std::string> ids;
 
   // engine thread only
   std::unordered_map<std::string, Session> sessions;
   std::list<ActiveTurn> active;
   EngineMetrics metrics;
-  uint64_t next_session = 1;
   bool sessionless_refusal_logged = false;  // a partial insert of a turn without a session was logged
 
   void Loop();

@@ -1,6 +1,9 @@
 #include "session/session_manager.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/random.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <condition_variable>
@@ -20,6 +23,26 @@
 namespace cedar::session {
 
 namespace {
+// "sess_" + 32 hex digits: 128 bits from getrandom(2) (the kernel's CSPRNG), so one client
+// cannot guess another's generated id.
+std::string RandomSessionId() {
+  unsigned char bytes[16];
+  size_t got = 0;
+  while (got < sizeof bytes) {
+    const ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw std::runtime_error("getrandom failed: cannot make a session id");
+    got += size_t(n);
+  }
+  static const char* kHex = "0123456789abcdef";
+  std::string id = "sess_";
+  for (unsigned char b : bytes) {
+    id += kHex[b >> 4];
+    id += kHex[b & 15];
+  }
+  return id;
+}
+
 double Ms(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
@@ -113,6 +136,10 @@ std::future<TurnResult> SessionManager::Submit(TurnRequest request) {
     }
     const std::string& sid = turn->request.session_id;
     if (!sid.empty()) {
+      if (!impl_->ids.count(sid)) {
+        refuse(ErrorKind::kSessionNotFound, "unknown session '" + sid + "'");
+        return fut;
+      }
       if (impl_->busy.count(sid)) {
         refuse(ErrorKind::kSessionBusy, "session '" + sid + "' already has a turn in flight");
         return fut;
@@ -138,7 +165,7 @@ std::string SessionManager::CreateSession(const std::string& id, const std::vect
     Impl& I = *impl_;
     std::string sid = id;
     if (sid.empty()) {
-      do sid = "sess_" + std::to_string(I.next_session++);
+      do sid = RandomSessionId();
       while (I.sessions.count(sid));
     } else if (I.sessions.count(sid)) {
       throw std::invalid_argument("session '" + sid + "' already exists");
@@ -174,6 +201,10 @@ std::string SessionManager::CreateSession(const std::string& id, const std::vect
       s.pinned_prefix = pin_prefix;
     }
     I.sessions.emplace(sid, std::move(s));
+    {
+      std::lock_guard<std::mutex> lk(I.mu);
+      I.ids.insert(sid);
+    }
     return sid;
   });
 }
@@ -218,18 +249,20 @@ SessionPage SessionManager::ListSessions(size_t limit, const std::string& after)
   });
 }
 
-bool SessionManager::DeleteSession(const std::string& id) {
-  {
-    std::lock_guard<std::mutex> lk(impl_->mu);
-    if (impl_->busy.count(id)) return false;
-  }
-  return impl_->Call<bool>([this, id] {
+SessionManager::DeleteOutcome SessionManager::DeleteSession(const std::string& id) {
+  return impl_->Call<DeleteOutcome>([this, id] {
+    {
+      // Under the lock Submit admits turns with: no turn can be admitted on `id` after this.
+      std::lock_guard<std::mutex> lk(impl_->mu);
+      if (impl_->busy.count(id)) return DeleteOutcome::kBusy;
+      if (!impl_->ids.erase(id)) return DeleteOutcome::kNotFound;
+    }
     auto it = impl_->sessions.find(id);
-    if (it == impl_->sessions.end()) return false;
+    if (it == impl_->sessions.end()) return DeleteOutcome::kNotFound;  // not reached: ids mirrors sessions
     if (!it->second.pinned_prefix.empty()) (void)impl_->cache->SoftUnpin(it->second.pinned_prefix);
     it->second.prefix.Release();
     impl_->sessions.erase(it);
-    return true;
+    return DeleteOutcome::kDeleted;
   });
 }
 

@@ -171,12 +171,14 @@ class SessionManager {
   // kSessionBusy (the server answers 409). Unknown session id: kSessionNotFound.
   std::future<TurnResult> Submit(TurnRequest request);
 
-  // Creates a session (id "" = a generated one). `pin_prefix` (optional) is prefilled into the
-  // cache and soft-pinned for `pin_ttl_s` seconds. Returns the id, or throws
-  // std::invalid_argument (duplicate id, bad tokens) or SessionLimitError (max_sessions exist).
+  // Creates a session (id "" = a generated one: "sess_" + 128 random bits from the kernel's
+  // CSPRNG, so ids cannot be guessed). `pin_prefix` (optional) is prefilled into the cache and
+  // soft-pinned for `pin_ttl_s` seconds. Returns the id, or throws std::invalid_argument
+  // (duplicate id, bad tokens) or SessionLimitError (max_sessions exist).
   std::string CreateSession(const std::string& id, const std::vector<int32_t>& pin_prefix, double pin_ttl_s);
   std::optional<SessionInfo> GetSession(const std::string& id);
-  bool DeleteSession(const std::string& id);
+  enum class DeleteOutcome { kDeleted, kNotFound, kBusy };  // kBusy: a turn is queued or in flight
+  DeleteOutcome DeleteSession(const std::string& id);
   std::vector<SessionInfo> ListSessions();  // all of them, in id order
   // At most `limit` sessions whose ids sort after `after` ("" = from the first), in id order.
   SessionPage ListSessions(size_t limit, const std::string& after);

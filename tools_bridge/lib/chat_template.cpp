@@ -2,6 +2,8 @@
 
 #include <unordered_set>
 
+#include "tools_bridge/lib/json_limits.h"
+
 namespace cedar::bridge {
 namespace {
 
@@ -12,19 +14,20 @@ std::string Where(size_t index, const Message& m) {
 }
 
 [[noreturn]] void Fail(const std::string& what) { throw ChatTemplateError(what); }
+[[noreturn]] void FailTools(const std::string& what) { throw ChatTemplateError(what, "tools"); }
 
 void ValidateTools(const json& tools) {
   if (tools.is_null()) return;
-  if (!tools.is_array()) Fail("tools: expected an array or null, got " + CanonicalJson(tools));
+  if (!tools.is_array()) FailTools("tools: expected an array or null, got " + JsonPreview(tools));
   for (size_t i = 0; i < tools.size(); ++i) {
     const json& t = tools[i];
     const std::string where = "tools[" + std::to_string(i) + "]";
-    if (!t.is_object()) Fail(where + ": expected an object");
+    if (!t.is_object()) FailTools(where + ": expected an object");
     auto fn = t.find("function");
-    if (fn == t.end() || !fn->is_object()) Fail(where + ": missing the \"function\" object");
+    if (fn == t.end() || !fn->is_object()) FailTools(where + ": missing the \"function\" object");
     auto name = fn->find("name");
     if (name == fn->end() || !name->is_string() || name->get_ref<const std::string&>().empty()) {
-      Fail(where + ".function.name: expected a non-empty string");
+      FailTools(where + ".function.name: expected a non-empty string");
     }
   }
 }
@@ -32,19 +35,20 @@ void ValidateTools(const json& tools) {
 // Parses and checks a tool call's arguments; returns them parsed.
 json CheckToolCall(const std::string& where, const ToolCall& call) {
   if (call.name.empty()) Fail(where + ": empty function name");
-  if (call.id.empty()) Fail(where + " (\"" + call.name + "\"): empty id");
+  if (call.id.empty()) Fail(where + " (\"" + Clip(call.name) + "\"): empty id");
   if (call.id.find('\n') != std::string::npos) {
-    Fail(where + " (\"" + call.name + "\"): id contains a newline");
+    Fail(where + " (\"" + Clip(call.name) + "\"): id contains a newline");
   }
-  json args = json::parse(call.arguments, nullptr, /*allow_exceptions=*/false);
-  if (args.is_discarded()) {
-    Fail(where + " (\"" + call.name + "\"): arguments are not valid JSON: " + call.arguments);
+  // Client text: parsed with the depth limit, shown cut (it may be megabytes).
+  JsonParseResult parsed = ParseJsonBounded(call.arguments);
+  if (parsed.error) {
+    Fail(where + " (\"" + Clip(call.name) + "\"): arguments are not valid JSON: " + parsed.error->message +
+         "; arguments: " + Clip(call.arguments));
   }
-  if (!args.is_object()) {
-    Fail(where + " (\"" + call.name + "\"): arguments must be a JSON object, got " +
-         call.arguments);
+  if (!parsed.value.is_object()) {
+    Fail(where + " (\"" + Clip(call.name) + "\"): arguments must be a JSON object, got " + Clip(call.arguments));
   }
-  return args;
+  return std::move(parsed.value);
 }
 
 }  // namespace
@@ -118,7 +122,7 @@ void ChatTemplate::Validate(std::span<const Message> messages, const json& tools
       }
     }
     if (m.role == Role::kTool && !call_ids.contains(m.tool_call_id)) {
-      Fail(Where(i, m) + ": tool_call_id \"" + m.tool_call_id +
+      Fail(Where(i, m) + ": tool_call_id \"" + Clip(m.tool_call_id) +
            "\" answers no tool call of an earlier assistant message");
     }
   }
@@ -149,20 +153,26 @@ void ChatTemplate::AppendMessage(const Message& m, TokenIds& out) const {
   AppendText(m.content, out);
   for (const ToolCall& call : m.tool_calls) {
     out.push_back(tokens_.tool_call);
-    AppendText(ToolCallJson(call.name, json::parse(call.arguments)), out);
+    // Validate parsed these arguments within the depth limit, so this parse succeeds.
+    AppendText(ToolCallJson(call.name, ParseJsonBounded(call.arguments).value), out);
     out.push_back(tokens_.tool_call_end);
   }
   out.push_back(tokens_.end);
 }
 
-TokenIds ChatTemplate::Render(std::span<const Message> messages, const json& tools) const {
-  Validate(messages, tools);
+TokenIds ChatTemplate::RenderStart(const json& tools) const {
   TokenIds out{tokens_.bos};
   if (tools.is_array() && !tools.empty()) {
     out.push_back(tokens_.tools);
     AppendText(CanonicalJson(tools), out);
     out.push_back(tokens_.end);
   }
+  return out;
+}
+
+TokenIds ChatTemplate::Render(std::span<const Message> messages, const json& tools) const {
+  Validate(messages, tools);
+  TokenIds out = RenderStart(tools);
   for (const Message& m : messages) AppendMessage(m, out);
   return out;
 }

@@ -82,10 +82,16 @@ struct Message {
   bool operator==(const Message&) const = default;
 };
 
-// A request the template cannot render; what() names the message and what is wrong.
+// A request the template cannot render; what() names the message and what is wrong, param()
+// the request field at fault ("messages" or "tools"), for the API's error `param`.
 class ChatTemplateError : public std::invalid_argument {
  public:
-  using std::invalid_argument::invalid_argument;
+  explicit ChatTemplateError(const std::string& what, std::string param = "messages")
+      : std::invalid_argument(what), param_(std::move(param)) {}
+  const std::string& param() const { return param_; }
+
+ private:
+  std::string param_;
 };
 
 // The special ids the template and the tool-call parser use, looked up once.
@@ -121,6 +127,13 @@ class ChatTemplate {
   // `gen_prompt`: Render(...) followed by <|assistant|>, ready for the model to continue.
   TokenIds RenderGenerationPrompt(std::span<const Message> messages,
                                   const nlohmann::json& tools = nullptr) const;
+
+  // Rendering one message at a time, for callers that need every prefix's rendering (each
+  // is a prefix of the next): RenderStart(tools) is Render({}, tools), and RenderAppend adds
+  // one message, so RenderStart + RenderAppend(m[0]) ... RenderAppend(m[k-1]) == Render(m[0..k)).
+  // REQUIRES: Validate(messages, tools) passed for the whole list (then each prefix is valid).
+  TokenIds RenderStart(const nlohmann::json& tools) const;
+  void RenderAppend(const Message& message, TokenIds& out) const { AppendMessage(message, out); }
 
   // Ids that end an assistant turn: <|end|> and <|eos|>.
   std::array<TokenId, 2> stop_ids() const { return {tokens_.end, tokens_.eos}; }

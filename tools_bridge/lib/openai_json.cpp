@@ -1,5 +1,7 @@
 #include "tools_bridge/lib/openai_json.h"
 
+#include "tools_bridge/lib/json_limits.h"
+
 namespace cedar::bridge {
 namespace {
 
@@ -19,7 +21,7 @@ Role ReadRole(const json& m, size_t i) {
   if (role == "user") return Role::kUser;
   if (role == "assistant") return Role::kAssistant;
   if (role == "tool") return Role::kTool;
-  Fail(Field(i, "role") + ": unknown role \"" + role +
+  Fail(Field(i, "role") + ": unknown role \"" + Clip(role) +
        "\" (expected system, developer, user, assistant or tool)");
 }
 

@@ -1,13 +1,15 @@
 #include "tools_bridge/lib/tool_calls.h"
 
+#include "tools_bridge/lib/json_limits.h"
+
 namespace cedar::bridge {
 namespace {
 
 using nlohmann::json;
 
 // Deeper call JSON is treated as malformed: it keeps dump()'s recursion bounded whatever the
-// model emits.
-constexpr int kMaxCallJsonDepth = 64;
+// model emits (json_limits.h stops the parser at the first container past the limit).
+constexpr int kMaxCallJsonDepth = kMaxJsonDepth;
 
 struct ParsedCall {
   std::string name;
@@ -16,18 +18,9 @@ struct ParsedCall {
 
 // A well-formed call_json (see tool_calls.h), or nullopt. Never throws but std::bad_alloc.
 std::optional<ParsedCall> ParseCallJson(const std::string& text) {
-  bool too_deep = false;
-  json::parser_callback_t limit_depth = [&too_deep](int depth, json::parse_event_t, json&) {
-    if (depth > kMaxCallJsonDepth) too_deep = true;
-    return !too_deep;
-  };
-  json value;
-  try {
-    value = json::parse(text, limit_depth, /*allow_exceptions=*/false);
-  } catch (const json::exception&) {
-    return std::nullopt;
-  }
-  if (too_deep || value.is_discarded() || !value.is_object() || value.size() != 2) {
+  JsonParseResult parsed = ParseJsonBounded(text, kMaxCallJsonDepth);
+  const json& value = parsed.value;
+  if (parsed.error || value.is_discarded() || !value.is_object() || value.size() != 2) {
     return std::nullopt;
   }
   auto name = value.find("name");
