@@ -245,7 +245,7 @@ std::string V41InfoText(const V41Config& c, const V41Info& info) {
       c.n_shared_experts, c.hc_mult);
   add("weights: dense %s (%dx%d %s blocks), routed experts %s; Engram at %zu layers; %d DSpark blocks\n", c.weight_dtype.c_str(),
       c.weight_block_rows, c.weight_block_cols, c.scale_fmt.c_str(), c.expert_dtype.c_str(), c.engram_layer_ids.size(), c.n_mtp_layers);
-  add("%-16s %9s  %-40s %s\n", "family", "tensors", "parameters (billions) by dtype", "bytes (GB) by stored dtype");
+  add("%-16s %9s  %-58s %s\n", "family", "tensors", "parameters (billions) by dtype", "bytes (GB) by stored dtype");
   auto row = [&](const std::string& name, const V41FamilyTotals& f) {
     std::string p, b;
     for (const auto& [dt, n] : f.params) {
@@ -256,7 +256,7 @@ std::string V41InfoText(const V41Config& c, const V41Info& info) {
       std::snprintf(buf, sizeof buf, "%s %.4f  ", dt.c_str(), B(n));
       b += buf;
     }
-    add("%-16s %9lld  %-40s %s\n", name.c_str(), (long long)f.tensors, p.c_str(), b.c_str());
+    add("%-16s %9lld  %-58s %s\n", name.c_str(), (long long)f.tensors, p.c_str(), b.c_str());
   };
   for (const auto& [name, f] : info.families) row(name, f);
   row("total", info.total);
