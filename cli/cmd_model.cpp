@@ -13,6 +13,10 @@
 #include "engine/engine.h"
 #include "engine/golden_check.h"
 #include "engine/info.h"
+#include "engine/checkpoint_index.h"
+#include "engine/v41_checkpoint.h"
+#include "engine/v41_config.h"
+#include "engine/v41_info.h"
 #include "engine/init.h"
 #include "engine/sampling.h"
 #include "kernels/ops.h"
@@ -78,11 +82,28 @@ int RunInit(int argc, char** argv) {
 
 int RunInfo(int argc, char** argv) {
   po::options_description desc("cedar info");
-  std::string model, preset;
+  std::string model, preset, config, checkpoint;
   desc.add_options()("model", po::value(&model), "model directory")("preset", po::value(&preset), "tiny | small | flash")(
+      "config", po::value(&config), "a released DeepSeek-V4.1 config.json or inference/config.json (no weights read)")(
+      "checkpoint", po::value(&checkpoint), "with --config: check this checkpoint directory's tensor names, dtypes and shapes (headers only)")(
       "json", "print JSON");
   po::variables_map vm;
-  if (!Parse(argc, argv, "usage: cedar info --model DIR | --preset NAME [--json]", desc, vm)) return 0;
+  if (!Parse(argc, argv, "usage: cedar info --model DIR | --preset NAME | --config FILE [--json]", desc, vm)) return 0;
+  if (!config.empty()) {
+    // The released architecture: per-family parameter and byte counts from the config alone.
+    const V41Config vc = LoadV41ConfigFile(config);
+    const V41Info vi = ComputeV41Info(vc);
+    if (!checkpoint.empty()) {
+      const Checkpoint ck(checkpoint);
+      const std::vector<std::string> problems = CheckV41Checkpoint(vc, ck);
+      for (const std::string& p : problems) std::fprintf(stderr, "%s\n", p.c_str());
+      if (!problems.empty()) throw std::runtime_error(checkpoint + ": does not match " + config + " (first problems above)");
+      std::printf("%s: %zu tensors match the config\n", checkpoint.c_str(), ck.Size());
+    }
+    if (vm.count("json")) std::cout << V41InfoToJson(vi).dump(2) << "\n";
+    else std::cout << V41InfoText(vc, vi);
+    return 0;
+  }
   ModelConfig c;
   if (!model.empty()) c = LoadConfigFile(model + "/config.json");
   else if (!preset.empty()) c = PresetOrThrow(preset);

@@ -19,6 +19,10 @@ const char* DTypeName(DType t) {
     case DType::BF16: return "BF16";
     case DType::I32: return "I32";
     case DType::I64: return "I64";
+    case DType::F8_E4M3: return "F8_E4M3";
+    case DType::F8_E8M0: return "F8_E8M0";
+    case DType::I8: return "I8";
+    case DType::U8: return "U8";
   }
   return "?";
 }
@@ -29,6 +33,10 @@ size_t DTypeSize(DType t) {
     case DType::BF16: return 2;
     case DType::I32: return 4;
     case DType::I64: return 8;
+    case DType::F8_E4M3:
+    case DType::F8_E8M0:
+    case DType::I8:
+    case DType::U8: return 1;
   }
   return 0;
 }
@@ -102,7 +110,11 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       else if (dt == "BF16") t.dtype = DType::BF16;
       else if (dt == "I32") t.dtype = DType::I32;
       else if (dt == "I64") t.dtype = DType::I64;
-      else throw std::runtime_error("tensor '" + name + "': unsupported dtype " + dt + " (expected F32, BF16, I32 or I64)");
+      else if (dt == "F8_E4M3") t.dtype = DType::F8_E4M3;
+      else if (dt == "F8_E8M0") t.dtype = DType::F8_E8M0;
+      else if (dt == "I8") t.dtype = DType::I8;
+      else if (dt == "U8") t.dtype = DType::U8;
+      else throw std::runtime_error("tensor '" + name + "': unsupported dtype " + dt + " (expected F32, BF16, I32, I64, F8_E4M3, F8_E8M0, I8 or U8)");
       t.shape = v.at("shape").get<std::vector<int64_t>>();
       auto off = v.at("data_offsets").get<std::vector<uint64_t>>();
       if (off.size() != 2 || off[0] > off[1] || off[1] > data_size)
@@ -204,6 +216,14 @@ void SafetensorsWriter::AddBF16(const std::string& name, std::vector<int64_t> sh
 void SafetensorsWriter::AddI32(const std::string& name, std::vector<int64_t> shape, const int32_t* data) {
   const size_t n = size_t(Count(shape));
   entries_[name] = Entry{DType::I32, std::move(shape), Bytes(data, n * 4)};
+}
+
+void SafetensorsWriter::AddRaw(const std::string& name, DType dtype, std::vector<int64_t> shape, const void* data, size_t nbytes) {
+  const size_t want = size_t(Count(shape)) * DTypeSize(dtype);
+  if (want != nbytes)
+    throw std::invalid_argument("safetensors writer: tensor '" + name + "': expected " + std::to_string(want) + " bytes for its shape and dtype " +
+                                DTypeName(dtype) + ", found " + std::to_string(nbytes));
+  entries_[name] = Entry{dtype, std::move(shape), Bytes(data, nbytes)};
 }
 
 void SafetensorsWriter::Write(const std::string& path) const {

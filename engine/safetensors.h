@@ -9,7 +9,10 @@
 
 namespace cedar {
 
-enum class DType { F32, BF16, I32, I64 };
+// The released V4.1 checkpoint adds F8_E4M3 (FP8 weights), F8_E8M0 (their power-of-two block
+// scales) and I8 (packed FP4 experts, two E2M1 values per byte); U8 and I8 are raw bytes. Those
+// are kept as raw bytes + dtype here; kernels/quant_formats.h decodes them.
+enum class DType { F32, BF16, I32, I64, F8_E4M3, F8_E8M0, I8, U8 };
 const char* DTypeName(DType t);
 size_t DTypeSize(DType t);
 
@@ -59,6 +62,9 @@ class SafetensorsWriter {
   void AddF32(const std::string& name, std::vector<int64_t> shape, const float* data);
   void AddBF16(const std::string& name, std::vector<int64_t> shape, const float* data);  // rounds
   void AddI32(const std::string& name, std::vector<int64_t> shape, const int32_t* data);
+  // Raw bytes of any dtype (F8_E4M3, F8_E8M0, I8, U8, ...); throws if the byte count does not match
+  // the shape (an I8 tensor of packed FP4 has shape [rows, cols/2]: one element per byte).
+  void AddRaw(const std::string& name, DType dtype, std::vector<int64_t> shape, const void* data, size_t nbytes);
   void SetMetadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
   void Write(const std::string& path) const;  // throws on I/O failure
 
