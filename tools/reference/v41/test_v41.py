@@ -13,6 +13,7 @@ except ImportError:
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import csa  # noqa: E402
 import mhc  # noqa: E402
 import moe  # noqa: E402
 import quant  # noqa: E402
@@ -428,6 +429,83 @@ def test_stored_rows():
     err = float((quant.qdq_fp4_e4m3(main) - main).abs().max() / main.abs().max())
     check("stored rows decode to the quantise-dequantise values; 288 B main, 68 B index, 528 B SWA",
           ok_main and ok_idx and ok_swa, f"FP4 main-KV max error {err:.3f} of amax")
+
+
+# ---------------------------------------------------------------- CSA2 compressor and indexer
+
+def test_compressor_ratio2_hand():
+    g = torch.Generator().manual_seed(13)
+    c, eps = 4, 1e-20
+    C = torch.randn(2, c, generator=g, dtype=F64)
+    Z = torch.randn(2, c, generator=g, dtype=F64)
+    wn = torch.rand(c, generator=g, dtype=F64) + 0.5
+    pooled = []
+    for ch in range(c):   # per channel: softmax over the group's 2 tokens
+        a, b = math.exp(float(Z[0, ch])), math.exp(float(Z[1, ch]))
+        pooled.append(a / (a + b) * float(C[0, ch]) + b / (a + b) * float(C[1, ch]))
+    r = 1 / math.sqrt(sum(v * v for v in pooled) / c + eps)
+    want = [pooled[ch] * r * float(wn[ch]) for ch in range(c)]
+    got = csa.compress_latent(C, Z, 2, wn, eps)
+    d2 = max(abs(float(got[ch]) - want[ch]) for ch in range(c))
+    got1 = csa.compress_latent(C[1:], None, 1, wn, eps)
+    r1 = 1 / math.sqrt(sum(float(v) ** 2 for v in C[1]) / c + eps)
+    d1 = max(abs(float(got1[ch]) - float(C[1, ch]) * r1 * float(wn[ch])) for ch in range(c))
+    check("CSA2 compressor: ratio 2 = per-channel softmax over the 2 tokens, normed; ratio 1 = RMSNorm(C)",
+          d2 < 1e-15 and d1 < 1e-15, f"diff {d2:.1e} / {d1:.1e}")
+
+
+def test_entries_rotated_at_group_start():
+    g = torch.Generator().manual_seed(14)
+    f = rope.yarn_inv_freq(8, 160000.0, 16, 65536, 32, 1)
+    lat = torch.randn(16, generator=g, dtype=F64)
+    e = csa.main_entry(lat, 5, 2, f, quantise=False)
+    back = rope.rotate(e, -10, f)
+    eq = csa.main_entry(lat, 5, 2, f)
+    ok_q = bool((eq == quant.qdq_fp4_e4m3(rope.rotate(lat, 10, f))).all())
+    Wk = torch.randn(32, 16, generator=g, dtype=F64)       # c_I 32: one MXFP4 block
+    kn = torch.rand(32, generator=g, dtype=F64) + 0.5
+    k = csa.index_key(lat, 5, 2, Wk, kn, 1e-20, f, quantise=False)
+    ok_k = float((rope.rotate(k, -10, f) - mhc.rms_norm(Wk @ lat, kn, 1e-20)).abs().max()) < 1e-14
+    check("pool entry j = 5 at ratio 2 rotated at position 10 (main entry and index key), FP4 / MXFP4 stored",
+          float((back - lat).abs().max()) < 1e-14 and ok_q and ok_k and
+          bool((csa.index_key(lat, 5, 2, Wk, kn, 1e-20, f) == quant.qdq_mxfp4(k)).all()))
+    check("visibility: entry j visible at p iff j < (p + 1) // m",
+          [csa.visible_entries(p, 2) for p in range(6)] == [0, 1, 1, 2, 2, 3] and
+          [csa.visible_entries(p, 1) for p in range(3)] == [1, 2, 3])
+
+
+def test_index_scores_hand():
+    g = torch.Generator().manual_seed(15)
+    nh, hd, n = 3, 4, 6
+    q = torch.randn(nh, hd, generator=g, dtype=F64)
+    keys = torch.randn(n, hd, generator=g, dtype=F64)
+    u = torch.randn(5, generator=g, dtype=F64)
+    Ww = torch.randn(nh, 5, generator=g, dtype=F64)
+    w = csa.index_weights(u, Ww, nh, hd)
+    want_w = [sum(float(Ww[h, i]) * float(u[i]) for i in range(5)) / math.sqrt(hd) / math.sqrt(nh) for h in range(nh)]
+    got = csa.index_scores(q, w, keys, 4)
+    want = [sum(want_w[h] * max(0.0, sum(float(q[h, i]) * float(keys[j, i]) for i in range(hd))) for h in range(nh))
+            for j in range(4)]
+    ok = max(abs(float(got[j]) - want[j]) for j in range(4)) < 1e-14 and all(float(got[j]) == -math.inf for j in (4, 5))
+    check("index scores = sum_h w_h ReLU(q_h . k_j), w scaled by c_I^-1/2 n_I^-1/2, -inf past the visible entries", ok)
+
+
+def test_candidate_blocks_and_topk():
+    # 12 entries in blocks of 4, 10 visible: block maxima 5 (block 0), 2 (block 1), and block 2
+    # (newest visible entry 9) pinned; keep 2 blocks -> blocks 2 (pinned) and 0
+    inf = math.inf
+    s = torch.tensor([1, 5, 0, 0, 2, 2, 1, 1, 0.5, 0.1, -inf, -inf], dtype=F64)
+    m = csa.candidate_mask(s, 10, 2, 4)
+    ok_m = m.tolist() == [True] * 4 + [False] * 4 + [True] * 4
+    r = csa.restrict_to_candidates(s, m)
+    # top-3 of the restricted visible scores: 5 (1), 1 (0), 0.5 (8); ties to the lower index
+    t = csa.top_k(r, 3, 10)
+    t_ties = csa.top_k(torch.tensor([1.0, 2.0, 2.0, 2.0], dtype=F64), 2, 4)
+    # fewer finite candidates than k: -inf entries fill in position order (released sort)
+    t_fill = csa.top_k(r, 8, 10)
+    check("candidate blocks (newest pinned, best max kept), Reindex restriction, top-k ascending with ties to lower",
+          ok_m and t == [0, 1, 8] and t_ties == [1, 2] and t_fill == [0, 1, 2, 3, 4, 5, 8, 9],
+          f"mask {m.int().tolist()}, top3 {t}, fill {t_fill}")
 
 
 def main():
