@@ -14,6 +14,7 @@ except ImportError:
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import csa  # noqa: E402
+import engram  # noqa: E402
 import mhc  # noqa: E402
 import moe  # noqa: E402
 import quant  # noqa: E402
@@ -506,6 +507,71 @@ def test_candidate_blocks_and_topk():
     check("candidate blocks (newest pinned, best max kept), Reindex restriction, top-k ascending with ties to lower",
           ok_m and t == [0, 1, 8] and t_ties == [1, 2] and t_fill == [0, 1, 2, 3, 4, 5, 8, 9],
           f"mask {m.int().tolist()}, top3 {t}, fill {t_fill}")
+
+
+# ---------------------------------------------------------------- Engram
+
+def test_engram_primes_match_released_tables():
+    # the released config: layers [1, 14], orders 2..4, 8 heads, engram_vocab_size 16,000,000 ->
+    # the tables' row counts engram_num_embeddings [384006168, 384016682] (notes Appendix A)
+    sums = [sum(p) for p in engram.engram_primes(2, 4, 8, 16000000)]
+    small = engram.engram_primes(2, 4, 2, 5)
+    ok_small = small == [[5, 7, 11, 13, 17, 19], [23, 29, 31, 37, 41, 43]]
+    check("Engram prime ranges: released config gives the released table sizes; small case by hand",
+          sums == [384006168, 384016682] and ok_small and engram.engram_offsets(small[0]) == [0, 5, 12, 23, 36, 53],
+          f"sums {sums}")
+    m = engram.engram_multipliers(14, 4, 99092)
+    bound = ((1 << 63) - 1) // 99092 // 2
+    check("Engram multipliers: 4 odd int64 values below 2B + 1, reproducible from the seed 10007 * layer",
+          len(m) == 4 and all(v % 2 == 1 and 0 < v <= 2 * bound + 1 for v in m) and
+          m == engram.engram_multipliers(14, 4, 99092) and m != engram.engram_multipliers(1, 4, 99092))
+
+
+def test_engram_hash_hand():
+    token_map = [t % 8 for t in range(16)]   # classes
+    ids = [3, 9, 12, 5, 6]
+    image = [False, False, True, False, False]
+    pad, N, heads = 2, 3, 2
+    mult = [7, 11, 13]
+    primes = [5, 7, 11, 13]
+    offs = engram.engram_offsets(primes)
+    got = engram.engram_row_ids(ids, image, token_map, pad, N, heads, mult, primes, offs)
+    # classes: 3, 1, (image -> pad 2), 5, 6; pad class 2. Look-back rows (shift 0, 1, 2):
+    # t0: 3, pad, pad | t1: 1, 3, pad | t2: 2 (image as pad), then blocked: pad, pad
+    # t3: 5, then token 2 is an image: blocked -> pad, pad | t4: 6, 5, then blocked: pad
+    look = [[3, 2, 2], [1, 3, 2], [2, 2, 2], [5, 2, 2], [6, 5, 2]]
+    want = []
+    for c in look:
+        h2 = (c[0] * 7) ^ (c[1] * 11)
+        h3 = h2 ^ (c[2] * 13)
+        want.append([h2 % 5, h2 % 7 + 5, h3 % 11 + 12, h3 % 13 + 23])
+    check("Engram hashes: latching look-back, image tokens as pad, XOR of products mod prime + offset",
+          engram.lookback_classes(ids, image, token_map, pad, N) == look and got == want, f"{got[4]}")
+
+
+def test_engram_gate_hand():
+    g = torch.Generator().manual_seed(17)
+    hc, d, heads_rows, hd, eps = 2, 3, 2, 4, 1e-20
+    X = torch.randn(hc, d, generator=g, dtype=F64)
+    rows = torch.randn(heads_rows, hd, generator=g, dtype=F64)
+    wkv = torch.randn((hc + 1) * d, heads_rows * hd, generator=g, dtype=F64)
+    qw = torch.rand(hc, d, generator=g, dtype=F64) + 0.5
+    kw = torch.rand(hc, d, generator=g, dtype=F64) + 0.5
+    got = engram.engram_apply(X, rows, wkv, qw, kw, eps)
+    flat = rows.reshape(-1).tolist()
+    kv = [sum(float(wkv[o, i]) * flat[i] for i in range(len(flat))) for o in range((hc + 1) * d)]
+    want = []
+    for i in range(hc):
+        key = kv[i * d:(i + 1) * d]
+        x = [float(v) for v in X[i]]
+        rs = 1 / math.sqrt(sum(v * v for v in x) / d + eps) / math.sqrt(sum(v * v for v in key) / d + eps)
+        dot = sum(x[k] * float(qw[i, k]) * float(kw[i, k]) * key[k] for k in range(d)) * rs / math.sqrt(d)
+        gate = 1 / (1 + math.exp(-math.copysign(math.sqrt(max(abs(dot), 1e-6)), dot)))
+        want.append([x[k] + gate * kv[hc * d + k] for k in range(d)])
+    diff = float((got - torch.tensor(want, dtype=F64)).abs().max())
+    check("Engram gate and value into the streams = hand computation; image token leaves X unchanged",
+          diff < 1e-13 and bool((engram.engram_apply(X, rows, wkv, qw, kw, eps, live=False) == X).all()),
+          f"diff {diff:.1e}")
 
 
 def main():
