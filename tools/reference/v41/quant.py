@@ -26,9 +26,9 @@ K:70-86, fp4_act_quant K:155-172, pow2 ceil K:22-33):
 The released kernel computes the scale and x / s in float32: so does this file (the inputs are
 cast to float32 first, exactly as an engine holding float32 activations would), so the codes are the
 released ones; the dequantised values code * s are exact in float64 and returned in float64.
-Open [?]: two FP4 codes per byte, element 2i in the low nibble (pack_e2m1), to be confirmed against
-the released convert.py for the I8 expert weights; the KV byte layout in the released cache is not
-needed by the reference.
+Two FP4 codes per byte, element 2i in the low nibble (pack_e2m1), as a public transcription of the
+released Engram FP4 table reader unpacks them; [?] confirm for the I8 expert weights against the
+released convert.py. The KV byte layout in the released cache is not needed by the reference.
 """
 import math
 
@@ -112,7 +112,7 @@ def encode_ue8m0(x):
 
 
 def pack_e2m1(codes):
-    """Bytes from an even number of E2M1 codes: element 2i in the low nibble, 2i+1 in the high. [?]"""
+    """Bytes from an even number of E2M1 codes: element 2i in the low nibble, 2i+1 in the high."""
     if len(codes) % 2:
         raise ValueError(f"pack_e2m1: expected an even number of codes, found {len(codes)}")
     return bytes(codes[i] | (codes[i + 1] << 4) for i in range(0, len(codes), 2))

@@ -1,18 +1,23 @@
 """Self-tests of the V4.1 reference components (no C++):  /usr/bin/python3 tools/reference/v41/test_v41.py
 Each expected value is computed here independently (math module, literal tables, closed forms),
-never by the function under test. Exit 0 when all pass, 1 on a failure, 77 without torch."""
+never by the function under test. Exit 0 when all pass, 1 on a failure, 77 without torch or numpy."""
+import json
 import math
 import os
+import struct
 import sys
+import tempfile
 
 try:
+    import numpy as np
     import torch
 except ImportError:
-    print("skipped: python3-torch is not installed")
+    print("skipped: python3-torch or numpy is not installed")
     sys.exit(77)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import checkpoint  # noqa: E402
 import csa  # noqa: E402
 import engram  # noqa: E402
 import mhc  # noqa: E402
@@ -572,6 +577,72 @@ def test_engram_gate_hand():
     check("Engram gate and value into the streams = hand computation; image token leaves X unchanged",
           diff < 1e-13 and bool((engram.engram_apply(X, rows, wkv, qw, kw, eps, live=False) == X).all()),
           f"diff {diff:.1e}")
+
+
+# ---------------------------------------------------------------- checkpoint reading
+
+def _write_shard(path, tensors):
+    """A safetensors file from (name -> (dtype string, raw bytes, shape)), written here by hand."""
+    header, off, blobs = {}, 0, []
+    for name, (dt, raw, shape) in tensors.items():
+        header[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(raw)]}
+        off += len(raw)
+        blobs.append(raw)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def test_checkpoint_reading():
+    rng = np.random.default_rng(5)
+    with tempfile.TemporaryDirectory() as d:
+        # dense FP8 [40, 70] with 32x32 block scales [2, 3]; codes avoid NaN (0x7F, 0xFF)
+        wc = rng.integers(0, 127, size=(40, 70), dtype=np.uint8) | (rng.integers(0, 2, size=(40, 70), dtype=np.uint8) << 7)
+        sc = np.array([[120, 127, 130], [125, 128, 131]], dtype=np.uint8)
+        # FP4 expert [3, 64]: packed [3, 32], scales [3, 2]
+        codes = rng.integers(0, 16, size=(3, 64), dtype=np.uint8)
+        packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
+        esc = np.array([[126, 127], [128, 129], [100, 140]], dtype=np.uint8)
+        # Engram-style table [5, 64] with per-row scales [5, 2]; a BF16 vector
+        tc = rng.integers(0, 127, size=(5, 64), dtype=np.uint8)
+        tsc = rng.integers(110, 140, size=(5, 2), dtype=np.uint8)
+        bf = np.array([0x3F80, 0xC000, 0x3E20], dtype="<u2")     # 1.0, -2.0, 0.15625
+        _write_shard(os.path.join(d, "a.safetensors"), {
+            "layers.0.attn.wq_a.weight": ("F8_E4M3", wc.tobytes(), [40, 70]),
+            "layers.0.attn.wq_a.scale": ("F8_E8M0", sc.tobytes(), [2, 3]),
+            "layers.0.attn.attn_sink": ("BF16", bf.tobytes(), [3])})
+        _write_shard(os.path.join(d, "b.safetensors"), {
+            "layers.0.ffn.experts.1.w1.weight": ("I8", packed.tobytes(), [3, 32]),
+            "layers.0.ffn.experts.1.w1.scale": ("F8_E8M0", esc.tobytes(), [3, 2]),
+            "layers.1.engram.embed.weight": ("F8_E4M3", tc.tobytes(), [5, 64]),
+            "layers.1.engram.embed.scale": ("F8_E8M0", tsc.tobytes(), [5, 2])})
+        wm = {n: "a.safetensors" for n in ("layers.0.attn.wq_a.weight", "layers.0.attn.wq_a.scale",
+                                           "layers.0.attn.attn_sink")}
+        wm.update({n: "b.safetensors" for n in ("layers.0.ffn.experts.1.w1.weight", "layers.0.ffn.experts.1.w1.scale",
+                                                "layers.1.engram.embed.weight", "layers.1.engram.embed.scale")})
+        with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {}, "weight_map": wm}, f)
+        ck = checkpoint.Checkpoint(d)
+        w = ck.tensor("layers.0.attn.wq_a.weight")
+        ok_w = all(float(w[i, j]) == quant.decode_e4m3(int(wc[i, j])) * 2.0 ** (int(sc[i // 32, j // 32]) - 127)
+                   for i in range(40) for j in range(70))
+        e = ck.tensor("layers.0.ffn.experts.1.w1.weight")
+        ok_e = all(float(e[i, j]) == E2M1_TABLE[codes[i, j] & 7] * (-1 if codes[i, j] & 8 else 1) *
+                   2.0 ** (int(esc[i, j // 32]) - 127) for i in range(3) for j in range(64))
+        r = ck.rows("layers.1.engram.embed.weight", [4, 0, 4])
+        ok_r = all(float(r[k, j]) == quant.decode_e4m3(int(tc[i, j])) * 2.0 ** (int(tsc[i, j // 32]) - 127)
+                   for k, i in enumerate([4, 0, 4]) for j in range(64))
+        ok_t = bool((ck.tensor("layers.1.engram.embed.weight")[[4, 0, 4]] == r).all())
+        ok_b = ck.tensor("layers.0.attn.attn_sink").tolist() == [1.0, -2.0, 0.15625]
+        try:
+            ck.rows("layers.1.engram.embed.weight", [5])
+            ok_err = False
+        except ValueError as ex:
+            ok_err = "[0, 5)" in str(ex)
+    check("checkpoint: sharded index, FP8 32x32 block scales, packed FP4 experts (low nibble first) with "
+          "E8M0 per 32, Engram rows with per-row scales, BF16; out-of-range rows refused",
+          ok_w and ok_e and ok_r and ok_t and ok_b and ok_err, f"{ok_w} {ok_e} {ok_r} {ok_t} {ok_b} {ok_err}")
 
 
 def main():
