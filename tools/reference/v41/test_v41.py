@@ -18,6 +18,7 @@ except ImportError:
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import checkpoint  # noqa: E402
+import config as v41config  # noqa: E402
 import csa  # noqa: E402
 import engram  # noqa: E402
 import mhc  # noqa: E402
@@ -643,6 +644,55 @@ def test_checkpoint_reading():
     check("checkpoint: sharded index, FP8 32x32 block scales, packed FP4 experts (low nibble first) with "
           "E8M0 per 32, Engram rows with per-row scales, BF16; out-of-range rows refused",
           ok_w and ok_e and ok_r and ok_t and ok_b and ok_err, f"{ok_w} {ok_e} {ok_r} {ok_t} {ok_b} {ok_err}")
+
+
+# ---------------------------------------------------------------- config and roles
+
+RELEASED_TEXT = {   # values of notes §1.1 (released text_config)
+    "vocab_size": 129280, "hidden_size": 5120, "moe_intermediate_size": 2304, "num_hidden_layers": 40,
+    "num_attention_heads": 64, "head_dim": 512, "qk_rope_head_dim": 64, "q_lora_rank": 1280, "o_groups": 8,
+    "o_lora_rank": 1024, "sliding_window": 128, "rms_norm_eps": 1e-20, "rope_theta": 10000,
+    "compress_rope_theta": 160000, "rope_scaling": {"rope_type": "yarn", "factor": 16,
+                                                    "original_max_position_embeddings": 65536},
+    "compress_ratios": [0, 0] + [2] * 18 + [1] * 20 + [0, 0, 0], "n_routed_experts": 384, "n_shared_experts": 1,
+    "num_experts_per_tok": 6, "routed_scaling_factor": 1.5, "swiglu_limit": 10.0, "norm_topk_prob": True,
+    "scoring_func": "sqrtsoftplus", "hc_mult": 4, "hc_sinkhorn_iters": 20, "hc_eps": 1e-6,
+    "kv_source_layer_ids": [2, 8, 14, 20], "index_source_layer_ids": [2, 8, 14, 20, 24, 28, 32, 36],
+    "candidate_source_layer_id": 20, "candidate_topk_blocks": 2048, "candidate_block_size": 8,
+    "index_n_heads": 32, "index_head_dim": 128, "index_topk": 512, "num_nextn_predict_layers": 3,
+    "engram_layer_ids": [1, 14], "engram_num_embeddings": [384006168, 384016682], "engram_max_ngram_size": 4,
+    "engram_vocab_size": 16000000, "engram_n_heads": 8, "engram_head_dim": 256, "engram_pad_token_id": 2,
+    "engram_compressed_vocab_size": 99092}
+
+
+def test_config_roles():
+    t, r = v41config.from_dict({"text_config": RELEASED_TEXT, "vision_config": {}, "quantization_config": {}})
+    # notes §1.2: 0-1 SWA (Engram at 1); 2 Full A; 3-7 Reuse A; 8 Full B; 14 Full C (Engram); 20 Full D +
+    # candidate source; 21-23 Reuse D; 24 Reindex (candidates); 29 Reuse D with top-k of 28; 40-42 DSpark
+    want = {0: ("swa", -1, -1), 1: ("swa", -1, -1), 2: ("full", 2, 2), 7: ("reuse", 2, 2), 8: ("full", 8, 8),
+            14: ("full", 14, 14), 19: ("reuse", 14, 14), 20: ("full", 20, 20), 23: ("reuse", 20, 20),
+            24: ("reindex", 20, 24), 29: ("reuse", 20, 28), 39: ("reuse", 20, 36), 40: ("dspark", -1, -1)}
+    ok = all((r[l].mode, r[l].kv_source, r[l].index_source) == v for l, v in want.items())
+    ok &= r[1].engram and r[14].engram and not r[2].engram and r[20].candidate_source and r[24].uses_candidates \
+        and not r[23].uses_candidates and r[2].yarn and not r[0].yarn and len(r) == 43
+    ok &= t["rope_scaling"]["beta_fast"] == 32.0 and t["rope_scaling"]["beta_slow"] == 1.0
+    flat, _ = v41config.from_dict(RELEASED_TEXT)
+    errs = []
+    for bad, key in ((dict(RELEASED_TEXT, compress_ratios=[0] * 40), "compress_ratios"),
+                     (dict(RELEASED_TEXT, kv_source_layer_ids=[0, 2]), "kv_source_layer_ids"),
+                     (dict(RELEASED_TEXT, scoring_func="relu"), "scoring_func"),
+                     ({k: v for k, v in RELEASED_TEXT.items() if k != "hc_mult"}, "hc_mult")):
+        try:
+            v41config.from_dict({"text_config": bad})
+            errs.append(f"{key}: accepted")
+        except v41config.ConfigError as ex:
+            if key not in str(ex):
+                errs.append(f"{key}: {ex}")
+    check("released config: roles of notes §1.2 (Full/Reuse/Reindex/SWA/DSpark, Engram, candidates), "
+          "flat spelling, errors name the key", ok and flat["hc_mult"] == 4 and not errs, "; ".join(errs))
+    # a second public fixture of the prime rule: vocab 31, 2 heads, orders 2..3 -> [152, 220]
+    check("Engram prime rule on a second public fixture (vocab 31, 2 heads, max order 3) gives [152, 220]",
+          [sum(p) for p in engram.engram_primes(2, 3, 2, 31)] == [152, 220])
 
 
 def main():
