@@ -21,6 +21,7 @@ import checkpoint  # noqa: E402
 import config as v41config  # noqa: E402
 import csa  # noqa: E402
 import engram  # noqa: E402
+import golden_components  # noqa: E402
 import mhc  # noqa: E402
 import moe  # noqa: E402
 import quant  # noqa: E402
@@ -693,6 +694,35 @@ def test_config_roles():
     # a second public fixture of the prime rule: vocab 31, 2 heads, orders 2..3 -> [152, 220]
     check("Engram prime rule on a second public fixture (vocab 31, 2 heads, max order 3) gives [152, 220]",
           [sum(p) for p in engram.engram_primes(2, 3, 2, 31)] == [152, 220])
+
+
+# ---------------------------------------------------------------- committed component goldens
+
+def test_component_golden_current():
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tests", "golden",
+                        "v41_components.json")
+    if not os.path.isfile(path):
+        print(f"skip component golden: {path} not present")
+        return
+    with open(path, encoding="utf-8") as f:
+        committed = json.load(f)
+    fresh = json.loads(json.dumps(golden_components.build()))
+
+    def same(a, b):
+        # integers (codes, ids, hashes) exactly; floats to 1e-13 relative: exp/log/pow may differ in
+        # the last bit between libm builds, which must not fail the check on another machine
+        if isinstance(a, float) or isinstance(b, float):
+            return isinstance(a, (int, float)) and isinstance(b, (int, float)) and \
+                abs(a - b) <= 1e-13 * max(abs(a), abs(b))
+        if isinstance(a, list):
+            return isinstance(b, list) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        if isinstance(a, dict):
+            return isinstance(b, dict) and set(a) == set(b) and all(same(a[k], b[k]) for k in a)
+        return a == b
+
+    diff = [k for k in fresh if not same(fresh[k], committed.get(k))]
+    check("tests/golden/v41_components.json equals a fresh build (regenerate with golden_components.py)",
+          not diff and set(committed) == set(fresh), f"differs: {diff}")
 
 
 def main():
