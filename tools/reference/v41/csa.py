@@ -45,6 +45,32 @@ def pool_group(C, Z, ratio):
     return (S * C).sum(dim=0)
 
 
+class CompressorState:
+    """Decode-time compressor of one KV-source layer: tokens arrive one at a time; a ratio-2 group
+    is held (its C and Z rows; the released state keeps kv_state and score_state, the scores
+    initialised to -inf) until its second token, position p with (p + 1) % 2 == 0, completes it."""
+
+    def __init__(self, ratio):
+        if ratio not in (1, 2):
+            raise ValueError(f"CSA2 compressor: expected ratio 1 or 2, found {ratio}")
+        self.ratio, self.C, self.Z = ratio, [], []
+
+    def push(self, p, C_t, Z_t=None):
+        """Add token p; returns (j, pooled [c]) when the token completes entry j, else None."""
+        self.C.append(C_t)
+        self.Z.append(Z_t)
+        if (p + 1) % self.ratio:
+            return None
+        C = torch.stack(self.C)
+        Z = torch.stack(self.Z) if self.ratio == 2 else None
+        self.C, self.Z = [], []
+        return p // self.ratio, pool_group(C, Z, self.ratio)
+
+    def pending(self):
+        """Tokens of an incomplete group held (0 or 1): what a snapshot at an odd boundary must keep."""
+        return len(self.C)
+
+
 def compress_latent(C, Z, ratio, norm_weight, eps):
     """c_j = RMSNorm_c(pool_group(C, Z)) [c]."""
     return rms_norm(pool_group(C, Z, ratio), norm_weight, eps)

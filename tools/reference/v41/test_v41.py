@@ -17,6 +17,7 @@ except ImportError:
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import attention  # noqa: E402
 import checkpoint  # noqa: E402
 import config as v41config  # noqa: E402
 import csa  # noqa: E402
@@ -723,6 +724,62 @@ def test_component_golden_current():
     diff = [k for k in fresh if not same(fresh[k], committed.get(k))]
     check("tests/golden/v41_components.json equals a fresh build (regenerate with golden_components.py)",
           not diff and set(committed) == set(fresh), f"differs: {diff}")
+
+
+# ---------------------------------------------------------------- attention, compressor state
+
+def test_compressor_streaming():
+    g = torch.Generator().manual_seed(19)
+    C = torch.randn(7, 4, generator=g, dtype=F64)
+    Z = torch.randn(7, 4, generator=g, dtype=F64)
+    st = csa.CompressorState(2)
+    emitted = [st.push(p, C[p], Z[p]) for p in range(7)]
+    ok = [e is not None for e in emitted] == [False, True, False, True, False, True, False] and st.pending() == 1
+    ok &= all(emitted[2 * j + 1][0] == j and
+              bool((emitted[2 * j + 1][1] == csa.pool_group(C[2 * j:2 * j + 2], Z[2 * j:2 * j + 2], 2)).all())
+              for j in range(3))
+    st1 = csa.CompressorState(1)
+    ok &= all(st1.push(p, C[p])[0] == p for p in range(3))
+    check("compressor decode state: entry j emitted at p = 2j + 1, equal to the batch group; half group held", ok)
+
+
+def test_attention_pieces():
+    g = torch.Generator().manual_seed(23)
+    n_h, c, ne = 2, 4, 3
+    q = torch.randn(n_h, c, generator=g, dtype=F64)
+    E = torch.randn(ne, c, generator=g, dtype=F64)
+    sink = torch.tensor([0.3, -1.2], dtype=F64)
+    got = attention.sink_attention(q, E, sink)
+    want = []
+    for h in range(n_h):
+        z = [sum(float(q[h, i]) * float(E[e, i]) for i in range(c)) / 2.0 for e in range(ne)]
+        den = sum(math.exp(v) for v in z) + math.exp(float(sink[h]))
+        want.append([sum(math.exp(z[e]) * float(E[e, i]) for e in range(ne)) / den for i in range(c)])
+    d1 = float((got - torch.tensor(want, dtype=F64)).abs().max())
+    # grouped output: 4 heads of c 4 in 2 groups, d_g 3, d 5, rope dims 2 (one pair)
+    f = rope.plain_inv_freq(2, 10000.0)
+    o = torch.randn(4, 4, generator=g, dtype=F64)
+    wo_a = torch.randn(6, 8, generator=g, dtype=F64)
+    wo_b = torch.randn(5, 6, generator=g, dtype=F64)
+    y = attention.grouped_output(o, 7, f, wo_a, wo_b, 2)
+    ang = -7 * float(f[0])
+    od = o.clone()
+    od[:, 2] = o[:, 2] * math.cos(ang) - o[:, 3] * math.sin(ang)
+    od[:, 3] = o[:, 2] * math.sin(ang) + o[:, 3] * math.cos(ang)
+    block = torch.zeros(6, 16, dtype=F64)       # W^Oa as the explicit block-diagonal matrix
+    block[0:3, 0:8], block[3:6, 8:16] = wo_a[0:3], wo_a[3:6]
+    d2 = float((y - wo_b @ (block @ od.reshape(-1))).abs().max())
+    ok_w = attention.window_positions(10, 4) == [7, 8, 9, 10] and attention.window_positions(2, 4) == [0, 1, 2] \
+        and attention.window_positions(10, 4, floor=9) == [9, 10]
+    u = torch.randn(6, generator=g, dtype=F64)
+    wkv = torch.randn(32, 6, generator=g, dtype=F64)
+    kvn = torch.rand(32, generator=g, dtype=F64) + 0.5
+    f8 = rope.plain_inv_freq(8, 10000.0)
+    e = attention.swa_entry(u, wkv, kvn, 5, f8, 1e-20)
+    ok_e = bool((e == quant.qdq_fp8_ue8m0(rope.rotate(mhc.rms_norm(wkv @ u, kvn, 1e-20), 5, f8))).all())
+    check("attention: sink softmax = hand sum, grouped W^Oa = block-diagonal product after Rot(-p), "
+          "window positions with floor, SWA entry FP8 after rotation", d1 < 1e-15 and d2 < 1e-12 and ok_w and ok_e,
+          f"diff {d1:.1e} / {d2:.1e}")
 
 
 def main():
