@@ -27,12 +27,46 @@ a vllm-gaudi test whose config, layers [1, 14] with 72 and 204 rows for vocab 5,
     rsqrt(mean key_i^2 + eps) * d^-1/2 (eps = rms_norm_eps); X_i += gate_i * value; the gate is 0
     for image tokens.
 """
-import math
+import re
+import unicodedata
 
 import numpy as np
 import torch
 
 INT64_MAX = (1 << 63) - 1
+
+# Unicode White_Space (what the released normaliser's Strip removes; Python's str.strip also removes
+# U+001C..U+001F, which are not White_Space)
+WHITE_SPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680" + "".join(chr(c) for c in range(0x2000, 0x200B)) + \
+    "\u2028\u2029\u202f\u205f\u3000"
+_SENTINEL = "\ue000"
+
+
+def normalise_token_text(text):
+    """The released normaliser sequence of one token's decoded text, as a public transcription of
+    engram.py gives it (HF tokenizers normalizers): NFKC, NFD, strip accents (drop nonspacing marks,
+    category Mn), lowercase, runs of [ \\t\\r\\n] -> one space, a text that is exactly one space kept
+    (through a private-use sentinel) while every other text is stripped of White_Space at both ends.
+    [?] Python's str.lower stands in for Rust's to_lowercase (both apply Unicode's full mappings)."""
+    t = unicodedata.normalize("NFKC", text)
+    t = unicodedata.normalize("NFD", t)
+    t = "".join(ch for ch in t if unicodedata.category(ch) != "Mn")
+    t = t.lower()
+    t = re.sub(r"[ \t\r\n]+", " ", t)
+    t = _SENTINEL if t == " " else t
+    t = t.strip(WHITE_SPACE)
+    return t.replace(_SENTINEL, " ")
+
+
+def class_map(decoded, raw):
+    """[V] class of every token id: tokens whose keys agree share a class, classes numbered by first
+    appearance in id order. The key is the raw token string when the decoded text holds U+FFFD (a
+    partial UTF-8 byte token), else the normalised text, or the text itself when that is empty."""
+    keys, out = {}, []
+    for text, tok in zip(decoded, raw):
+        key = tok if "\ufffd" in text else (normalise_token_text(text) or text)
+        out.append(keys.setdefault(key, len(keys)))
+    return out
 
 
 def is_prime(n):

@@ -557,6 +557,21 @@ def test_engram_hash_hand():
           engram.lookback_classes(ids, image, token_map, pad, N) == look and got == want, f"{got[4]}")
 
 
+def test_engram_class_map():
+    decoded = [" The", "the", "THE", "caf\u00e9", "cafe", " ", "  ", "\n", "\ufffd", "\ufffd", "\u0301", "\uff21",
+               "a\u00a0", "\x1f"]
+    raw = ["\u0120The", "the", "THE", "caf\u00c3\u00a9", "cafe", "\u0120", "\u0120\u0120", "\u010a", "\u00e2",
+           "\u00e3", "\u00cc\u0081", "\u00ef\u00bc\u00a1", "a\u00c2\u00a0", "\u001f"]
+    # the/The/THE one class; cafe with and without accent one; " ", "  ", "\n" all the single space;
+    # the two U+FFFD tokens by their raw strings (two classes); a lone combining mark normalises to ""
+    # and keeps its text; fullwidth A -> "a" (NFKC, lowercase); "a" + NBSP -> "a " (NFKC) -> "a" (strip);
+    # U+001F is not White_Space: kept
+    want = [0, 0, 0, 1, 1, 2, 2, 2, 3, 4, 5, 6, 6, 7]
+    got = engram.class_map(decoded, raw)
+    check("Engram token classes: case, accents, whitespace runs, the single space, U+FFFD by raw token",
+          got == want, f"{got}")
+
+
 def test_engram_gate_hand():
     g = torch.Generator().manual_seed(17)
     hc, d, heads_rows, hd, eps = 2, 3, 2, 4, 1e-20
