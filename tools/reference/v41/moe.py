@@ -15,8 +15,13 @@ M:886-904):
     experts use the same clamped SwiGLU (M:845-848, M:886-887);
   * the routing weight multiplies the SwiGLU output BEFORE W2 (M:849-851); in exact arithmetic
     this equals weighting the expert's output.
-Open [?]: the softmax scoring path is kept for derived models; whether the released code skips the
-normalisation for softmax (as V3's did) is not confirmed, so here norm_topk_prob alone decides.
+Open [?], two readings of the normalisation: V4's released model.py (quoted by several public
+ports, e.g. "Port of inference/model.py:587-606") normalises whenever score_func != "softmax", by the
+plain sum, whatever k; the V4.1 port above reads norm_topk_prob and skips k = 1, adding 1e-20. For
+the released model (sqrtsoftplus, norm_topk_prob true, k 6 and 3) both give the same weights up to
+the 1e-20; they differ for k = 1 (V4: omega = routed_scaling_factor; V4.1 port: omega =
+routed_scaling_factor * s_e) and for softmax with norm_topk_prob. This file follows the V4.1 port
+(`expert_weights`); a reduced config with one expert per token must say which it means.
 
 Shapes: one token. u [d], gate_w [n_routed, d], bias [n_routed], w1/w3 [inter, d], w2 [d, inter].
 """
