@@ -23,6 +23,11 @@ K:70-86, fp4_act_quant K:155-172, pow2 ceil K:22-33):
   * every cast rounds to nearest, ties to even (on the mantissa: the even code); values are clamped
     before the cast, so no code saturates or overflows in the cast itself;
   * the whole vector is quantised, the RoPE dims included (the port quantises rope(lat) whole).
+Confirmed independently by two other public engines' notes on the released kernel.py: one tests its
+compressed-KV quantiser (block 16, E4M3 scale, the 6 * 2^-9 amax floor, all-zero blocks) against
+the reference fp4_act_quant(scale_dtype=e4m3); another's CPU stand-in for kernel.py describes
+power-of-two scales 2^ceil(log2(amax / max)), E4M3-rounded latent scales, the amax floors and
+round-to-nearest-even onto the E4M3 and E2M1 grids.
 The released kernel computes the scale and x / s in float32: so does this file (the inputs are
 cast to float32 first, exactly as an engine holding float32 activations would), so the codes are the
 released ones; the dequantised values code * s are exact in float64 and returned in float64.
