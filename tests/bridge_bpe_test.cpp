@@ -181,6 +181,13 @@ TEST_CASE("Added tokens: leftmost-longest, raw tokens before normalized ones, ls
   CHECK_FALSE(t->IsHfSpecial('a'));
 }
 
+TEST_CASE("ByteTokenizer::EncodeWithSpecials turns its special names into their ids") {
+  ByteTokenizer t;
+  CHECK(t.EncodeWithSpecials("<|user|>hi<|end|>") == TokenIds{259, 'h', 'i', 264});
+  CHECK(t.EncodeWithSpecials("<|user") == t.Encode("<|user"));
+  CHECK(t.Encode("<|user|>").size() == 8);
+}
+
 TEST_CASE("BpeTokenizer: invalid UTF-8 is encoded as its repair (U+FFFD per ill-formed subpart)") {
   auto t = BpeTokenizer::FromJson(MakeTokenizer({{"\xEF", "\xBF"}, {"\xEF\xBF", "\xBD"}}), nullptr);
   CHECK(t->Encode("a\xFF" "b") == t->Encode("a\uFFFD" "b"));
