@@ -15,3 +15,7 @@ add_executable(bridge_bpe_parity_test ${CMAKE_CURRENT_SOURCE_DIR}/bridge_bpe_par
 target_link_libraries(bridge_bpe_parity_test PRIVATE cedar_tokenizer_testlib)
 add_test(NAME bridge_bpe_parity_test COMMAND bridge_bpe_parity_test)
 set_tests_properties(bridge_bpe_parity_test PROPERTIES LABELS unit TIMEOUT 120 SKIP_RETURN_CODE 77)
+
+# Serving a model directory that carries the released tokenizer.json (skips its body without it).
+cedar_add_test(server_bpe_test unit cedar_server ${CMAKE_CURRENT_SOURCE_DIR}/server_bpe_test.cpp)
+target_link_libraries(server_bpe_test PRIVATE cedar_tokenizer_testlib)
