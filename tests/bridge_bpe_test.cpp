@@ -263,6 +263,9 @@ TEST_CASE("LoadModelTokenizer: config.json declares byte (default) or bpe with t
   const json small = MakeTokenizer({{"a", "b"}});
   auto byte = LoadModelTokenizer(ModelDir("byte", {{"vocab_size", 300}}, nullptr), 300);
   CHECK(dynamic_cast<ByteTokenizer*>(byte.get()) != nullptr);
+  CHECK(byte->vocab_size() == 300);  // the model's, so every accepted id is one it scores
+  CHECK_THROWS_WITH_AS(LoadModelTokenizer(ModelDir("byte_small", {{"vocab_size", 100}}, nullptr), 100),
+                       doctest::Contains("needs >= 266"), std::runtime_error);
   CHECK(ModelTokenizerKind(ModelDir("byte2", {{"tokenizer", "byte"}}, nullptr)) == TokenizerKind::kByte);
 
   auto bpe = LoadModelTokenizer(ModelDir("bpe", {{"tokenizer", "bpe"}}, &small), 300);

@@ -32,8 +32,13 @@ TokenizerKind ModelTokenizerKind(const std::string& model_dir) {
 std::unique_ptr<Tokenizer> LoadModelTokenizer(const std::string& model_dir, int32_t vocab_size,
                                               ModelTokenizerOptions options) {
   if (ModelTokenizerKind(model_dir) == TokenizerKind::kByte) {
+    // Exactly the model's vocab: every id the tokenizer accepts must be one the model scores.
     spdlog::debug("tokenizer: byte (vocab {})", vocab_size);
-    return std::make_unique<ByteTokenizer>(std::max(vocab_size, 512));
+    try {
+      return std::make_unique<ByteTokenizer>(vocab_size);
+    } catch (const std::invalid_argument& e) {
+      throw std::runtime_error(model_dir + "/config.json: " + e.what());
+    }
   }
   if (!std::filesystem::exists(model_dir + "/tokenizer.json")) {
     throw std::runtime_error(model_dir + "/config.json declares \"tokenizer\": \"bpe\" but " + model_dir +
