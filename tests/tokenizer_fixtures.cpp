@@ -38,9 +38,14 @@ std::string MissingTokenizerMessage() {
 std::string MakeDeepSeekV41TokenizerDir(const std::string& out_root) {
   const fs::path v3 = DeepSeekV3TokenizerDir();
   const fs::path out = fs::path(out_root) / "deepseek_v41";
-  if (fs::exists(out / "tokenizer.json") && fs::exists(out / "tokenizer_config.json")) return out.string();
+  const fs::path overlay_path = fs::path(CEDAR_SOURCE_DIR) / "tests/tokenizer_js/deepseek_v41_added_tokens.json";
+  // Made once per build tree; again when the overlay changed since.
+  if (fs::exists(out / "tokenizer.json") && fs::exists(out / "tokenizer_config.json") &&
+      fs::last_write_time(out / "tokenizer.json") >= fs::last_write_time(overlay_path)) {
+    return out.string();
+  }
   json tok = Read(v3 / "tokenizer.json");
-  const json overlay = Read(fs::path(CEDAR_SOURCE_DIR) / "tests/tokenizer_js/deepseek_v41_added_tokens.json");
+  const json overlay = Read(overlay_path);
   std::map<int, json> by_id;
   for (const json& a : tok["added_tokens"]) by_id[a["id"].get<int>()] = a;
   for (const json& a : overlay["added_tokens"]) by_id[a["id"].get<int>()] = a;
