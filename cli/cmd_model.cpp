@@ -1,5 +1,7 @@
 // cedar init | info | generate | check-golden
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -20,6 +22,8 @@
 #include "engine/init.h"
 #include "engine/sampling.h"
 #include "kernels/ops.h"
+#include "tools_bridge/lib/bpe_tokenizer.h"
+#include "tools_bridge/lib/model_tokenizer.h"
 #include "tools_bridge/lib/tokenizer.h"
 #include "cli/commands.h"
 
@@ -65,18 +69,51 @@ ModelConfig PresetOrThrow(const std::string& name) {
 
 int RunInit(int argc, char** argv) {
   po::options_description desc("cedar init");
-  std::string preset, out, dtype;
+  std::string preset, out, dtype, tokenizer_dir;
   uint64_t seed = 0;
+  int vocab_size = 0;
   desc.add_options()("preset", po::value(&preset)->default_value("tiny"), "tiny | small")(
       "seed", po::value(&seed)->default_value(0), "random seed")("out", po::value(&out)->required(), "output directory")(
-      "dtype", po::value(&dtype)->default_value("f32"), "f32 | bf16 weights");
+      "dtype", po::value(&dtype)->default_value("f32"), "f32 | bf16 weights")(
+      "tokenizer", po::value(&tokenizer_dir),
+      "directory with a tokenizer.json (+ tokenizer_config.json): copied beside the model, config.json says \"bpe\"")(
+      "vocab-size", po::value(&vocab_size)->default_value(0),
+      "vocabulary size (0 = the preset's; with --tokenizer, its ids + Cedar's chat specials, rounded up to 128)");
   po::variables_map vm;
-  if (!Parse(argc, argv, "usage: cedar init --preset tiny|small --seed N --out DIR [--dtype f32|bf16]", desc, vm)) return 0;
+  if (!Parse(argc, argv, "usage: cedar init --preset tiny|small --seed N --out DIR [--dtype f32|bf16] [--tokenizer DIR] [--vocab-size N]",
+             desc, vm)) {
+    return 0;
+  }
   if (preset == "flash") throw std::invalid_argument("the flash preset is for `info` only (too large to instantiate here)");
   if (dtype != "f32" && dtype != "bf16") throw std::invalid_argument("--dtype: expected f32 or bf16, found " + dtype);
-  WriteRandomModel(PresetOrThrow(preset), seed, out, dtype == "bf16");
-  std::printf("wrote %s/config.json and %s/model.safetensors (preset %s, seed %llu, %s)\n", out.c_str(), out.c_str(),
-              preset.c_str(), (unsigned long long)seed, dtype.c_str());
+  ModelConfig c = PresetOrThrow(preset);
+  if (!tokenizer_dir.empty()) {
+    // Sized so the tokenizer's ids and Cedar's chat specials fit (model_tokenizer.h).
+    const auto tok = bridge::BpeTokenizer::FromDir(tokenizer_dir);
+    const int needed = tok->tokenizer_size() + int(bridge::kChatSpecialTokens.size());
+    if (vocab_size == 0) vocab_size = (needed + 127) / 128 * 128;
+  }
+  if (vocab_size > 0) c.vocab_size = vocab_size;
+  WriteRandomModel(c, seed, out, dtype == "bf16");
+  if (!tokenizer_dir.empty()) {
+    namespace fs = std::filesystem;
+    fs::copy_file(tokenizer_dir + "/tokenizer.json", out + "/tokenizer.json", fs::copy_options::overwrite_existing);
+    if (fs::exists(tokenizer_dir + "/tokenizer_config.json")) {
+      fs::copy_file(tokenizer_dir + "/tokenizer_config.json", out + "/tokenizer_config.json",
+                    fs::copy_options::overwrite_existing);
+    }
+    nlohmann::json cj;
+    {
+      std::ifstream f(out + "/config.json");
+      cj = nlohmann::json::parse(f);
+    }
+    cj["tokenizer"] = "bpe";
+    std::ofstream(out + "/config.json") << cj.dump(2) << "\n";
+    (void)bridge::LoadModelTokenizer(out, c.vocab_size);  // fails here, not at serve time, if it does not fit
+  }
+  std::printf("wrote %s/config.json and %s/model.safetensors (preset %s, seed %llu, %s, vocab %d, tokenizer %s)\n",
+              out.c_str(), out.c_str(), preset.c_str(), (unsigned long long)seed, dtype.c_str(), c.vocab_size,
+              tokenizer_dir.empty() ? "byte" : "bpe");
   return 0;
 }
 
@@ -133,7 +170,7 @@ int RunGenerate(int argc, char** argv) {
   float temperature = 0, top_p = 1;
   uint64_t seed = 0;
   desc.add_options()("model", po::value(&model)->required(), "model directory")(
-      "prompt", po::value(&prompt), "prompt text (bytes become token ids)")("tokens", po::value(&tokens), "comma-separated token ids")(
+      "prompt", po::value(&prompt), "prompt text (encoded by the model's tokenizer)")("tokens", po::value(&tokens), "comma-separated token ids")(
       "mode", po::value(&mode_s)->default_value("bounded"), "full | exact | bounded | bounded-paper")(
       "max-tokens", po::value(&max_tokens)->default_value(16), "tokens to generate")(
       "chunk", po::value(&chunk)->default_value(0), "prefill chunk size (0 = whole prompt)")(
@@ -152,8 +189,9 @@ int RunGenerate(int argc, char** argv) {
   lo.mmap_weights = vm.count("mmap-weights") > 0;
   auto m = Model::Load(model, lo);
   if (!tokens.empty() && !prompt.empty()) throw std::invalid_argument("give --prompt or --tokens, not both");
-  // Text goes through the byte tokenizer of the chat template (ids 0-255 are bytes).
-  const bridge::ByteTokenizer tokenizer(std::max(m->config().vocab_size, 512));
+  // Text goes through the tokenizer config.json declares (model_tokenizer.h; byte by default).
+  const std::unique_ptr<bridge::Tokenizer> tok = bridge::LoadModelTokenizer(model, m->config().vocab_size);
+  const bridge::Tokenizer& tokenizer = *tok;
   std::vector<int32_t> ids = tokens.empty() ? tokenizer.Encode(prompt) : ParseIds(tokens);
   if (ids.empty()) throw std::invalid_argument("the prompt is empty");
   std::vector<int32_t> stops = stop.empty() ? std::vector<int32_t>{} : ParseIds(stop);

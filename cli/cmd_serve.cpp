@@ -20,6 +20,7 @@
 #include "kernels/ops.h"
 #include "session/session_manager.h"
 #include "cli/commands.h"
+#include "tools_bridge/lib/model_tokenizer.h"
 #include "server/api.h"
 #include "server/http_server.h"
 
@@ -137,6 +138,8 @@ int RunServe(int argc, char** argv) {
   LoadOptions load;
   load.mmap_weights = vm.count("mmap-weights") > 0;
   std::shared_ptr<const Model> model = Model::Load(model_dir, load);
+  // The tokenizer config.json declares ("byte" or "bpe" with tokenizer.json beside it).
+  std::shared_ptr<const bridge::Tokenizer> tokenizer = bridge::LoadModelTokenizer(model_dir, model->config().vocab_size);
   if (model_name.empty()) model_name = std::filesystem::path(model_dir).lexically_normal().filename().string();
   if (model_name.empty()) model_name = "cedar";
 
@@ -153,6 +156,7 @@ int RunServe(int argc, char** argv) {
 
   server::ApiOptions ao = policies;
   ao.model_name = model_name;
+  ao.tokenizer = tokenizer;
   ao.default_max_tokens = default_max_tokens;
   server::Api api(*manager, ao);
 

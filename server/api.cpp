@@ -119,7 +119,9 @@ bool ParseRestorePolicy(const std::string& s, session::RestorePolicy* out) {
 Api::Api(session::SessionManager& manager, ApiOptions options)
     : manager_(manager),
       options_(std::move(options)),
-      tokenizer_(manager.model().config().vocab_size),
+      tokenizer_owner_(options_.tokenizer ? options_.tokenizer
+                                          : std::make_shared<bridge::ByteTokenizer>(manager.model().config().vocab_size)),
+      tokenizer_(*tokenizer_owner_),
       template_(tokenizer_),
       memory_(options_.remembered_turns_per_session),
       created_(UnixNow()),

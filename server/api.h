@@ -42,6 +42,9 @@ namespace cedar::server {
 
 struct ApiOptions {
   std::string model_name = "cedar";       // the `model` /v1/models lists and responses echo
+  // The model's tokenizer (tools_bridge/lib/model_tokenizer.h); null: the ByteTokenizer sized
+  // to the model's vocabulary.
+  std::shared_ptr<const bridge::Tokenizer> tokenizer;
   int default_max_tokens = 256;           // when a request names no max_tokens
   double default_pin_ttl_s = 600;         // POST /v1/sessions with messages and no pin_ttl_s
   size_t remembered_turns_per_session = 256;  // GenerationMemory per scope
@@ -59,8 +62,8 @@ bool ParseRestorePolicy(const std::string& s, session::RestorePolicy* out);
 
 class Api {
  public:
-  // REQUIRES: `manager` outlives the Api. The tokenizer is the ByteTokenizer sized to the
-  // model's vocabulary.
+  // REQUIRES: `manager` outlives the Api. The tokenizer is options.tokenizer, or the
+  // ByteTokenizer sized to the model's vocabulary.
   Api(session::SessionManager& manager, ApiOptions options);
 
   HttpResponse Handle(const HttpRequest& request);
@@ -113,7 +116,8 @@ class Api {
 
   session::SessionManager& manager_;
   ApiOptions options_;
-  bridge::ByteTokenizer tokenizer_;
+  std::shared_ptr<const bridge::Tokenizer> tokenizer_owner_;  // options_.tokenizer or a ByteTokenizer
+  const bridge::Tokenizer& tokenizer_;                         // *tokenizer_owner_
   bridge::ChatTemplate template_;
   GenerationMemory memory_;
   ServerMetrics metrics_;

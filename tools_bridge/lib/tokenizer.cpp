@@ -68,6 +68,26 @@ ByteTokenizer::ByteTokenizer(int32_t vocab_size, std::vector<std::string> extra_
                                 std::to_string(specials_.size()) +
                                 " special tokens (needs >= " + std::to_string(needed) + ")");
   }
+  std::vector<AddedToken> names;
+  for (size_t i = 0; i < specials_.size(); ++i) {
+    names.push_back({.content = specials_[i], .id = kFirstSpecialId + TokenId(i), .special = true});
+  }
+  matcher_ = AddedTokenMatcher(names);
+}
+
+TokenIds ByteTokenizer::EncodeWithSpecials(std::string_view text) const {
+  TokenIds ids;
+  ids.reserve(text.size());
+  std::vector<AddedTokenMatcher::Part> parts;
+  matcher_.Split(text, parts);
+  for (const auto& p : parts) {
+    if (p.id >= 0) {
+      ids.push_back(p.id);
+    } else {
+      for (char c : p.text) ids.push_back(static_cast<uint8_t>(c));
+    }
+  }
+  return ids;
 }
 
 TokenIds ByteTokenizer::Encode(std::string_view text) const {

@@ -1,11 +1,13 @@
 // Tokenizer: text <-> token ids. `Tokenizer` is the interface the chat template and the
 // tool-call parser use; `ByteTokenizer` is the byte-level implementation our tiny models are
-// trained with. A BPE tokenizer.json can implement the same interface later: it only has to
-// say which bytes each ordinary id stands for and which ids are special.
+// trained with; `BpeTokenizer` (bpe_tokenizer.h) reads a Hugging Face tokenizer.json (the
+// released model's). model_tokenizer.h picks the one a model's config.json declares.
 //
 // Rules every implementation keeps:
 //   - Encode(text) never yields a special id: a literal "<|user|>" in user text is ordinary
-//     text. Special ids are only ever placed by the chat template, by id.
+//     text. Special ids are only ever placed by the chat template, by id. EncodeWithSpecials
+//     is the exception, for callers that render a whole prompt as one string (as Hugging
+//     Face's encode does): it turns special names found in the text into their ids.
 //   - Every id in [0, vocab_size()) is one of: ordinary (stands for a byte string, possibly
 //     part of a UTF-8 character), special (has a name), or unused (stands for nothing).
 //
@@ -21,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tools_bridge/lib/added_tokens.h"
 #include "tools_bridge/lib/utf8.h"
 
 namespace cedar::bridge {
@@ -57,6 +60,9 @@ class Tokenizer {
 
   // Ordinary ids for `text` (any bytes; need not be valid UTF-8). Never special ids.
   virtual TokenIds Encode(std::string_view text) const = 0;
+  // Like Encode, but a special token's name in `text` becomes its id (leftmost, longest
+  // match first). The default knows no names and is Encode.
+  virtual TokenIds EncodeWithSpecials(std::string_view text) const { return Encode(text); }
   // The bytes an ordinary id stands for; empty for special and unused ids.
   // REQUIRES: 0 <= id < vocab_size().
   virtual std::string_view TokenBytes(TokenId id) const = 0;
@@ -109,6 +115,7 @@ class ByteTokenizer final : public Tokenizer {
   explicit ByteTokenizer(int32_t vocab_size = 512, std::vector<std::string> extra_specials = {});
 
   TokenIds Encode(std::string_view text) const override;
+  TokenIds EncodeWithSpecials(std::string_view text) const override;
   std::string_view TokenBytes(TokenId id) const override;
   std::optional<TokenId> FindSpecial(std::string_view name) const override;
   std::optional<std::string_view> SpecialName(TokenId id) const override;
@@ -116,6 +123,7 @@ class ByteTokenizer final : public Tokenizer {
 
  private:
   int32_t vocab_size_;
+  AddedTokenMatcher matcher_;          // finds the special names for EncodeWithSpecials
   std::vector<std::string> specials_;  // specials_[i] is the name of id 256 + i
   std::array<char, 256> bytes_;        // bytes_[b] == b, so TokenBytes can return a view
 };
