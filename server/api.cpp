@@ -9,6 +9,7 @@
 #include "tools_bridge/lib/openai_json.h"
 #include "server/api_error.h"
 #include "server/request_parse.h"
+#include "server/tenant.h"
 
 namespace cedar::server {
 
@@ -145,13 +146,13 @@ HttpResponse Api::Route(const HttpRequest& request, const std::string& path) {
   }
   if (path == "/v1/sessions") {
     if (m == "POST") return CreateSession(request);
-    if (m == "GET") return ListSessions();
+    if (m == "GET") return ListSessions(request);
     throw MethodNotAllowed(m, path, "GET, POST");
   }
   if (path.starts_with(kSessionsPrefix) && path.size() > kSessionsPrefix.size()) {
     const std::string id = path.substr(kSessionsPrefix.size());
-    if (m == "GET") return GetSession(id);
-    if (m == "DELETE") return DeleteSession(id);
+    if (m == "GET") return GetSession(request, id);
+    if (m == "DELETE") return DeleteSession(request, id);
     throw MethodNotAllowed(m, path, "GET, DELETE");
   }
   throw ApiError(404, "not_found_error", "unknown_route", "no route for " + m + " " + path);
@@ -161,9 +162,15 @@ void Api::RequireNotDraining() const {
   if (draining_.load()) throw FromErrorKind(session::ErrorKind::kShuttingDown, "the server is shutting down");
 }
 
-void Api::RequireSession(const std::string& id) {
+std::string Api::Scope(uint64_t tenant, const std::string& id) {
+  char prefix[24];
+  std::snprintf(prefix, sizeof prefix, "%016llx/", (unsigned long long)tenant);
+  return prefix + id;
+}
+
+void Api::RequireSession(uint64_t tenant, const std::string& id) {
   std::lock_guard<std::mutex> lk(mu_);
-  if (!sessions_.count(id)) {
+  if (!sessions_.count(Scope(tenant, id))) {
     throw FromErrorKind(session::ErrorKind::kSessionNotFound,
                         "unknown session '" + id + "' (create it with POST /v1/sessions)");
   }
@@ -207,7 +214,12 @@ HttpResponse Api::CreateSession(const HttpRequest& request) {
   }
   std::string sid;
   try {
-    sid = WithManager([&](session::SessionManager& m) { return m.CreateSession(id, pin, pin.empty() ? 0 : ttl); });
+    // The session belongs to the caller's tenant; its pinned prefix goes into the caller's
+    // cache partition (tenant and cache_salt), where its turns look for it.
+    const cache::TenantSalt partition = CachePartition(request.tenant, ParseCacheSalt(body));
+    sid = WithManager([&](session::SessionManager& m) {
+      return m.CreateSession(id, pin, pin.empty() ? 0 : ttl, request.tenant, partition);
+    });
   } catch (const std::invalid_argument& e) {
     if (std::string_view(e.what()).find("already exists") != std::string_view::npos) {
       throw ApiError(409, "conflict_error", "session_exists", e.what(), "session_id");
@@ -216,7 +228,7 @@ HttpResponse Api::CreateSession(const HttpRequest& request) {
   }
   {
     std::lock_guard<std::mutex> lk(mu_);
-    sessions_.insert(sid);
+    sessions_.insert(Scope(request.tenant, sid));
   }
   return JsonResponse(200, {{"id", sid},
                             {"object", "session"},
@@ -225,30 +237,32 @@ HttpResponse Api::CreateSession(const HttpRequest& request) {
                             {"pin_ttl_s", pin.empty() ? json(nullptr) : json(ttl)}});
 }
 
-HttpResponse Api::GetSession(const std::string& id) {
-  std::optional<session::SessionInfo> info = WithManager([&](session::SessionManager& m) { return m.GetSession(id); });
+HttpResponse Api::GetSession(const HttpRequest& request, const std::string& id) {
+  std::optional<session::SessionInfo> info =
+      WithManager([&](session::SessionManager& m) { return m.GetSession(id, request.tenant); });
   if (!info) throw FromErrorKind(session::ErrorKind::kSessionNotFound, "unknown session '" + id + "'");
   return JsonResponse(200, SessionJson(*info));
 }
 
-HttpResponse Api::DeleteSession(const std::string& id) {
-  if (!WithManager([&](session::SessionManager& m) { return m.DeleteSession(id); })) {
-    if (WithManager([&](session::SessionManager& m) { return m.GetSession(id).has_value(); })) {
+HttpResponse Api::DeleteSession(const HttpRequest& request, const std::string& id) {
+  if (!WithManager([&](session::SessionManager& m) { return m.DeleteSession(id, request.tenant); })) {
+    if (WithManager([&](session::SessionManager& m) { return m.GetSession(id, request.tenant).has_value(); })) {
       throw FromErrorKind(session::ErrorKind::kSessionBusy, "session '" + id + "' has a turn in flight");
     }
     throw FromErrorKind(session::ErrorKind::kSessionNotFound, "unknown session '" + id + "'");
   }
   {
     std::lock_guard<std::mutex> lk(mu_);
-    sessions_.erase(id);
+    sessions_.erase(Scope(request.tenant, id));
   }
-  memory_.Forget(id);
+  memory_.Forget(Scope(request.tenant, id));
   return JsonResponse(200, {{"id", id}, {"object", "session.deleted"}, {"deleted", true}});
 }
 
-HttpResponse Api::ListSessions() {
+HttpResponse Api::ListSessions(const HttpRequest& request) {
   json data = json::array();
-  for (const session::SessionInfo& s : WithManager([](session::SessionManager& m) { return m.ListSessions(); })) {
+  for (const session::SessionInfo& s :
+       WithManager([&](session::SessionManager& m) { return m.ListSessions(request.tenant); })) {
     data.push_back(SessionJson(s));
   }
   return JsonResponse(200, {{"object", "list"}, {"data", std::move(data)}});

@@ -95,18 +95,23 @@ class Api {
   HttpResponse RunTurn(TurnPlan plan, const HttpRequest& request, const std::string& route,
                        std::chrono::steady_clock::time_point start);
   void Finished(const TurnPlan& plan, LiveTurn& turn);
-  TurnPlan PlanTurn(const GenerationParams& params, std::vector<int32_t> prompt, bool chat);
+  // `body`: the request's JSON, for its `cache_salt` (server/tenant.h).
+  TurnPlan PlanTurn(const GenerationParams& params, std::vector<int32_t> prompt, bool chat, const HttpRequest& request,
+                    const nlohmann::json& body);
 
   HttpResponse CreateSession(const HttpRequest& request);
-  HttpResponse GetSession(const std::string& id);
-  HttpResponse DeleteSession(const std::string& id);
-  HttpResponse ListSessions();
+  HttpResponse GetSession(const HttpRequest& request, const std::string& id);
+  HttpResponse DeleteSession(const HttpRequest& request, const std::string& id);
+  HttpResponse ListSessions(const HttpRequest& request);
   HttpResponse Models() const;
   HttpResponse Health() const;
   HttpResponse Metrics();
   HttpResponse Cache();
 
-  void RequireSession(const std::string& id);
+  void RequireSession(uint64_t tenant, const std::string& id);
+  // The key of `tenant`'s session `id` (or of its requests without a session, id ""): in
+  // sessions_ and the generation memory, so no tenant sees another's.
+  static std::string Scope(uint64_t tenant, const std::string& id);
   // Runs f(manager_) unless the manager is detached (then 503). Not for waiting on turns.
   template <class F>
   auto WithManager(F f) -> decltype(f(std::declval<session::SessionManager&>()));
@@ -125,7 +130,7 @@ class Api {
   int64_t created_ = 0;  // unix seconds at start (the model's `created`)
 
   std::mutex mu_;  // guards sessions_ and rng_
-  std::set<std::string> sessions_;  // sessions created through this API and not deleted
+  std::set<std::string> sessions_;  // Scope()s of sessions created through this API and not deleted
   std::mt19937_64 rng_;
 };
 

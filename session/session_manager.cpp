@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <condition_variable>
 #include <deque>
 #include <list>
@@ -45,12 +46,37 @@ void SessionManager::Impl::Loop() {
         if (!t.done) Finish(t, "cancelled");
     StepAll();
     active.remove_if([](const ActiveTurn& t) { return t.done; });
+    PublishStats();
   }
   for (auto& [id, s] : sessions) s.prefix.Release();  // handles must go before the cache
   if (cache) {
     cache::Status s = cache->Flush();
     if (!s.ok()) spdlog::warn("cache flush at shutdown: {}", s.ToString());
   }
+}
+
+std::string SessionManager::Impl::Key(SessionOwner owner, const std::string& id) {
+  char prefix[24];
+  std::snprintf(prefix, sizeof prefix, "%016llx/", (unsigned long long)owner);
+  return prefix + id;
+}
+
+void SessionManager::Impl::PublishStats() {
+  EngineMetrics m = metrics;
+  m.sessions = int64_t(sessions.size());
+  const cache::CacheSizes s = cache->Sizes();
+  const cache::CacheCounters c = cache->Counters();
+  m.ram_bytes = s.ram.used_bytes();
+  m.disk_bytes = s.disk.used_bytes();
+  m.ram_budget = s.ram.budget_bytes;
+  m.disk_budget = s.disk.budget_bytes;
+  m.page_tokens = int64_t(opt.page_tokens);
+  m.snapshots_dropped = c.snapshots_dropped;
+  m.pages_spilled = c.pages_spilled;
+  m.disk_entries_deleted = c.disk_entries_deleted;
+  m.corrupt_entries = c.corrupt_entries_dropped;
+  std::lock_guard<std::mutex> lk(stats_mu);
+  stats = m;
 }
 
 std::unique_ptr<SessionManager> SessionManager::Start(std::shared_ptr<const Model> model, ManagerOptions options) {
@@ -71,6 +97,7 @@ std::unique_ptr<SessionManager> SessionManager::Start(std::shared_ptr<const Mode
   m->device_ = m->impl_->backend->name();
   m->device_detail_ = m->impl_->backend->Describe();
   Impl* raw = m->impl_.get();
+  raw->PublishStats();  // before the engine thread starts: the budgets are known at once
   raw->engine = std::thread([raw] { raw->Loop(); });
   return m;
 }
@@ -110,11 +137,12 @@ std::future<TurnResult> SessionManager::Submit(TurnRequest request) {
     }
     const std::string& sid = turn->request.session_id;
     if (!sid.empty()) {
-      if (impl_->busy.count(sid)) {
+      const std::string key = Impl::Key(turn->request.owner, sid);
+      if (impl_->busy.count(key)) {
         refuse(ErrorKind::kSessionBusy, "session '" + sid + "' already has a turn in flight");
         return fut;
       }
-      impl_->busy.insert(sid);
+      impl_->busy.insert(key);
     }
     Impl* impl = impl_.get();
     impl_->tasks.push_back([impl, turn] {
@@ -130,18 +158,21 @@ std::future<TurnResult> SessionManager::Submit(TurnRequest request) {
   return fut;
 }
 
-std::string SessionManager::CreateSession(const std::string& id, const std::vector<int32_t>& pin_prefix, double pin_ttl_s) {
-  return impl_->Call<std::string>([this, id, pin_prefix, pin_ttl_s]() -> std::string {
+std::string SessionManager::CreateSession(const std::string& id, const std::vector<int32_t>& pin_prefix, double pin_ttl_s,
+                                          SessionOwner owner, cache::TenantSalt salt) {
+  return impl_->Call<std::string>([this, id, pin_prefix, pin_ttl_s, owner, salt]() -> std::string {
     Impl& I = *impl_;
     std::string sid = id;
     if (sid.empty()) {
       do sid = "sess_" + std::to_string(I.next_session++);
-      while (I.sessions.count(sid));
-    } else if (I.sessions.count(sid)) {
+      while (I.sessions.count(Impl::Key(owner, sid)));
+    } else if (I.sessions.count(Impl::Key(owner, sid))) {
       throw std::invalid_argument("session '" + sid + "' already exists");
     }
     Session s;
     s.id = sid;
+    s.owner = owner;
+    s.pin_salt = salt;
     if (!pin_prefix.empty()) {
       const ModelConfig& c = I.model->config();
       for (int32_t t : pin_prefix)
@@ -160,20 +191,20 @@ std::string SessionManager::CreateSession(const std::string& id, const std::vect
       std::vector<cache::SnapshotInput> snaps;
       const int64_t b = int64_t(pin_prefix.size() / I.opt.page_tokens * I.opt.page_tokens);
       if (auto snap = I.SnapshotAt(st, b)) snaps.push_back(*snap);
-      I.InsertIntoCache(st, snaps, cache::kNoTenant);
-      auto pinned = I.cache->SoftPin(pin_prefix, cache::kNoTenant, std::chrono::milliseconds(int64_t(pin_ttl_s * 1000)));
+      I.InsertIntoCache(st, snaps, salt);
+      auto pinned = I.cache->SoftPin(pin_prefix, salt, std::chrono::milliseconds(int64_t(pin_ttl_s * 1000)));
       if (!pinned.ok()) spdlog::warn("session {}: soft pin refused: {}", sid, pinned.status().ToString());
       s.pinned_prefix = pin_prefix;
     }
-    I.sessions.emplace(sid, std::move(s));
+    I.sessions.emplace(Impl::Key(owner, sid), std::move(s));
     I.TouchSessionLimit();
     return sid;
   });
 }
 
-std::optional<SessionInfo> SessionManager::GetSession(const std::string& id) {
-  return impl_->Call<std::optional<SessionInfo>>([this, id]() -> std::optional<SessionInfo> {
-    auto it = impl_->sessions.find(id);
+std::optional<SessionInfo> SessionManager::GetSession(const std::string& id, SessionOwner owner) {
+  return impl_->Call<std::optional<SessionInfo>>([this, id, owner]() -> std::optional<SessionInfo> {
+    auto it = impl_->sessions.find(Impl::Key(owner, id));
     if (it == impl_->sessions.end()) return std::nullopt;
     const Session& s = it->second;
     SessionInfo info;
@@ -187,27 +218,29 @@ std::optional<SessionInfo> SessionManager::GetSession(const std::string& id) {
   });
 }
 
-std::vector<SessionInfo> SessionManager::ListSessions() {
-  std::vector<std::string> ids = impl_->Call<std::vector<std::string>>([this] {
+std::vector<SessionInfo> SessionManager::ListSessions(SessionOwner owner) {
+  std::vector<std::string> ids = impl_->Call<std::vector<std::string>>([this, owner] {
     std::vector<std::string> v;
-    for (auto& [id, s] : impl_->sessions) v.push_back(id);
+    for (auto& [key, s] : impl_->sessions)
+      if (s.owner == owner) v.push_back(s.id);
     return v;
   });
   std::vector<SessionInfo> out;
   for (auto& id : ids)
-    if (auto i = GetSession(id)) out.push_back(*i);
+    if (auto i = GetSession(id, owner)) out.push_back(*i);
   return out;
 }
 
-bool SessionManager::DeleteSession(const std::string& id) {
+bool SessionManager::DeleteSession(const std::string& id, SessionOwner owner) {
+  const std::string key = Impl::Key(owner, id);
   {
     std::lock_guard<std::mutex> lk(impl_->mu);
-    if (impl_->busy.count(id)) return false;
+    if (impl_->busy.count(key)) return false;
   }
-  return impl_->Call<bool>([this, id] {
-    auto it = impl_->sessions.find(id);
+  return impl_->Call<bool>([this, key] {
+    auto it = impl_->sessions.find(key);
     if (it == impl_->sessions.end()) return false;
-    if (!it->second.pinned_prefix.empty()) (void)impl_->cache->SoftUnpin(it->second.pinned_prefix);
+    if (!it->second.pinned_prefix.empty()) (void)impl_->cache->SoftUnpin(it->second.pinned_prefix, it->second.pin_salt);
     it->second.prefix.Release();
     impl_->sessions.erase(it);
     return true;
@@ -215,22 +248,8 @@ bool SessionManager::DeleteSession(const std::string& id) {
 }
 
 EngineMetrics SessionManager::Metrics() {
-  return impl_->Call<EngineMetrics>([this] {
-    EngineMetrics m = impl_->metrics;
-    m.sessions = int64_t(impl_->sessions.size());
-    const cache::CacheSizes s = impl_->cache->Sizes();
-    const cache::CacheCounters c = impl_->cache->Counters();
-    m.ram_bytes = s.ram.used_bytes();
-    m.disk_bytes = s.disk.used_bytes();
-    m.ram_budget = s.ram.budget_bytes;
-    m.disk_budget = s.disk.budget_bytes;
-    m.page_tokens = int64_t(impl_->opt.page_tokens);
-    m.snapshots_dropped = c.snapshots_dropped;
-    m.pages_spilled = c.pages_spilled;
-    m.disk_entries_deleted = c.disk_entries_deleted;
-    m.corrupt_entries = c.corrupt_entries_dropped;
-    return m;
-  });
+  std::lock_guard<std::mutex> lk(impl_->stats_mu);
+  return impl_->stats;
 }
 
 }  // namespace cedar::session

@@ -147,7 +147,7 @@ void SessionManager::Impl::StartTurn(ActiveTurn& t) {
   TurnAccounting& a = t.result.accounting;
   Session* s = nullptr;
   if (!rq.session_id.empty()) {
-    auto it = sessions.find(rq.session_id);
+    auto it = sessions.find(Key(rq.owner, rq.session_id));
     if (it == sessions.end()) return Fail(t, ErrorKind::kSessionNotFound, "unknown session '" + rq.session_id + "'");
     s = &it->second;
     s->last_used = std::chrono::steady_clock::now();
@@ -257,7 +257,7 @@ void SessionManager::Impl::Finish(ActiveTurn& t, const std::string& reason) {
     if (auto snap = SnapshotAt(st, end)) snaps.push_back(*snap);
   InsertIntoCache(st, std::move(snaps), t.request.tenant);
   if (!t.request.session_id.empty()) {
-    auto it = sessions.find(t.request.session_id);
+    auto it = sessions.find(Key(t.request.owner, t.request.session_id));
     if (it != sessions.end()) {
       it->second.prefix.Release();
       auto pinned = cache->Acquire(std::span<const int32_t>(st.tokens.data(), size_t(st.ExactUntil())), t.request.tenant);
@@ -267,7 +267,7 @@ void SessionManager::Impl::Finish(ActiveTurn& t, const std::string& reason) {
       it->second.last_used = std::chrono::steady_clock::now();
     }
     std::lock_guard<std::mutex> lk(mu);
-    busy.erase(t.request.session_id);
+    busy.erase(Key(t.request.owner, t.request.session_id));
   }
   t.state.reset();
   metrics.turns++;
@@ -281,6 +281,7 @@ void SessionManager::Impl::Finish(ActiveTurn& t, const std::string& reason) {
   TouchSessionLimit();
   a.total_ms = Ms(t.submitted, std::chrono::steady_clock::now());  // the cache insert included
   spdlog::debug("turn done: {} tokens, {} ({:.1f} ms)", t.result.output.size(), reason, a.total_ms);
+  PublishStats();  // whoever waits for this turn then reads its counters in Metrics()
   t.promise.set_value(std::move(t.result));
 }
 
@@ -293,8 +294,9 @@ void SessionManager::Impl::Fail(ActiveTurn& t, ErrorKind kind, const std::string
   metrics.turns_failed++;
   if (!t.request.session_id.empty()) {
     std::lock_guard<std::mutex> lk(mu);
-    busy.erase(t.request.session_id);
+    busy.erase(Key(t.request.owner, t.request.session_id));
   }
+  PublishStats();
   t.promise.set_value(std::move(t.result));
 }
 
