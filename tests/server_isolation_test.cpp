@@ -125,6 +125,18 @@ TEST_CASE("each API key is a tenant: no cached tokens across keys; cache_salt pa
   }
 }
 
+TEST_CASE("without API keys, TCP clients are one tenant, apart from the socket's owner") {
+  ServerFixture s;
+  const std::string prompt(100, 'q');
+  CHECK(CachedTokens(s, {}, prompt) == 0);
+  CHECK(CachedTokens(s, {}, prompt) == 96);  // another TCP connection: the same tenant
+  const auto owner = s.Unix().Request("POST", "/v1/completions", json{{"prompt", prompt}, {"max_tokens", 1}}.dump());
+  CHECK(json::parse(owner.body)["usage"]["prompt_tokens_details"]["cached_tokens"] == 0);
+  REQUIRE(s.Unix().Request("POST", "/v1/sessions", json{{"session_id", "mine"}}.dump()).status == 200);
+  CHECK(s.Tcp().Request("GET", "/v1/sessions/mine").status == 404);
+  CHECK(s.Unix().Request("GET", "/v1/sessions/mine").status == 200);
+}
+
 TEST_CASE("sessions belong to the tenant that created them") {
   ServerFixture s(TwoKeys());
   auto call = [&](const std::map<std::string, std::string>& key, const std::string& method, const std::string& target,
