@@ -146,7 +146,7 @@ int RunServe(int argc, char** argv) {
     for (std::string& k : server::ReadApiKeyFile(api_key_file)) api_keys.push_back(std::move(k));
   }
   if (const char* k = std::getenv("CEDAR_API_KEY"); k && *k) api_keys.push_back(k);
-  (void)server::ApiKeys(api_keys);  // before the model loads: throws on an empty, spaced or repeated key
+  (void)server::ApiKeys(api_keys);  // before the model loads: throws on an empty or spaced key
   // Checked before the model loads: an unknown name, or cuda in a build or on a machine without it.
   session::ManagerOptions mo;
   mo.backend.device = ResolveDevice(device);

@@ -35,8 +35,9 @@ TenantId TenantOfKey(std::string_view key);
 // The API keys a server accepts. Thread contract: immutable after construction.
 class ApiKeys {
  public:
-  // Throws std::invalid_argument naming the problem (not the key) for an empty key, a key with
-  // whitespace or control characters, or a key given twice.
+  // Throws std::invalid_argument naming the problem (not the key) for an empty key or a key
+  // with whitespace or control characters. A key given twice (say on the command line and in
+  // CEDAR_API_KEY) counts once.
   explicit ApiKeys(const std::vector<std::string>& keys = {});
   bool empty() const { return entries_.empty(); }
   size_t size() const { return entries_.size(); }

@@ -9,6 +9,7 @@
 #include <future>
 #include <vector>
 
+#include "server/tenant.h"
 #include "tests/server_fixture.h"
 
 namespace cedar::test {
@@ -23,6 +24,26 @@ server::ServerOptions TwoKeys() {
   server::ServerOptions o;
   o.api_keys = {"key-a", "key-b"};
   return o;
+}
+
+TEST_CASE("API keys and tenants: validation, duplicates, stable and distinct partitions") {
+  CHECK_THROWS_WITH_AS(server::ApiKeys({"ok", ""}), doctest::Contains("API key #2 is empty"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(server::ApiKeys({"a b"}), doctest::Contains("whitespace"), std::invalid_argument);
+  const server::ApiKeys keys({"a", "b", "a"});  // the same key from two sources counts once
+  CHECK(keys.size() == 2);
+  const std::string bearer_a = "Bearer a", b = "b", wrong = "Bearer c";
+  const auto ta = keys.Authenticate(&bearer_a, nullptr), tb = keys.Authenticate(nullptr, &b);
+  REQUIRE(ta.has_value());
+  REQUIRE(tb.has_value());
+  CHECK(*ta == server::TenantOfKey("a"));  // stable across processes (the disk tier keeps a tenant's entries)
+  CHECK(*ta != *tb);
+  CHECK(*ta != server::kOwnerTenant);
+  CHECK_FALSE(keys.Authenticate(&wrong, nullptr).has_value());
+  CHECK(server::CachePartition(*ta, "") == *ta);
+  CHECK(server::CachePartition(server::kOwnerTenant, "") == cache::kNoTenant);  // the owner keeps the default partition
+  CHECK(server::CachePartition(*ta, "x") != *ta);
+  CHECK(server::CachePartition(*ta, "x") != server::CachePartition(*tb, "x"));
+  CHECK(server::CachePartition(*ta, "x") != server::CachePartition(*ta, "y"));
 }
 
 TEST_CASE("TCP with API keys: the key is checked from the headers, before any body or 100 Continue") {
