@@ -223,7 +223,7 @@ void RunPreset(const std::string& preset, const std::vector<int>& concurrency, i
       cedar::server::Api api(*manager, ao);
       cedar::server::ServerOptions so;
       so.unix_socket = dir + "/bench.sock";
-      so.max_connections = size_t(n) + 16;
+      so.max_unix_connections = size_t(n) + 16;  // the Unix socket has its own budget
       cedar::server::HttpServer http(api, *manager, so);
       http.Start();
       {

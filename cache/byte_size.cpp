@@ -29,6 +29,8 @@ uint64_t ParseByteSize(const std::string& s) {
     throw std::invalid_argument("'" + s + "': unknown size unit (expected K, M, G or T)");
   }
   if (!(v >= 0) || !std::isfinite(v)) throw std::invalid_argument("'" + s + "': a size must be >= 0");
+  // Beyond 2^63 the conversion below would wrap ("1e30" became a small number).
+  if (v * mult >= 0x1p63) throw std::invalid_argument("'" + s + "': too large (at most 2^63 bytes)");
   return uint64_t(std::llround(v * mult));
 }
 

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <sstream>
 #include <string>
 
@@ -26,8 +27,8 @@
 #include "tools_bridge/lib/model_tokenizer.h"
 #include "tools_bridge/lib/tokenizer.h"
 #include "cli/commands.h"
-
-namespace po = boost::program_options;
+#include "cli/flags.h"
+#include "engine/flag_values.h"
 
 namespace cedar::cli {
 
@@ -45,18 +46,9 @@ bool Parse(int argc, char** argv, const char* usage, po::options_description& de
   return true;
 }
 
-std::vector<int32_t> ParseIds(const std::string& s) {
-  std::vector<int32_t> ids;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
-    size_t used = 0;
-    long v = std::stol(item, &used);
-    if (used != item.size()) throw std::invalid_argument("--tokens: '" + item + "' is not an integer");
-    ids.push_back(int32_t(v));
-  }
-  return ids;
+// Comma-separated token ids; the model checks them against its vocabulary.
+std::vector<int32_t> ParseIds(const char* flag, const std::string& s) {
+  return ParseIntListFlag<int32_t>(flag, s, 0, std::numeric_limits<int32_t>::max());
 }
 
 ModelConfig PresetOrThrow(const std::string& name) {
@@ -73,11 +65,11 @@ int RunInit(int argc, char** argv) {
   uint64_t seed = 0;
   int vocab_size = 0;
   desc.add_options()("preset", po::value(&preset)->default_value("tiny"), "tiny | small")(
-      "seed", po::value(&seed)->default_value(0), "random seed")("out", po::value(&out)->required(), "output directory")(
+      "seed", IntOption<uint64_t>("--seed", &seed, 0, UINT64_MAX), "random seed")("out", po::value(&out)->required(), "output directory")(
       "dtype", po::value(&dtype)->default_value("f32"), "f32 | bf16 weights")(
       "tokenizer", po::value(&tokenizer_dir),
       "directory with a tokenizer.json (+ tokenizer_config.json): copied beside the model, config.json says \"bpe\"")(
-      "vocab-size", po::value(&vocab_size)->default_value(0),
+      "vocab-size", IntOption("--vocab-size", &vocab_size, 0, 1 << 24),
       "vocabulary size (0 = the preset's; with --tokenizer, its ids + Cedar's chat specials, rounded up to 128)");
   po::variables_map vm;
   if (!Parse(argc, argv, "usage: cedar init --preset tiny|small --seed N --out DIR [--dtype f32|bf16] [--tokenizer DIR] [--vocab-size N]",
@@ -172,11 +164,13 @@ int RunGenerate(int argc, char** argv) {
   desc.add_options()("model", po::value(&model)->required(), "model directory")(
       "prompt", po::value(&prompt), "prompt text (encoded by the model's tokenizer)")("tokens", po::value(&tokens), "comma-separated token ids")(
       "mode", po::value(&mode_s)->default_value("bounded"), "full | exact | bounded | bounded-paper")(
-      "max-tokens", po::value(&max_tokens)->default_value(16), "tokens to generate")(
-      "chunk", po::value(&chunk)->default_value(0), "prefill chunk size (0 = whole prompt)")(
-      "temperature", po::value(&temperature)->default_value(0.0f), "0 = greedy")(
-      "top-p", po::value(&top_p)->default_value(1.0f), "nucleus mass")("seed", po::value(&seed)->default_value(0), "sampling seed")(
-      "stop", po::value(&stop), "comma-separated stop token ids")("threads", po::value(&threads)->default_value(0), "CPU threads (0 = default)")(
+      "max-tokens", IntOption("--max-tokens", &max_tokens, 0, 1 << 24), "tokens to generate")(
+      "chunk", IntOption("--chunk", &chunk, 0, 1 << 24), "prefill chunk size (0 = whole prompt)")(
+      "temperature", RealOption("--temperature", &temperature, 0.0f, 100.0f), "0 = greedy")(
+      "top-p", RealOption("--top-p", &top_p, 0.0f, 1.0f, /*lo_open=*/true), "nucleus mass")(
+      "seed", IntOption<uint64_t>("--seed", &seed, 0, UINT64_MAX), "sampling seed")(
+      "stop", po::value(&stop), "comma-separated stop token ids")(
+      "threads", IntOption("--threads", &threads, 0, 4096), "CPU threads (0 = default)")(
       "device", po::value(&device)->default_value("auto"), "cpu | cuda | auto (cuda when built with CUDA and a GPU exists)")(
       "f32-weights", "CUDA: keep F32 weights on the device (default BF16)")(
       "mmap-weights", "read F32 weights in place from the file (less RAM, slower decode)")("json", "print JSON");
@@ -185,16 +179,17 @@ int RunGenerate(int argc, char** argv) {
   kernels::SetThreads(threads);
   PrefillMode mode;
   if (!ParseMode(mode_s, &mode)) throw std::invalid_argument("--mode: expected full, exact, bounded or bounded-paper, found " + mode_s);
+  if (!tokens.empty() && !prompt.empty()) throw std::invalid_argument("give --prompt or --tokens, not both");
+  const std::vector<int32_t> token_ids = ParseIds("--tokens", tokens);  // checked before the model loads
+  const std::vector<int32_t> stops = ParseIds("--stop", stop);
   LoadOptions lo;
   lo.mmap_weights = vm.count("mmap-weights") > 0;
   auto m = Model::Load(model, lo);
-  if (!tokens.empty() && !prompt.empty()) throw std::invalid_argument("give --prompt or --tokens, not both");
   // Text goes through the tokenizer config.json declares (model_tokenizer.h; byte by default).
   const std::unique_ptr<bridge::Tokenizer> tok = bridge::LoadModelTokenizer(model, m->config().vocab_size);
   const bridge::Tokenizer& tokenizer = *tok;
-  std::vector<int32_t> ids = tokens.empty() ? tokenizer.Encode(prompt) : ParseIds(tokens);
+  std::vector<int32_t> ids = tokens.empty() ? tokenizer.Encode(prompt) : token_ids;
   if (ids.empty()) throw std::invalid_argument("the prompt is empty");
-  std::vector<int32_t> stops = stop.empty() ? std::vector<int32_t>{} : ParseIds(stop);
   BackendOptions bo;
   bo.device = device;
   bo.f32_weights = vm.count("f32-weights") > 0;
@@ -247,7 +242,7 @@ int RunCheckGolden(int argc, char** argv) {
   std::string model, golden;
   double tol = 1e-4;
   desc.add_options()("model", po::value(&model)->required(), "model directory")(
-      "golden", po::value(&golden)->required(), "golden.safetensors")("tol", po::value(&tol)->default_value(1e-4), "max relative logit error");
+      "golden", po::value(&golden)->required(), "golden.safetensors")("tol", RealOption("--tol", &tol, 0.0, 1e6, /*lo_open=*/true), "max relative logit error");
   po::variables_map vm;
   if (!Parse(argc, argv, "usage: cedar check-golden --model DIR --golden FILE", desc, vm)) return 0;
   auto m = Model::Load(model);

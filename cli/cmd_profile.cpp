@@ -8,10 +8,9 @@
 
 #include "profile/profile.h"
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "server/profile_live/live_driver.h"
 #include "server/http_server.h"
-
-namespace po = boost::program_options;
 
 namespace cedar::cli {
 
@@ -28,6 +27,19 @@ constexpr const char* kUsage =
     "With --live the same requests also go to a running `cedar serve`, the simulation takes the server's\n"
     "model, page size, budgets and restore policy, and the report puts measured hits and TTFT next to it.";
 
+std::vector<std::string> ParseListItems(const std::string& s) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t comma = s.find(',', start);
+    std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!item.empty()) items.push_back(std::move(item));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return items;
+}
+
 std::string JoinArgs(int argc, char** argv) {
   std::string s = "cedar";
   for (int i = 0; i < argc; ++i) s += std::string(" ") + argv[i];
@@ -39,7 +51,7 @@ std::string JoinArgs(int argc, char** argv) {
 int RunProfile(int argc, char** argv) {
   profile::ProfileOptions o;
   std::vector<std::string> traces;
-  std::string format = "auto", ram = "16G", disk = "0", sweep, restore = "staircase";
+  std::string format = "auto", sweep, restore = "staircase";
   profile_live::ServerAddress server;
   std::string socket, url;
   profile::LiveOptions live;
@@ -50,20 +62,20 @@ int RunProfile(int argc, char** argv) {
       "strict", po::bool_switch(&o.strict), "stop at the first malformed trace entry (default: report and skip)")(
       "model", po::value(&o.model_dir), "model directory (config.json; its weights are used by --calibrate)")(
       "preset", po::value(&o.preset)->default_value("flash"), "tiny | small | flash, when no --model")(
-      "cache-ram", po::value(&ram)->default_value("16G"), "RAM budget of each cache")(
-      "cache-disk", po::value(&disk)->default_value("0"), "disk budget of each cache (0 = no disk tier)")(
+      "cache-ram", BytesOption("--cache-ram", &o.cache_ram, "16G"), "RAM budget of each cache")(
+      "cache-disk", BytesOption("--cache-disk", &o.cache_disk, "0"), "disk budget of each cache (0 = no disk tier)")(
       "cache-dir", po::value(&o.cache_dir), "parent folder for the simulated disk tiers (default: a temp folder)")(
       "sweep-ram", po::value(&sweep), "more RAM budgets to compare, e.g. 1G,4G,16G,64G")(
-      "page-tokens", po::value(&o.page_tokens)->default_value(16), "Cedar's page size in tokens")(
-      "block-tokens", po::value(&o.block_tokens)->default_value(16), "the decoder-only baseline's block size")(
+      "page-tokens", IntOption<size_t>("--page-tokens", &o.page_tokens, 1, 1 << 16), "Cedar's page size in tokens")(
+      "block-tokens", IntOption<size_t>("--block-tokens", &o.block_tokens, 1, 1 << 16), "the decoder-only baseline's block size")(
       "calibrate", po::bool_switch(&o.calibrate), "measure layer-token units/s with the engine (small preset or --model)")(
-      "calibrate-seconds", po::value(&o.calibrate_seconds)->default_value(2.0), "length of the calibration run")(
-      "units-per-s", po::value(&o.units_per_s), "layer-token units per second (e.g. measured on a GPU)")(
-      "disk-gbs", po::value(&o.disk_gbs)->default_value(2.0), "disk-tier read rate in GB/s, for TTFT")(
-      "seed", po::value(&o.seed)->default_value(0), "seed of the block-id -> tokens generator")(
-      "payload-scale", po::value(&o.payload_scale)->default_value(1),
+      "calibrate-seconds", RealOption("--calibrate-seconds", &o.calibrate_seconds, 0.0, 3600.0, true), "length of the calibration run")(
+      "units-per-s", RealOption("--units-per-s", &o.units_per_s, 0.0, 1e18), "layer-token units per second (e.g. measured on a GPU)")(
+      "disk-gbs", RealOption("--disk-gbs", &o.disk_gbs, 0.0, 1e6, true), "disk-tier read rate in GB/s, for TTFT")(
+      "seed", IntOption<uint64_t>("--seed", &o.seed, 0, UINT64_MAX), "seed of the block-id -> tokens generator")(
+      "payload-scale", IntOption<uint64_t>("--payload-scale", &o.payload_scale, 1, 1 << 20),
       "divide payloads and budgets by K so a disk tier writes 1/K of the bytes (see docs/PROFILE.md)")(
-      "threads", po::value(&o.threads)->default_value(0), "worker threads for the simulated caches (0 = one per core)")(
+      "threads", IntOption("--threads", &o.threads, 0, 4096), "worker threads for the simulated caches (0 = one per core)")(
       "out", po::value(&o.out)->default_value("out/profile"), "report folder")(
       "no-plots", "write plot data and scripts but do not run gnuplot")(
       "progress", "show the progress bar even when stderr is not a terminal")(
@@ -71,18 +83,18 @@ int RunProfile(int argc, char** argv) {
       "restore-policy", po::value(&restore)->default_value("staircase"),
       "Cedar's simulated restore: staircase | replay | recompute | optimistic (docs/PROFILE.md; --live takes the "
       "server's)")(
-      "limit", po::value(&o.limit)->default_value(0), "replay only the first N requests (0 = all)");
+      "limit", IntOption<size_t>("--limit", &o.limit, 0, SIZE_MAX), "replay only the first N requests (0 = all)");
   po::options_description live_desc("live mode (--live)");
   live_desc.add_options()("live", po::bool_switch(&o.live), "also replay against a running `cedar serve`")(
       "socket", po::value(&socket), ("the server's Unix socket (default " + server::DefaultSocketPath() + ")").c_str())(
       "url", po::value(&url), "the server over TCP instead, http://HOST:PORT")(
       "api-key", po::value(&server.api_key), "TCP: the server's --api-key (or env CEDAR_API_KEY)")(
-      "time-scale", po::value(&live.time_scale)->default_value(0),
+      "time-scale", RealOption("--time-scale", &live.time_scale, 0.0, 1e6),
       "send each request at (t - t0) * X seconds; 1 = the trace's timing, 0 = back to back")(
-      "concurrency", po::value(&live.concurrency)->default_value(1), "requests in flight at most")(
-      "live-max-tokens", po::value(&live.max_tokens)->default_value(-1),
+      "concurrency", IntOption("--concurrency", &live.concurrency, 1, 4096), "requests in flight at most")(
+      "live-max-tokens", IntOption<int64_t>("--live-max-tokens", &live.max_tokens, -1, 1 << 24),
       "cap on each request's output tokens (-1 = the trace's count)")(
-      "request-timeout", po::value(&live.request_timeout_s)->default_value(600), "seconds one request may take");
+      "request-timeout", RealOption("--request-timeout", &live.request_timeout_s, 0.0, 1e6, true), "seconds one request may take");
   desc.add(live_desc);
   po::variables_map vm;
   po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -95,9 +107,7 @@ int RunProfile(int argc, char** argv) {
   if (!profile::ParseFormat(format, &o.format)) {
     throw std::invalid_argument("--format: expected auto, claude-code or mooncake, found " + format);
   }
-  o.cache_ram = profile::ParseBytes(ram);
-  o.cache_disk = profile::ParseBytes(disk);
-  o.sweep_ram = profile::ParseBytesList(sweep);
+  for (const std::string& item : ParseListItems(sweep)) o.sweep_ram.push_back(ParseBytesOption("--sweep-ram", item, 1, kMaxBytesOption));
   o.plots = vm.count("no-plots") == 0;
   if (!profile::ParseRestorePolicy(restore, &o.restore)) {
     throw std::invalid_argument("--restore-policy: expected staircase, replay, recompute or optimistic, found " + restore);

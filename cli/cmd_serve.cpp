@@ -1,5 +1,6 @@
 // cedar serve: the HTTP API (docs/SERVER.md) on a Unix socket and optionally TCP.
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -14,27 +15,47 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include "cache/byte_size.h"
 #include "engine/backend.h"
 #include "engine/model.h"
 #include "kernels/ops.h"
 #include "session/session_manager.h"
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "tools_bridge/lib/model_tokenizer.h"
 #include "server/api.h"
 #include "server/http_server.h"
-
-namespace po = boost::program_options;
+#include "server/tenant.h"
 
 namespace cedar::cli {
 namespace {
 
-// The cache's size syntax (cache/byte_size.h), with the flag named in the error.
-uint64_t ParseBytes(const std::string& s, const char* flag) {
-  try {
-    return cache::ParseByteSize(s);
-  } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument(std::string(flag) + ": " + e.what());
+// Budgets the machine cannot hold are refused before anything loads: the RAM tier beyond the
+// machine's memory, the disk tier beyond the file system holding --cache-dir (LMDB would fail
+// to map it with a bare "Cannot allocate memory", or fill the disk).
+void CheckCacheBudgets(uint64_t ram, uint64_t disk, const std::string& cache_dir, const po::variables_map& vm) {
+  auto as_given = [&](const char* name, uint64_t bytes) {
+    return "'" + vm[name].as<std::string>() + "' (" + std::to_string(bytes) + " bytes)";
+  };
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page > 0 && ram > uint64_t(pages) * uint64_t(page)) {
+    throw std::invalid_argument("--cache-ram: " + as_given("cache-ram", ram) + " is more than this machine's memory; expected 0.." +
+                                std::to_string(uint64_t(pages) * uint64_t(page)) + " bytes");
+  }
+  if (cache_dir.empty()) return;
+  // The nearest existing directory: --cache-dir itself may not exist yet.
+  std::filesystem::path p = std::filesystem::absolute(cache_dir);
+  while (!std::filesystem::exists(p) && p.has_parent_path() && p != p.parent_path()) p = p.parent_path();
+  struct statvfs fs{};
+  if (::statvfs(p.c_str(), &fs) != 0) return;
+  const uint64_t fs_bytes = uint64_t(fs.f_blocks) * uint64_t(fs.f_frsize);
+  if (disk > fs_bytes) {
+    throw std::invalid_argument("--cache-disk: " + as_given("cache-disk", disk) + " is more than the file system holding '" +
+                                cache_dir + "'; expected 0.." + std::to_string(fs_bytes) + " bytes");
+  }
+  const uint64_t free_bytes = uint64_t(fs.f_bavail) * uint64_t(fs.f_frsize);
+  if (disk > free_bytes) {
+    spdlog::warn("--cache-disk {} bytes is more than the {} bytes free on the file system of '{}'", disk, free_bytes,
+                 cache_dir);
   }
 }
 
@@ -54,20 +75,25 @@ void CheckDefaultSocketDir(const std::string& socket_path) {
 
 int RunServe(int argc, char** argv) {
   po::options_description desc("cedar serve");
-  std::string model_dir, socket_path, host, api_key, model_name, cache_ram, cache_disk, cache_dir, session_ram;
+  std::string model_dir, socket_path, host, api_key_file, model_name, cache_dir, session_ram;
+  std::vector<std::string> api_keys;
   std::string decoder_policy = "auto", restore_policy = "staircase", device = "auto";
-  int port = -1, io_threads = 2, threads = 0, max_sessions = 1024, default_max_tokens = 256;
-  size_t max_connections = 1024, max_body = 32u << 20;
-  double read_timeout = 60, drain_timeout = 10;
+  int port = 0, io_threads = 2, threads = 0, max_sessions = 1024, default_max_tokens = 256;
+  uint64_t max_connections = 1024, max_unix_connections = 256, max_body = 32u << 20, cache_ram = 0, cache_disk = 0;
+  double read_timeout = 60, drain_timeout = 10, auth_timeout = 5;
   desc.add_options()("model", po::value(&model_dir)->required(), "model directory (config.json + model.safetensors)")(
       "socket", po::value(&socket_path),
       ("Unix socket path (mode 0600); default " + server::DefaultSocketPath() + "; \"none\" = TCP only").c_str())(
       "host", po::value(&host), "also listen on TCP at this address (default 127.0.0.1 when --port is given)")(
-      "port", po::value(&port), "TCP port (0 = any free port, printed at start)")(
-      "api-key", po::value(&api_key), "TCP requests must send 'Authorization: Bearer KEY' (or env CEDAR_API_KEY)")(
+      "port", OptionalIntOption("--port", &port, 0, 65535), "TCP port (0 = any free port, printed at start); TCP is off without --port")(
+      "api-key", po::value(&api_keys)->composing(),
+      "a key TCP requests must send ('Authorization: Bearer KEY' or 'x-api-key: KEY'); repeatable, each key "
+      "is a tenant with its own sessions and cache. Visible in `ps`: prefer --api-key-file or env CEDAR_API_KEY")(
+      "api-key-file", po::value(&api_key_file), "read API keys from this file, one per line (# comments)")(
       "model-name", po::value(&model_name), "the model id /v1/models lists (default: the directory's name)")(
-      "cache-ram", po::value(&cache_ram)->default_value("1G"), "prefix cache RAM budget")(
-      "cache-disk", po::value(&cache_disk)->default_value("8G"), "prefix cache disk budget")(
+      "cache-ram", BytesOption("--cache-ram", &cache_ram, "1G"), "prefix cache RAM budget (at most the machine's memory)")(
+      "cache-disk", BytesOption("--cache-disk", &cache_disk, "8G"),
+      "prefix cache disk budget (at most the size of the file system holding --cache-dir)")(
       "cache-dir", po::value(&cache_dir), "prefix cache disk tier (LMDB) directory; none = RAM only")(
       "session-ram", po::value(&session_ram),
       "budget of session memory: live states plus the cache RAM their pins hold (default: half of --cache-ram); "
@@ -81,25 +107,39 @@ int RunServe(int argc, char** argv) {
       "cpu | cuda | auto (cuda when built with CUDA and a GPU exists); cuda without a device fails at start")(
       "f32-weights", "CUDA: keep F32 weights on the device (default BF16)")(
       "mmap-weights", "read F32 weights in place from the file (less RAM, slower decode)")(
-      "max-sessions", po::value(&max_sessions)->default_value(1024),
+      "max-sessions", IntOption("--max-sessions", &max_sessions, 1, 1 << 20),
       "sessions at most, live or demoted into the cache (POST /v1/sessions answers 429 beyond)")(
-      "default-max-tokens", po::value(&default_max_tokens)->default_value(256), "max_tokens when a request gives none")(
-      "io-threads", po::value(&io_threads)->default_value(2), "I/O threads")(
-      "threads", po::value(&threads)->default_value(0), "CPU threads for the model (0 = default)")(
-      "max-connections", po::value(&max_connections)->default_value(1024), "open connections at most")(
-      "max-body-bytes", po::value(&max_body)->default_value(32u << 20), "largest request body (413 beyond)")(
-      "read-timeout", po::value(&read_timeout)->default_value(60), "seconds to read one request; keep-alive idle time")(
-      "drain-timeout", po::value(&drain_timeout)->default_value(10),
+      "default-max-tokens", IntOption("--default-max-tokens", &default_max_tokens, 1, 1 << 24),
+      "max_tokens when a request gives none")(
+      "io-threads", IntOption("--io-threads", &io_threads, 1, 256), "I/O threads")(
+      "threads", IntOption("--threads", &threads, 0, 4096), "CPU threads for the model (0 = default)")(
+      "max-connections", IntOption<uint64_t>("--max-connections", &max_connections, 1, 1 << 20),
+      "TCP connections open at most (the Unix socket has its own budget)")(
+      "max-unix-connections", IntOption<uint64_t>("--max-unix-connections", &max_unix_connections, 1, 1 << 20),
+      "Unix socket connections open at most")(
+      "max-body-bytes", BytesOption("--max-body-bytes", &max_body, "32M", 1024, 1ull << 32),
+      "largest request body (413 beyond)")(
+      "read-timeout", RealOption("--read-timeout", &read_timeout, 0.0, 86400.0, /*lo_open=*/true),
+      "seconds to read one request; keep-alive idle time")(
+      "auth-timeout", RealOption("--auth-timeout", &auth_timeout, 0.0, 3600.0, /*lo_open=*/true),
+      "TCP: seconds a connection may take to send the headers of an authenticated request")(
+      "drain-timeout", RealOption("--drain-timeout", &drain_timeout, 0.0, 3600.0),
       "at SIGINT/SIGTERM, seconds in-flight turns may run before they are cancelled");
   desc.add_options()("help,h", "show this help");
   po::variables_map vm;
   po::store(po::parse_command_line(argc, argv, desc), vm);
   if (vm.count("help")) {
-    std::cout << "usage: cedar serve --model DIR [--device cpu|cuda|auto] [--socket PATH] [--host ADDR --port N] [--api-key KEY]\n\n"
+    std::cout << "usage: cedar serve --model DIR [--device cpu|cuda|auto] [--socket PATH] [--host ADDR --port N] "
+                 "[--api-key-file FILE]\n\n"
               << desc << "\n";
     return 0;
   }
   po::notify(vm);
+  const bool tcp = vm.count("port") > 0;
+  if (vm.count("host") && !tcp) throw std::invalid_argument("--host needs --port");
+  if (tcp && host.empty()) host = "127.0.0.1";
+  if (cache_dir == "none") cache_dir.clear();  // RAM only, as the help says
+  CheckCacheBudgets(cache_ram, cache_disk, cache_dir, vm);
   server::ApiOptions policies;  // checked before the model loads
   if (!server::ParseRestorePolicy(restore_policy, &policies.restore_policy)) {
     throw std::invalid_argument("--restore-policy: expected staircase, replay or recompute, found '" + restore_policy + "'");
@@ -107,6 +147,12 @@ int RunServe(int argc, char** argv) {
   if (!server::ParseDecoderPolicy(decoder_policy, &policies.decoder_policy)) {
     throw std::invalid_argument("--decoder-policy: expected auto, exact or bounded, found '" + decoder_policy + "'");
   }
+  // Keys: --api-key (repeatable), --api-key-file, CEDAR_API_KEY; all of them count.
+  if (!api_key_file.empty()) {
+    for (std::string& k : server::ReadApiKeyFile(api_key_file)) api_keys.push_back(std::move(k));
+  }
+  if (const char* k = std::getenv("CEDAR_API_KEY"); k && *k) api_keys.push_back(k);
+  (void)server::ApiKeys(api_keys);  // before the model loads: throws on an empty or spaced key
   // Checked before the model loads: an unknown name, or cuda in a build or on a machine without it.
   session::ManagerOptions mo;
   mo.backend.device = ResolveDevice(device);
@@ -121,18 +167,12 @@ int RunServe(int argc, char** argv) {
     spdlog::set_default_logger(spdlog::stderr_color_mt("cedar-serve"));
     spdlog::set_level(level);
   }
-  if (api_key.empty()) {
-    if (const char* k = std::getenv("CEDAR_API_KEY")) api_key = k;
-  }
   if (!vm.count("socket")) {
     socket_path = server::DefaultSocketPath();
     CheckDefaultSocketDir(socket_path);
   }
   if (socket_path == "none") socket_path.clear();
-  if (vm.count("host") && port < 0) throw std::invalid_argument("--host needs --port");
-  if (port > 65535) throw std::invalid_argument("--port: expected 0..65535");
-  if (port >= 0 && host.empty()) host = "127.0.0.1";
-  if (!api_key.empty() && host.empty()) spdlog::warn("--api-key applies to TCP only; the Unix socket is guarded by its mode");
+  if (!api_keys.empty() && host.empty()) spdlog::warn("API keys apply to TCP only; the Unix socket is guarded by its mode");
 
   kernels::SetThreads(threads);
   LoadOptions load;
@@ -143,14 +183,10 @@ int RunServe(int argc, char** argv) {
   if (model_name.empty()) model_name = std::filesystem::path(model_dir).lexically_normal().filename().string();
   if (model_name.empty()) model_name = "cedar";
 
-  mo.cache_ram_bytes = ParseBytes(cache_ram, "--cache-ram");
-  mo.cache_disk_bytes = ParseBytes(cache_disk, "--cache-disk");
-  mo.cache_dir = cache_dir == "none" ? std::string() : cache_dir;  // "none" = RAM only, as the help says
-  if (!session_ram.empty()) {
-    mo.session_ram_bytes = ParseBytes(session_ram, "--session-ram");
-    if (mo.session_ram_bytes == 0) throw std::invalid_argument("--session-ram: expected a size > 0, found '" + session_ram + "'");
-  }
-  if (max_sessions < 1) throw std::invalid_argument("--max-sessions: expected an integer >= 1, found " + std::to_string(max_sessions));
+  mo.cache_ram_bytes = cache_ram;
+  mo.cache_disk_bytes = cache_disk;
+  mo.cache_dir = cache_dir;  // "" (or --cache-dir none, cleared above) = RAM only
+  if (!session_ram.empty()) mo.session_ram_bytes = ParseBytesOption("--session-ram", session_ram, 1, kMaxBytesOption);
   mo.max_sessions = max_sessions;
   std::unique_ptr<session::SessionManager> manager = session::SessionManager::Start(model, mo);
 
@@ -163,12 +199,14 @@ int RunServe(int argc, char** argv) {
   server::ServerOptions so;
   so.unix_socket = socket_path;
   so.tcp_host = host;
-  so.tcp_port = uint16_t(port < 0 ? 0 : port);
-  so.api_key = api_key;
+  so.tcp_port = uint16_t(port);
+  so.api_keys = api_keys;
   so.io_threads = io_threads;
-  so.max_connections = max_connections;
-  so.max_body_bytes = max_body;
+  so.max_connections = size_t(max_connections);
+  so.max_unix_connections = size_t(max_unix_connections);
+  so.max_body_bytes = size_t(max_body);
   so.read_timeout_s = read_timeout;
+  so.auth_timeout_s = auth_timeout;
   so.drain_timeout_s = drain_timeout;
   server::HttpServer http(api, *manager, so);
   std::signal(SIGPIPE, SIG_IGN);

@@ -14,6 +14,7 @@
 
 #include "engine/backend.h"
 #include "engine/engine.h"
+#include "engine/flag_values.h"
 #include "engine/info.h"
 #include "engine/init.h"
 #include "kernels/hw_probe.h"
@@ -29,14 +30,6 @@ namespace {
 
 double Since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-std::vector<int> ParseList(const std::string& s) {
-  std::vector<int> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) v.push_back(std::stoi(item));
-  return v;
 }
 
 // The CPU kernels' work counters over one timed run, as three views of it: the projections'
@@ -107,14 +100,17 @@ int RunEngineBenchMain(int argc, char** argv) {
     } else if (a == "--model") model_dir = next();
     else if (a == "--preset") preset = next();
     else if (a == "--lengths") lengths_s = next();
-    else if (a == "--decode") decode_n = std::stoi(next());
-    else if (a == "--threads") threads = std::stoi(next());
+    else if (a == "--decode") decode_n = ParseIntFlag("--decode", next(), 0, 1 << 20);
+    else if (a == "--threads") threads = ParseIntFlag("--threads", next(), 0, 4096);
     else if (a == "--decode-batch") batches_s = next();
     else if (a == "--device") device = next();
     else if (a == "--f32-weights") f32_weights = true;
     else if (a == "--mmap-weights") load.mmap_weights = true;
     else throw std::invalid_argument("unknown option " + a);
   }
+  // Checked before anything runs.
+  const std::vector<int> lengths = ParseIntListFlag<int>("--lengths", lengths_s, 1, 1 << 24);
+  const std::vector<int> batches = ParseIntListFlag<int>("--decode-batch", batches_s, 1, 4096);
   kernels::SetThreads(threads);
   std::string why;
   if (ResolveDevice(device) == "cuda" && !CudaAvailable(&why))  // before writing a model it cannot run
@@ -144,7 +140,7 @@ int RunEngineBenchMain(int argc, char** argv) {
   const double weight_bytes = on_gpu && !f32_weights ? 2.0 : 4.0;
 
   std::mt19937_64 rng(1);
-  for (int n : ParseList(lengths_s)) {
+  for (int n : lengths) {
     std::vector<int32_t> t(static_cast<size_t>(n));
     for (auto& x : t) x = int32_t(rng() % uint64_t(c.vocab_size));
     double full_tps = 0;
@@ -169,7 +165,7 @@ int RunEngineBenchMain(int argc, char** argv) {
       Emit(j);
     }
   }
-  for (int batch : ParseList(batches_s)) {
+  for (int batch : batches) {
     // `batch` sequences of 512 tokens, then decode_n steps of all of them together.
     std::vector<std::unique_ptr<Sequence>> states;
     std::vector<Sequence*> ptrs;

@@ -14,6 +14,7 @@
 #include "server/api_error.h"
 #include "server/request_parse.h"
 #include "server/session_ids.h"
+#include "server/tenant.h"
 #include "tools_bridge/lib/json_limits.h"
 
 namespace cedar::server {
@@ -204,8 +205,8 @@ HttpResponse Api::Route(const HttpRequest& request, const std::string& path) {
   if (path.starts_with(kSessionsPrefix) && path.size() > kSessionsPrefix.size()) {
     if (m != "GET" && m != "DELETE") throw MethodNotAllowed(m, path, "GET, DELETE");
     const std::string id = SessionIdFromPath(std::string_view(path).substr(kSessionsPrefix.size()));
-    if (m == "GET") return GetSession(id);
-    return DeleteSession(id);
+    if (m == "GET") return GetSession(request, id);
+    return DeleteSession(request, id);
   }
   throw ApiError(404, "not_found_error", "unknown_route",
                  "no route for " + bridge::Clip(m, 20) + " " + bridge::Clip(path, 100));
@@ -213,6 +214,12 @@ HttpResponse Api::Route(const HttpRequest& request, const std::string& path) {
 
 void Api::RequireNotDraining() const {
   if (draining_.load()) throw FromErrorKind(session::ErrorKind::kShuttingDown, "the server is shutting down");
+}
+
+std::string Api::Scope(uint64_t tenant, const std::string& id) {
+  char prefix[24];
+  std::snprintf(prefix, sizeof prefix, "%016llx/", (unsigned long long)tenant);
+  return prefix + id;
 }
 
 std::string Api::NewId(const char* prefix) {
@@ -258,7 +265,12 @@ HttpResponse Api::CreateSession(const HttpRequest& request) {
   }
   std::string sid;
   try {
-    sid = WithManager([&](session::SessionManager& m) { return m.CreateSession(id, pin, pin.empty() ? 0 : ttl); });
+    // The session belongs to the caller's tenant; its pinned prefix goes into the caller's
+    // cache partition (tenant and cache_salt), where its turns look for it.
+    const cache::TenantSalt partition = CachePartition(request.tenant, ParseCacheSalt(body));
+    sid = WithManager([&](session::SessionManager& m) {
+      return m.CreateSession(id, pin, pin.empty() ? 0 : ttl, request.tenant, partition);
+    });
   } catch (const session::SessionLimitError& e) {
     throw ApiError(429, "rate_limit_error", "session_limit", e.what());
   } catch (const std::invalid_argument& e) {
@@ -274,15 +286,16 @@ HttpResponse Api::CreateSession(const HttpRequest& request) {
                             {"pin_ttl_s", pin.empty() ? json(nullptr) : json(ttl)}});
 }
 
-HttpResponse Api::GetSession(const std::string& id) {
-  std::optional<session::SessionInfo> info = WithManager([&](session::SessionManager& m) { return m.GetSession(id); });
+HttpResponse Api::GetSession(const HttpRequest& request, const std::string& id) {
+  std::optional<session::SessionInfo> info =
+      WithManager([&](session::SessionManager& m) { return m.GetSession(id, request.tenant); });
   if (!info) throw FromErrorKind(session::ErrorKind::kSessionNotFound, "unknown session '" + id + "'");
   return JsonResponse(200, SessionJson(*info));
 }
 
-HttpResponse Api::DeleteSession(const std::string& id) {
+HttpResponse Api::DeleteSession(const HttpRequest& request, const std::string& id) {
   using Outcome = session::SessionManager::DeleteOutcome;
-  switch (WithManager([&](session::SessionManager& m) { return m.DeleteSession(id); })) {
+  switch (WithManager([&](session::SessionManager& m) { return m.DeleteSession(id, request.tenant); })) {
     case Outcome::kBusy:
       throw FromErrorKind(session::ErrorKind::kSessionBusy, "session '" + id + "' has a turn in flight");
     case Outcome::kNotFound:
@@ -292,7 +305,7 @@ HttpResponse Api::DeleteSession(const std::string& id) {
   }
   // Remembered generations are keyed by the exact prompt, so a stale entry can never attach to
   // a different conversation; forgetting here only frees the memory.
-  memory_.Forget(id);
+  memory_.Forget(Scope(request.tenant, id));
   return JsonResponse(200, {{"id", id}, {"object", "session.deleted"}, {"deleted", true}});
 }
 
@@ -306,7 +319,7 @@ HttpResponse Api::ListSessions(const HttpRequest& request) {
     }
   }
   const std::string after = ListQueryParam(request.target, "after").value_or("");
-  const session::SessionPage page = WithManager([&](session::SessionManager& m) { return m.ListSessions(limit, after); });
+  const session::SessionPage page = WithManager([&](session::SessionManager& m) { return m.ListSessions(limit, after, request.tenant); });
   json data = json::array();
   for (const session::SessionInfo& s : page.data) data.push_back(SessionJson(s));
   json first = page.data.empty() ? json(nullptr) : json(page.data.front().id);

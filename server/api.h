@@ -97,17 +97,22 @@ class Api {
   HttpResponse RunTurn(TurnPlan plan, const HttpRequest& request, const std::string& route,
                        std::chrono::steady_clock::time_point start);
   void Finished(const TurnPlan& plan, LiveTurn& turn);
-  TurnPlan PlanTurn(const GenerationParams& params, std::vector<int32_t> prompt, bool chat);
+  // `body`: the request's JSON, for its `cache_salt` (server/tenant.h).
+  TurnPlan PlanTurn(const GenerationParams& params, std::vector<int32_t> prompt, bool chat, const HttpRequest& request,
+                    const nlohmann::json& body);
 
   HttpResponse CreateSession(const HttpRequest& request);
-  HttpResponse GetSession(const std::string& id);
-  HttpResponse DeleteSession(const std::string& id);
+  HttpResponse GetSession(const HttpRequest& request, const std::string& id);
+  HttpResponse DeleteSession(const HttpRequest& request, const std::string& id);
   HttpResponse ListSessions(const HttpRequest& request);  // paged: ?limit=N&after=ID
   HttpResponse Models() const;
   HttpResponse Health() const;
   HttpResponse Metrics();
   HttpResponse Cache();
 
+  // The key of `tenant`'s session `id` (or of its requests without a session, id ""): in the
+  // generation memory, so no tenant sees another's.
+  static std::string Scope(uint64_t tenant, const std::string& id);
   // Runs f(manager_) unless the manager is detached (then 503). Not for waiting on turns.
   template <class F>
   auto WithManager(F f) -> decltype(f(std::declval<session::SessionManager&>()));

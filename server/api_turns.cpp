@@ -10,12 +10,14 @@
 #include "server/api.h"
 #include "server/api_error.h"
 #include "server/request_parse.h"
+#include "server/tenant.h"
 
 namespace cedar::server {
 
 using nlohmann::json;
 
-Api::TurnPlan Api::PlanTurn(const GenerationParams& params, std::vector<int32_t> prompt, bool chat) {
+Api::TurnPlan Api::PlanTurn(const GenerationParams& params, std::vector<int32_t> prompt, bool chat,
+                            const HttpRequest& request, const json& body) {
   const ModelConfig& c = manager_.model().config();
   if (int64_t(prompt.size()) >= c.max_seq_len) {
     throw FromErrorKind(session::ErrorKind::kPromptTooLong,
@@ -23,6 +25,7 @@ Api::TurnPlan Api::PlanTurn(const GenerationParams& params, std::vector<int32_t>
                             std::to_string(c.max_seq_len) + " positions, prompt and output together",
                         chat ? "messages" : "prompt");
   }
+  const std::string cache_salt = ParseCacheSalt(body);
   TurnPlan plan;
   plan.chat = chat;
   plan.stream = params.stream;
@@ -34,6 +37,8 @@ Api::TurnPlan Api::PlanTurn(const GenerationParams& params, std::vector<int32_t>
   r.sampling = params.sampling;
   r.decoder = options_.decoder_policy;
   r.restore = options_.restore_policy;
+  r.owner = request.tenant;  // its session is looked up among the tenant's own
+  r.tenant = CachePartition(request.tenant, cache_salt);
   if (!params.ignore_eos) {
     const auto ids = template_.stop_ids();
     r.stop_tokens.assign(ids.begin(), ids.end());
@@ -53,20 +58,22 @@ Api::TurnPlan Api::PlanTurn(const GenerationParams& params, std::vector<int32_t>
 
 HttpResponse Api::ChatCompletions(const HttpRequest& request, std::chrono::steady_clock::time_point start) {
   RequireNotDraining();
-  ChatRequest chat = ParseChatRequest(ParseJsonBody(request.body), request);
+  const json body = ParseJsonBody(request.body);
+  ChatRequest chat = ParseChatRequest(body, request);
   std::vector<int32_t> prompt;
   try {
-    memory_.Reattach(chat.params.session_id, template_, chat.messages, chat.tools);
+    memory_.Reattach(Scope(request.tenant, chat.params.session_id), template_, chat.messages, chat.tools);
     prompt = template_.RenderGenerationPrompt(chat.messages, chat.tools);
   } catch (const bridge::ChatTemplateError& e) {
     throw InvalidRequest(e.what(), e.param());
   }
-  return RunTurn(PlanTurn(chat.params, std::move(prompt), true), request, "/v1/chat/completions", start);
+  return RunTurn(PlanTurn(chat.params, std::move(prompt), true, request, body), request, "/v1/chat/completions", start);
 }
 
 HttpResponse Api::Completions(const HttpRequest& request, std::chrono::steady_clock::time_point start) {
   RequireNotDraining();
-  CompletionRequest cr = ParseCompletionRequest(ParseJsonBody(request.body), request);
+  const json body = ParseJsonBody(request.body);
+  CompletionRequest cr = ParseCompletionRequest(body, request);
   std::vector<int32_t> prompt = cr.prompt_text ? tokenizer_.Encode(*cr.prompt_text) : std::move(cr.prompt_ids);
   for (int32_t id : prompt) {
     if (!tokenizer_.InVocab(id)) {
@@ -75,7 +82,7 @@ HttpResponse Api::Completions(const HttpRequest& request, std::chrono::steady_cl
                            "prompt");
     }
   }
-  return RunTurn(PlanTurn(cr.params, std::move(prompt), false), request, "/v1/completions", start);
+  return RunTurn(PlanTurn(cr.params, std::move(prompt), false, request, body), request, "/v1/completions", start);
 }
 
 HttpResponse Api::RunTurn(TurnPlan plan, const HttpRequest& request, const std::string& route,
@@ -120,7 +127,7 @@ void Api::Finished(const TurnPlan& plan, LiveTurn& turn) {
   std::string finish;
   if (plan.chat) {
     const bridge::AssistantOutput out = ChatOutputOf(tokenizer_, r.output, plan.meta, turn.matched_stop());
-    memory_.Remember(plan.request.session_id, plan.request.prompt, bridge::ToMessage(out), r.output);
+    memory_.Remember(Scope(plan.request.owner, plan.request.session_id), plan.request.prompt, bridge::ToMessage(out), r.output);
     finish = FinishReasonOf(!out.tool_calls.empty(), turn.matched_stop(), r.finish_reason);
   } else {
     finish = FinishReasonOf(false, turn.matched_stop(), r.finish_reason);

@@ -3,6 +3,7 @@
 // streamed response (SSE) carries a BodySource the transport pulls from as data arrives.
 #pragma once
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -20,6 +21,9 @@ struct HttpRequest {
   // Set by the transport when the client goes away (or the server cancels the request); the
   // turn it started is then cancelled at its next token. Never null when built by the server.
   std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
+  // Who sent it (server/tenant.h), set by the transport once the request authenticated: the
+  // hash of its API key over TCP, 0 (the owner) on the Unix socket.
+  uint64_t tenant = 0;
 
   const std::string* Header(const std::string& lower_name) const {
     auto it = headers.find(lower_name);

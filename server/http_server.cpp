@@ -8,6 +8,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cctype>
 #include <cerrno>
@@ -35,6 +36,7 @@
 #include <spdlog/spdlog.h>
 
 #include "server/api_error.h"
+#include "server/tenant.h"
 #include "server/worker_pool.h"
 
 namespace cedar::server {
@@ -48,14 +50,6 @@ using unix_socket = net::local::stream_protocol;
 namespace {
 
 std::chrono::milliseconds Ms(double seconds) { return std::chrono::milliseconds(int64_t(seconds * 1000)); }
-
-// Compares the bearer token in time that does not depend on where the bytes differ.
-bool SameSecret(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= uint8_t(a[i]) ^ uint8_t(b[i]);
-  return diff == 0;
-}
 
 // Errors that mean the connection is gone or idle, not that the client sent bad HTTP.
 bool ConnectionEnded(beast::error_code ec) {
@@ -80,7 +74,12 @@ class ConnectionBase {
 
 struct HttpServer::Impl {
   Impl(Api& api, session::SessionManager& manager, ServerOptions opt)
-      : api(api), manager(manager), opt(std::move(opt)), pool(this->opt.max_connections) {}
+      : api(api),
+        manager(manager),
+        opt(std::move(opt)),
+        keys(this->opt.api_keys),
+        // One worker per open connection at most (one request in flight each): never a queue.
+        pool(this->opt.max_connections + this->opt.max_unix_connections) {}
 
   void Listen();
   template <class Protocol>
@@ -89,11 +88,12 @@ struct HttpServer::Impl {
   void RequestEnded();
   bool WaitIdle(std::chrono::milliseconds timeout);  // no request in flight
   void Register(const std::shared_ptr<ConnectionBase>& c);
-  void Unregister(ConnectionBase* c);
+  void Unregister(ConnectionBase* c, bool is_tcp);
 
   Api& api;
   session::SessionManager& manager;
   ServerOptions opt;
+  const ApiKeys keys;
   WorkerPool pool;
   std::atomic<bool> stopping{false};
 
@@ -101,6 +101,7 @@ struct HttpServer::Impl {
   std::condition_variable cv;
   int64_t in_flight = 0;
   std::unordered_map<ConnectionBase*, std::weak_ptr<ConnectionBase>> connections;
+  size_t open_tcp = 0, open_unix = 0;  // connections per listener (their own budgets)
   bool started = false, stopped = false, stop_requested = false;
 
   std::string unix_path;
@@ -124,13 +125,17 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
   using Stream = beast::basic_stream<Protocol>;
 
   Connection(HttpServer::Impl& server, typename Protocol::socket socket, bool is_tcp)
-      : server_(server), stream_(std::move(socket)), is_tcp_(is_tcp) {
+      : server_(server),
+        stream_(std::move(socket)),
+        is_tcp_(is_tcp),
+        authenticated_(!is_tcp),
+        tenant_(is_tcp ? AnonymousTcpTenant() : kOwnerTenant) {
     server_.api.metrics().Connection(+1);
   }
   ~Connection() override {
     if (in_request_) server_.RequestEnded();  // (every path ends a request first; a safety net)
     server_.api.metrics().Connection(-1);
-    server_.Unregister(this);
+    server_.Unregister(this, is_tcp_);
   }
 
   void Start() {
@@ -146,27 +151,84 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
     parser_.emplace();
     parser_->body_limit(server_.opt.max_body_bytes);
     parser_->header_limit(uint32_t(server_.opt.max_header_bytes));
-    stream_.expires_after(Ms(server_.opt.read_timeout_s));
+    // A TCP connection that has not authenticated gets a short deadline for its headers.
+    stream_.expires_after(Ms(authenticated_ ? server_.opt.read_timeout_s
+                                            : std::min(server_.opt.auth_timeout_s, server_.opt.read_timeout_s)));
     http::async_read_header(stream_, buffer_, *parser_,
                             [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
   }
 
-  // Headers in: answer "Expect: 100-continue" (curl sends it for large bodies and would wait
-  // a second otherwise), then read the body.
+  // Headers in: authenticate (TCP) and check the declared size from the headers alone, then
+  // answer "Expect: 100-continue" (curl sends it for large bodies and would wait a second
+  // otherwise), then read the body. A refused request's body is never read.
   void OnHeader(beast::error_code ec) {
     if (closed_) return;
     if (ec) return OnRead(ec);
+    const auto& head = parser_->get();
+    const std::string target(head.target());
+    const std::string route = Api::RouteOf(target.substr(0, target.find('?')));
+    if (is_tcp_ && !server_.keys.empty() && route != "/health") {
+      const auto auth = head.find(http::field::authorization);
+      const auto xkey = head.find("x-api-key");
+      const std::string auth_value = auth == head.end() ? "" : std::string(auth->value());
+      const std::string xkey_value = xkey == head.end() ? "" : std::string(xkey->value());
+      const std::optional<TenantId> tenant = server_.keys.Authenticate(auth == head.end() ? nullptr : &auth_value,
+                                                                       xkey == head.end() ? nullptr : &xkey_value);
+      if (!tenant) {
+        spdlog::debug("401 on {} {}: missing or wrong API key", std::string(head.method_string()), route);
+        HttpResponse res = StartRequest(route, ApiError(401, "authentication_error", "invalid_api_key",
+                                                        "missing or wrong API key (send 'Authorization: Bearer KEY' "
+                                                        "or 'x-api-key: KEY')"));
+        res.headers.push_back({"WWW-Authenticate", "Bearer"});
+        return RefuseUnread(std::move(res));
+      }
+      tenant_ = *tenant;
+      authenticated_ = true;
+    } else if (is_tcp_ && server_.keys.empty()) {
+      authenticated_ = true;  // no keys: any TCP client is the anonymous tenant
+    }
+    if (auto length = parser_->content_length(); length && *length > server_.opt.max_body_bytes) {
+      return RefuseUnread(StartRequest(
+          route, ApiError(413, "invalid_request_error", "request_too_large",
+                          "the request body exceeds " + std::to_string(server_.opt.max_body_bytes) + " bytes")));
+    }
+    stream_.expires_after(Ms(server_.opt.read_timeout_s));  // the body's time
     auto self = this->shared_from_this();
     auto read_body = [self] {
       http::async_read(self->stream_, self->buffer_, *self->parser_,
                        [self](beast::error_code ec2, size_t) { self->OnRead(ec2); });
     };
     if (parser_->is_done()) return OnRead({});  // no body
-    if (!beast::iequals(parser_->get()[http::field::expect], "100-continue")) return read_body();
+    if (!beast::iequals(head[http::field::expect], "100-continue")) return read_body();
     static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
     net::async_write(stream_, net::buffer(kContinue), [self, read_body](beast::error_code ec2, size_t) {
       if (ec2) return self->Shutdown();
       read_body();
+    });
+  }
+
+  // Answers a request whose body is not read, then closes: first the sending side, then
+  // (after draining what the client still sends, a bounded amount for a bounded time, so it
+  // reads the answer instead of a reset) the rest.
+  void RefuseUnread(HttpResponse res) {
+    keep_alive_ = false;
+    linger_ = true;
+    Respond(std::move(res));
+  }
+
+  void Linger() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(net::socket_base::shutdown_send, ignored);
+    drain_ = std::make_unique<std::array<char, 4096>>();
+    stream_.expires_after(std::chrono::seconds(2));
+    DrainSome();
+  }
+
+  void DrainSome() {
+    stream_.async_read_some(net::buffer(*drain_), [self = this->shared_from_this()](beast::error_code ec, size_t n) {
+      self->drained_ += n;
+      if (ec || self->drained_ > (1u << 20)) return self->Shutdown();
+      self->DrainSome();
     });
   }
 
@@ -187,19 +249,9 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
     r.target = std::string(req.target());
     for (const auto& field : req) r.headers[Lower(std::string_view(field.name_string().data(), field.name_string().size()))] = std::string(field.value());
     r.body = std::move(req.body());
+    r.tenant = tenant_;
     keep_alive_ = req.keep_alive() && !server_.stopping.load();
     head_request_ = req.method() == http::verb::head;
-    if (is_tcp_ && !server_.opt.api_key.empty() && Api::RouteOf(r.target.substr(0, r.target.find('?'))) != "/health") {
-      const std::string* auth = r.Header("authorization");
-      const std::string expected = "Bearer " + server_.opt.api_key;
-      if (!auth || !SameSecret(*auth, expected)) {
-        HttpResponse res = StartRequest(
-            Api::RouteOf(r.target.substr(0, r.target.find('?'))),
-            ApiError(401, "authentication_error", "invalid_api_key", "missing or wrong API key (Authorization: Bearer ...)"));
-        res.headers.push_back({"WWW-Authenticate", "Bearer"});
-        return Respond(std::move(res));
-      }
-    }
     Dispatch(std::move(r));
   }
 
@@ -211,10 +263,7 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
   }
 
   // A request that cannot be read to its end: answer and close.
-  void Refuse(const ApiError& e) {
-    keep_alive_ = false;
-    Respond(StartRequest("other", e));
-  }
+  void Refuse(const ApiError& e) { RefuseUnread(StartRequest("other", e)); }
 
   void BeginRequest() {
     in_request_ = true;
@@ -322,6 +371,7 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
     serializer_.reset();
     head_.reset();
     body_done_ = false;
+    if (linger_) return Linger();
     if (!keep_alive_ || peer_gone_ || server_.stopping.load()) return Shutdown();
     Read();
   }
@@ -384,6 +434,11 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
   HttpServer::Impl& server_;
   Stream stream_;
   const bool is_tcp_;
+  bool authenticated_;  // TCP: a request of this connection presented a valid key (or none is needed)
+  TenantId tenant_;     // who the current request is (set from its key over TCP)
+  bool linger_ = false; // the answer refused an unread body: drain a little, then close
+  std::unique_ptr<std::array<char, 4096>> drain_;
+  size_t drained_ = 0;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   bool keep_alive_ = true;
@@ -428,10 +483,10 @@ void HttpServer::Impl::Register(const std::shared_ptr<ConnectionBase>& c) {
   connections[c.get()] = c;
 }
 
-void HttpServer::Impl::Unregister(ConnectionBase* c) {
+void HttpServer::Impl::Unregister(ConnectionBase* c, bool is_tcp) {
   {
     std::lock_guard<std::mutex> lk(mu);
-    connections.erase(c);
+    if (connections.erase(c)) (is_tcp ? open_tcp : open_unix)--;
   }
   cv.notify_all();
 }
@@ -450,12 +505,18 @@ void HttpServer::Impl::Accept(net::basic_socket_acceptor<Protocol>& acceptor, bo
       });
       return;
     }
-    size_t open;
+    bool admitted = false;
     {
       std::lock_guard<std::mutex> lk(mu);
-      open = connections.size();
+      size_t& open = is_tcp ? open_tcp : open_unix;
+      if (open < (is_tcp ? opt.max_connections : opt.max_unix_connections) && !stopping.load()) {
+        ++open;  // Register adds it to `connections`; Unregister takes both back
+        admitted = true;
+      }
     }
-    if (open >= opt.max_connections || stopping.load()) {
+    if (!admitted) {
+      spdlog::debug("{} connection refused: the listener's {} connections are open", is_tcp ? "TCP" : "Unix",
+                    is_tcp ? opt.max_connections : opt.max_unix_connections);
       beast::error_code ignored;
       socket.close(ignored);
     } else {
@@ -529,7 +590,7 @@ void HttpServer::Impl::Listen() {
     const tcp::endpoint ep = results.begin()->endpoint();
     if (!ep.address().is_loopback()) {
       spdlog::warn("listening on {} (not loopback){}", ep.address().to_string(),
-                   opt.api_key.empty() ? " without --api-key: anyone who can reach it can use the model" : "");
+                   keys.empty() ? " without --api-key: anyone who can reach it can use the model" : "");
     }
     tcp_acceptor = std::make_unique<tcp::acceptor>(io);
     tcp_acceptor->open(ep.protocol());

@@ -3,9 +3,10 @@
 // handler (Api::Handle, which waits for its turn) runs on a WorkerPool thread, and the
 // SessionManager's engine thread owns the model.
 //
-// Per connection: a read timeout (idle keep-alive included), a body size limit (413),
-// keep-alive and pipelining (one request at a time), chunked Server-Sent Events for streamed
-// responses. While a request is in flight the connection watches for the client closing:
+// Per connection: a read timeout (idle keep-alive included), a body size limit (413, from
+// Content-Length before the body is read), the API key checked from the headers (401 and
+// close, before any body byte is read), keep-alive and pipelining (one request at a time),
+// chunked Server-Sent Events for streamed responses. While a request is in flight the connection watches for the client closing:
 // then the request's `cancelled` flag is set and its turn ends at the next token.
 //
 // Stop(): stop accepting, let in-flight requests finish for `drain_timeout_s`, then
@@ -17,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "session/session_manager.h"
 #include "server/api.h"
@@ -27,12 +29,23 @@ struct ServerOptions {
   std::string unix_socket;          // path of the Unix socket; "" = none
   std::string tcp_host;             // "" = no TCP listener
   uint16_t tcp_port = 0;            // 0 = an ephemeral port (see tcp_port())
-  std::string api_key;              // TCP only: requests must send "Authorization: Bearer <key>"
+  // TCP: the accepted API keys, each one tenant (server/tenant.h). A request sends
+  // "Authorization: Bearer KEY" (scheme in any case) or "x-api-key: KEY"; it is checked from
+  // the headers, before any body is read or "100 Continue" sent. Empty: TCP clients need no
+  // key and are one tenant. The Unix socket (mode 0600) is the owner's tenant, keys or not.
+  std::vector<std::string> api_keys;
   int io_threads = 2;
-  size_t max_connections = 1024;    // further connections are closed at once
+  // Each listener has its own connection budget, so TCP clients cannot lock the owner out of
+  // the Unix socket; connections beyond one are closed at once.
+  size_t max_connections = 1024;       // TCP
+  size_t max_unix_connections = 256;   // Unix socket
   size_t max_body_bytes = 32u << 20;
   size_t max_header_bytes = 64u << 10;
   double read_timeout_s = 60;       // one request's headers and body; also keep-alive idle time
+  // TCP: a connection's request headers must arrive within this until one of its requests
+  // authenticates (and a connection idle that long before then is closed), so connections
+  // that never authenticate hold a slot only briefly.
+  double auth_timeout_s = 5;
   double write_timeout_s = 60;      // one write
   double drain_timeout_s = 10;      // at Stop, how long in-flight turns may still run
 };

@@ -30,15 +30,18 @@ struct SessionManager::Impl {
   std::deque<std::function<void()>> tasks;
   bool stopping = false;
   bool cancel_all = false;
-  std::set<std::string> busy;       // sessions with a turn queued or in flight
-  // The ids of `sessions`, changed only by the engine thread (with `mu` held) when it creates
-  // or deletes a session. Submit reads it to refuse an unknown id at once, and DeleteSession
-  // checks `busy` and erases here under one lock, so create, delete and a turn's admission on
-  // one id are linearizable: a session either exists for every call or for none.
+  std::set<std::string> busy;       // sessions (Key) with a turn queued or in flight
+  // The keys (Key(owner, id)) of `sessions`, changed only by the engine thread (with `mu` held)
+  // when it creates or deletes a session. Submit reads it to refuse an unknown id at once, and
+  // DeleteSession checks `busy` and erases here under one lock, so create, delete and a turn's
+  // admission on one id are linearizable: a session either exists for every call or for none.
   std::set<std::string> ids;
 
+  std::mutex stats_mu;              // guards `stats`
+  EngineMetrics stats;              // the last PublishStats()
+
   // engine thread only
-  std::unordered_map<std::string, Session> sessions;
+  std::unordered_map<std::string, Session> sessions;  // by Key(owner, id)
   std::list<ActiveTurn> active;
   EngineMetrics metrics;
   bool sessionless_refusal_logged = false;  // a partial insert of a turn without a session was logged
@@ -61,15 +64,22 @@ struct SessionManager::Impl {
       std::lock_guard<std::mutex> lk(mu);
       if (stopping) throw std::runtime_error("the session manager is shut down");
     }
-    Post([p, f = std::move(f)] {
+    Post([this, p, f = std::move(f)] {
       try {
-        p->set_value(f());
+        T v = f();
+        PublishStats();  // a caller that reads Metrics() next sees what its call did
+        p->set_value(std::move(v));
       } catch (...) {
         p->set_exception(std::current_exception());
       }
     });
     return fut.get();
   }
+
+  // The map key of `owner`'s session `id`: owners never share a namespace.
+  static std::string Key(SessionOwner owner, const std::string& id);
+  // Copies the counters and the cache's sizes into `stats` (engine thread).
+  void PublishStats();
 
   // turns.cpp
   void StartTurn(ActiveTurn& t);

@@ -6,6 +6,7 @@
 #include <cerrno>
 
 #include <algorithm>
+#include <cstdio>
 #include <condition_variable>
 #include <deque>
 #include <limits>
@@ -69,12 +70,42 @@ void SessionManager::Impl::Loop() {
         if (!t.done) Finish(t, "cancelled");
     StepAll();
     active.remove_if([](const ActiveTurn& t) { return t.done; });
+    PublishStats();
   }
   for (auto& [id, s] : sessions) s.prefix.Release();  // handles must go before the cache
   if (cache) {
     cache::Status s = cache->Flush();
     if (!s.ok()) spdlog::warn("cache flush at shutdown: {}", s.ToString());
   }
+}
+
+std::string SessionManager::Impl::Key(SessionOwner owner, const std::string& id) {
+  char prefix[24];
+  std::snprintf(prefix, sizeof prefix, "%016llx/", (unsigned long long)owner);
+  return prefix + id;
+}
+
+void SessionManager::Impl::PublishStats() {
+  EngineMetrics m = metrics;
+  m.sessions = int64_t(sessions.size());
+  m.max_sessions = opt.max_sessions;
+  for (const auto& [key, s] : sessions) m.live_sessions += s.live ? 1 : 0;
+  m.live_state_bytes = LiveBytes();
+  m.session_pinned_bytes = SessionPinnedBytes();
+  m.session_ram_budget = SessionRamBudget();
+  const cache::CacheSizes s = cache->Sizes();
+  const cache::CacheCounters c = cache->Counters();
+  m.ram_bytes = s.ram.used_bytes();
+  m.disk_bytes = s.disk.used_bytes();
+  m.ram_budget = s.ram.budget_bytes;
+  m.disk_budget = s.disk.budget_bytes;
+  m.page_tokens = int64_t(opt.page_tokens);
+  m.snapshots_dropped = c.snapshots_dropped;
+  m.pages_spilled = c.pages_spilled;
+  m.disk_entries_deleted = c.disk_entries_deleted;
+  m.corrupt_entries = c.corrupt_entries_dropped;
+  std::lock_guard<std::mutex> lk(stats_mu);
+  stats = m;
 }
 
 std::unique_ptr<SessionManager> SessionManager::Start(std::shared_ptr<const Model> model, ManagerOptions options) {
@@ -97,6 +128,7 @@ std::unique_ptr<SessionManager> SessionManager::Start(std::shared_ptr<const Mode
   m->device_ = m->impl_->backend->name();
   m->device_detail_ = m->impl_->backend->Describe();
   Impl* raw = m->impl_.get();
+  raw->PublishStats();  // before the engine thread starts: the budgets are known at once
   raw->engine = std::thread([raw] { raw->Loop(); });
   return m;
 }
@@ -136,15 +168,16 @@ std::future<TurnResult> SessionManager::Submit(TurnRequest request) {
     }
     const std::string& sid = turn->request.session_id;
     if (!sid.empty()) {
-      if (!impl_->ids.count(sid)) {
+      const std::string key = Impl::Key(turn->request.owner, sid);
+      if (!impl_->ids.count(key)) {
         refuse(ErrorKind::kSessionNotFound, "unknown session '" + sid + "'");
         return fut;
       }
-      if (impl_->busy.count(sid)) {
+      if (impl_->busy.count(key)) {
         refuse(ErrorKind::kSessionBusy, "session '" + sid + "' already has a turn in flight");
         return fut;
       }
-      impl_->busy.insert(sid);
+      impl_->busy.insert(key);
     }
     Impl* impl = impl_.get();
     impl_->tasks.push_back([impl, turn] {
@@ -160,14 +193,15 @@ std::future<TurnResult> SessionManager::Submit(TurnRequest request) {
   return fut;
 }
 
-std::string SessionManager::CreateSession(const std::string& id, const std::vector<int32_t>& pin_prefix, double pin_ttl_s) {
-  return impl_->Call<std::string>([this, id, pin_prefix, pin_ttl_s]() -> std::string {
+std::string SessionManager::CreateSession(const std::string& id, const std::vector<int32_t>& pin_prefix, double pin_ttl_s,
+                                          SessionOwner owner, cache::TenantSalt salt) {
+  return impl_->Call<std::string>([this, id, pin_prefix, pin_ttl_s, owner, salt]() -> std::string {
     Impl& I = *impl_;
     std::string sid = id;
     if (sid.empty()) {
       do sid = RandomSessionId();
-      while (I.sessions.count(sid));
-    } else if (I.sessions.count(sid)) {
+      while (I.sessions.count(Impl::Key(owner, sid)));
+    } else if (I.sessions.count(Impl::Key(owner, sid))) {
       throw std::invalid_argument("session '" + sid + "' already exists");
     }
     // Every session counts, live or demoted into the cache: ids and histories are bounded too.
@@ -177,6 +211,8 @@ std::string SessionManager::CreateSession(const std::string& id, const std::vect
                               "); delete one first");
     Session s;
     s.id = sid;
+    s.owner = owner;
+    s.pin_salt = salt;
     if (!pin_prefix.empty()) {
       const ModelConfig& c = I.model->config();
       for (int32_t t : pin_prefix)
@@ -195,15 +231,16 @@ std::string SessionManager::CreateSession(const std::string& id, const std::vect
       std::vector<cache::SnapshotInput> snaps;
       const int64_t b = int64_t(pin_prefix.size() / I.opt.page_tokens * I.opt.page_tokens);
       if (auto snap = I.SnapshotAt(st, b)) snaps.push_back(*snap);
-      I.InsertIntoCache(st, snaps, cache::kNoTenant, &s);
-      auto pinned = I.cache->SoftPin(pin_prefix, cache::kNoTenant, std::chrono::milliseconds(int64_t(pin_ttl_s * 1000)));
+      I.InsertIntoCache(st, snaps, salt, &s);
+      auto pinned = I.cache->SoftPin(pin_prefix, salt, std::chrono::milliseconds(int64_t(pin_ttl_s * 1000)));
       if (!pinned.ok()) spdlog::warn("session {}: soft pin refused: {}", sid, pinned.status().ToString());
       s.pinned_prefix = pin_prefix;
     }
-    I.sessions.emplace(sid, std::move(s));
+    const std::string key = Impl::Key(owner, sid);
+    I.sessions.emplace(key, std::move(s));
     {
       std::lock_guard<std::mutex> lk(I.mu);
-      I.ids.insert(sid);
+      I.ids.insert(key);
     }
     return sid;
   });
@@ -222,24 +259,24 @@ SessionInfo InfoOf(const Session& s) {
 }
 }  // namespace
 
-std::optional<SessionInfo> SessionManager::GetSession(const std::string& id) {
-  return impl_->Call<std::optional<SessionInfo>>([this, id]() -> std::optional<SessionInfo> {
-    auto it = impl_->sessions.find(id);
+std::optional<SessionInfo> SessionManager::GetSession(const std::string& id, SessionOwner owner) {
+  return impl_->Call<std::optional<SessionInfo>>([this, id, owner]() -> std::optional<SessionInfo> {
+    auto it = impl_->sessions.find(Impl::Key(owner, id));
     if (it == impl_->sessions.end()) return std::nullopt;
     return InfoOf(it->second);
   });
 }
 
-std::vector<SessionInfo> SessionManager::ListSessions() {
-  return ListSessions(std::numeric_limits<size_t>::max(), "").data;
+std::vector<SessionInfo> SessionManager::ListSessions(SessionOwner owner) {
+  return ListSessions(std::numeric_limits<size_t>::max(), "", owner).data;
 }
 
 // One engine round trip per page; the ids are sorted here (max_sessions bounds the work).
-SessionPage SessionManager::ListSessions(size_t limit, const std::string& after) {
-  return impl_->Call<SessionPage>([this, limit, after] {
+SessionPage SessionManager::ListSessions(size_t limit, const std::string& after, SessionOwner owner) {
+  return impl_->Call<SessionPage>([this, limit, after, owner] {
     std::vector<const Session*> all;
-    for (const auto& [id, s] : impl_->sessions)
-      if (after.empty() || id > after) all.push_back(&s);
+    for (const auto& [key, s] : impl_->sessions)
+      if (s.owner == owner && (after.empty() || s.id > after)) all.push_back(&s);
     std::sort(all.begin(), all.end(), [](const Session* a, const Session* b) { return a->id < b->id; });
     SessionPage page;
     page.has_more = all.size() > limit;
@@ -249,17 +286,18 @@ SessionPage SessionManager::ListSessions(size_t limit, const std::string& after)
   });
 }
 
-SessionManager::DeleteOutcome SessionManager::DeleteSession(const std::string& id) {
-  return impl_->Call<DeleteOutcome>([this, id] {
+SessionManager::DeleteOutcome SessionManager::DeleteSession(const std::string& id, SessionOwner owner) {
+  const std::string key = Impl::Key(owner, id);
+  return impl_->Call<DeleteOutcome>([this, key] {
     {
-      // Under the lock Submit admits turns with: no turn can be admitted on `id` after this.
+      // Under the lock Submit admits turns with: no turn can be admitted on `key` after this.
       std::lock_guard<std::mutex> lk(impl_->mu);
-      if (impl_->busy.count(id)) return DeleteOutcome::kBusy;
-      if (!impl_->ids.erase(id)) return DeleteOutcome::kNotFound;
+      if (impl_->busy.count(key)) return DeleteOutcome::kBusy;
+      if (!impl_->ids.erase(key)) return DeleteOutcome::kNotFound;
     }
-    auto it = impl_->sessions.find(id);
+    auto it = impl_->sessions.find(key);
     if (it == impl_->sessions.end()) return DeleteOutcome::kNotFound;  // not reached: ids mirrors sessions
-    if (!it->second.pinned_prefix.empty()) (void)impl_->cache->SoftUnpin(it->second.pinned_prefix);
+    if (!it->second.pinned_prefix.empty()) (void)impl_->cache->SoftUnpin(it->second.pinned_prefix, it->second.pin_salt);
     it->second.prefix.Release();
     impl_->sessions.erase(it);
     return DeleteOutcome::kDeleted;
@@ -274,27 +312,8 @@ std::string SessionManager::CheckCacheIntegrity() {
 }
 
 EngineMetrics SessionManager::Metrics() {
-  return impl_->Call<EngineMetrics>([this] {
-    EngineMetrics m = impl_->metrics;
-    m.sessions = int64_t(impl_->sessions.size());
-    m.max_sessions = impl_->opt.max_sessions;
-    for (const auto& [id, s] : impl_->sessions) m.live_sessions += s.live ? 1 : 0;
-    m.live_state_bytes = impl_->LiveBytes();
-    m.session_pinned_bytes = impl_->SessionPinnedBytes();
-    m.session_ram_budget = impl_->SessionRamBudget();
-    const cache::CacheSizes s = impl_->cache->Sizes();
-    const cache::CacheCounters c = impl_->cache->Counters();
-    m.ram_bytes = s.ram.used_bytes();
-    m.disk_bytes = s.disk.used_bytes();
-    m.ram_budget = s.ram.budget_bytes;
-    m.disk_budget = s.disk.budget_bytes;
-    m.page_tokens = int64_t(impl_->opt.page_tokens);
-    m.snapshots_dropped = c.snapshots_dropped;
-    m.pages_spilled = c.pages_spilled;
-    m.disk_entries_deleted = c.disk_entries_deleted;
-    m.corrupt_entries = c.corrupt_entries_dropped;
-    return m;
-  });
+  std::lock_guard<std::mutex> lk(impl_->stats_mu);
+  return impl_->stats;
 }
 
 }  // namespace cedar::session

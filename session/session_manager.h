@@ -44,6 +44,13 @@ enum class RestorePolicy {
   kRecompute,  // restore at the deepest snapshot (or nothing) and encode the rest (exact, costly)
 };
 
+// Who a session belongs to: the server's tenant (a hash of the client's API key; see
+// server/tenant.h), kLocalOwner for the machine's owner on the Unix socket. Each owner has its
+// own namespace of session ids: another owner's session behaves exactly as one that does not
+// exist (get, list, turn, delete; and creating the same id there succeeds).
+using SessionOwner = uint64_t;
+inline constexpr SessionOwner kLocalOwner = 0;
+
 // Why a request was refused; the server maps these to HTTP statuses.
 enum class ErrorKind { kNone, kInvalidRequest, kSessionNotFound, kSessionBusy, kPromptTooLong, kShuttingDown, kInternal };
 
@@ -55,7 +62,8 @@ struct TurnRequest {
   std::vector<int32_t> stop_tokens;   // generation ends after emitting one of these
   DecoderPolicy decoder = DecoderPolicy::kAuto;
   RestorePolicy restore = RestorePolicy::kStaircase;
-  cache::TenantSalt tenant = cache::kNoTenant;
+  cache::TenantSalt tenant = cache::kNoTenant;  // the cache partition (tenant and cache_salt)
+  SessionOwner owner = kLocalOwner;              // whose `session_id` this is
   // Called on the engine thread for each generated token, in order. Keep it cheap (hand the
   // token to your own thread). Returning false cancels the turn (finish_reason "cancelled").
   std::function<bool(int32_t token)> on_token;
@@ -171,18 +179,23 @@ class SessionManager {
   // kSessionBusy (the server answers 409). Unknown session id: kSessionNotFound.
   std::future<TurnResult> Submit(TurnRequest request);
 
-  // Creates a session (id "" = a generated one: "sess_" + 128 random bits from the kernel's
-  // CSPRNG, so ids cannot be guessed). `pin_prefix` (optional) is prefilled into the cache and
-  // soft-pinned for `pin_ttl_s` seconds. Returns the id, or throws std::invalid_argument
-  // (duplicate id, bad tokens) or SessionLimitError (max_sessions exist).
-  std::string CreateSession(const std::string& id, const std::vector<int32_t>& pin_prefix, double pin_ttl_s);
-  std::optional<SessionInfo> GetSession(const std::string& id);
+  // Creates a session of `owner` (id "" = a generated one: "sess_" + 128 random bits from the
+  // kernel's CSPRNG, so ids cannot be guessed). `pin_prefix` (optional) is prefilled into the
+  // cache partition `salt` and soft-pinned for `pin_ttl_s` seconds. Returns the id, or throws
+  // std::invalid_argument (duplicate id, bad tokens) or SessionLimitError (max_sessions exist).
+  // Another owner's sessions behave exactly like missing ones (their ids can be reused).
+  std::string CreateSession(const std::string& id, const std::vector<int32_t>& pin_prefix, double pin_ttl_s,
+                            SessionOwner owner = kLocalOwner, cache::TenantSalt salt = cache::kNoTenant);
+  std::optional<SessionInfo> GetSession(const std::string& id, SessionOwner owner = kLocalOwner);
   enum class DeleteOutcome { kDeleted, kNotFound, kBusy };  // kBusy: a turn is queued or in flight
-  DeleteOutcome DeleteSession(const std::string& id);
-  std::vector<SessionInfo> ListSessions();  // all of them, in id order
-  // At most `limit` sessions whose ids sort after `after` ("" = from the first), in id order.
-  SessionPage ListSessions(size_t limit, const std::string& after);
+  DeleteOutcome DeleteSession(const std::string& id, SessionOwner owner = kLocalOwner);
+  std::vector<SessionInfo> ListSessions(SessionOwner owner = kLocalOwner);  // `owner`'s, in id order
+  // At most `limit` of `owner`'s sessions whose ids sort after `after` ("" = from the first), in id order.
+  SessionPage ListSessions(size_t limit, const std::string& after, SessionOwner owner = kLocalOwner);
 
+  // The counters as the engine thread last published them (after each step, each finished
+  // turn and each session call): never waits for the engine thread, so /metrics and /v1/cache
+  // answer while a long prefill runs.
   EngineMetrics Metrics();
   // PrefixCache::CheckIntegrity() on the engine thread (tests, debugging): Ok or the first
   // violated invariant as text.

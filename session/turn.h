@@ -16,7 +16,9 @@
 namespace cedar::session {
 
 struct Session {
-  std::string id;
+  std::string id;                     // as its owner named it
+  SessionOwner owner = kLocalOwner;
+  cache::TenantSalt pin_salt = cache::kNoTenant;  // the cache partition of `pinned_prefix`
   std::unique_ptr<Sequence> live;     // exact state after the last turn (prompt + output[:-1]), on the backend
   int64_t turns = 0;
   std::vector<int32_t> pinned_prefix;

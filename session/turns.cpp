@@ -207,7 +207,7 @@ void SessionManager::Impl::StartTurn(ActiveTurn& t) {
   TurnAccounting& a = t.result.accounting;
   Session* s = nullptr;
   if (!rq.session_id.empty()) {
-    auto it = sessions.find(rq.session_id);
+    auto it = sessions.find(Key(rq.owner, rq.session_id));
     if (it == sessions.end()) return Fail(t, ErrorKind::kSessionNotFound, "unknown session '" + rq.session_id + "'");
     s = &it->second;
     s->last_used = std::chrono::steady_clock::now();
@@ -333,7 +333,7 @@ void SessionManager::Impl::Finish(ActiveTurn& t, const std::string& reason) {
                                        : t.result.accounting.tail_hit && end == t.result.accounting.prompt_tokens;
   if (!have_end)
     if (auto snap = SnapshotAt(st, end, tail)) snaps.push_back(*snap);
-  auto owner = t.request.session_id.empty() ? sessions.end() : sessions.find(t.request.session_id);
+  auto owner = t.request.session_id.empty() ? sessions.end() : sessions.find(Key(t.request.owner, t.request.session_id));
   InsertIntoCache(st, std::move(snaps), t.request.tenant, owner == sessions.end() ? nullptr : &owner->second);
   if (!t.request.session_id.empty()) {
     auto it = owner;
@@ -347,7 +347,7 @@ void SessionManager::Impl::Finish(ActiveTurn& t, const std::string& reason) {
       it->second.last_used = std::chrono::steady_clock::now();
     }
     std::lock_guard<std::mutex> lk(mu);
-    busy.erase(t.request.session_id);
+    busy.erase(Key(t.request.owner, t.request.session_id));
   }
   t.state.reset();
   metrics.turns++;
@@ -361,6 +361,7 @@ void SessionManager::Impl::Finish(ActiveTurn& t, const std::string& reason) {
   EnforceSessionBudget();
   a.total_ms = Ms(t.submitted, std::chrono::steady_clock::now());  // the cache insert included
   spdlog::debug("turn done: {} tokens, {} ({:.1f} ms)", t.result.output.size(), reason, a.total_ms);
+  PublishStats();  // whoever waits for this turn then reads its counters in Metrics()
   t.promise.set_value(std::move(t.result));
 }
 
@@ -373,8 +374,9 @@ void SessionManager::Impl::Fail(ActiveTurn& t, ErrorKind kind, const std::string
   metrics.turns_failed++;
   if (!t.request.session_id.empty()) {
     std::lock_guard<std::mutex> lk(mu);
-    busy.erase(t.request.session_id);
+    busy.erase(Key(t.request.owner, t.request.session_id));
   }
+  PublishStats();
   t.promise.set_value(std::move(t.result));
 }
 

@@ -3,6 +3,7 @@
 cedar_add_test(server_test unit cedar_server
   ${CMAKE_CURRENT_SOURCE_DIR}/server_handler_test.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/server_socket_test.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/server_isolation_test.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/server_fixture.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/test_models.cpp)
 

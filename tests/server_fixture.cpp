@@ -38,6 +38,20 @@ ApiFixture::~ApiFixture() {
   manager->Shutdown(true);
 }
 
+ServerFixture::ServerFixture(server::ServerOptions o) {
+  dir = TempDir("server");
+  if (o.unix_socket.empty()) o.unix_socket = dir + "/cedar.sock";
+  if (o.tcp_host.empty()) o.tcp_host = "127.0.0.1";
+  options = o;
+  http = std::make_unique<server::HttpServer>(*api, *manager, o);
+  http->Start();
+}
+
+ServerFixture::~ServerFixture() { http->Stop(); }
+
+TestClient ServerFixture::Unix() { return TestClient::Unix(http->unix_path()); }
+TestClient ServerFixture::Tcp() { return TestClient::Tcp(http->tcp_port()); }
+
 server::HttpResponse ApiFixture::Call(const std::string& method, const std::string& target, const std::string& body,
                                       std::map<std::string, std::string> headers) {
   server::HttpRequest r;

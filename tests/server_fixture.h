@@ -1,15 +1,18 @@
 // Helpers for the server tests: a tiny model with a SessionManager and an Api (no sockets),
-// and a minimal blocking HTTP/1.1 client for the socket tests.
+// the same served over real sockets, and a minimal blocking HTTP/1.1 client.
 #pragma once
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "session/session_manager.h"
 #include "server/api.h"
+#include "server/http_server.h"
 
 namespace cedar::test {
 
@@ -75,6 +78,27 @@ class TestClient {
   bool Fill();  // reads more into buf_; false on EOF
   int fd_ = -1;
   std::string buf_;
+};
+
+// An ApiFixture served by an HttpServer on a Unix socket in a temporary directory and on TCP
+// at 127.0.0.1 (an ephemeral port).
+struct ServerFixture : ApiFixture {
+  explicit ServerFixture(server::ServerOptions o = {});
+  ~ServerFixture();
+  TestClient Unix();
+  TestClient Tcp();
+  // Polls the manager until `pred` holds (or ~20 s pass).
+  template <class Pred>
+  bool Eventually(Pred pred) {
+    for (int i = 0; i < 2000; ++i) {
+      if (pred(manager->Metrics())) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+  std::string dir;
+  server::ServerOptions options;
+  std::unique_ptr<server::HttpServer> http;
 };
 
 }  // namespace cedar::test

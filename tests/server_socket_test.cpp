@@ -21,32 +21,6 @@ namespace {
 
 using nlohmann::json;
 
-struct ServerFixture : ApiFixture {
-  explicit ServerFixture(server::ServerOptions o = {}) {
-    dir = TempDir("server");
-    if (o.unix_socket.empty()) o.unix_socket = dir + "/cedar.sock";
-    if (o.tcp_host.empty()) o.tcp_host = "127.0.0.1";
-    options = o;
-    http = std::make_unique<server::HttpServer>(*api, *manager, o);
-    http->Start();
-  }
-  ~ServerFixture() { http->Stop(); }
-  TestClient Unix() { return TestClient::Unix(http->unix_path()); }
-  TestClient Tcp() { return TestClient::Tcp(http->tcp_port()); }
-  // Polls the manager until `pred` holds (or ~20 s pass).
-  template <class Pred>
-  bool Eventually(Pred pred) {
-    for (int i = 0; i < 2000; ++i) {
-      if (pred(manager->Metrics())) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
-  }
-  std::string dir;
-  server::ServerOptions options;
-  std::unique_ptr<server::HttpServer> http;
-};
-
 std::string Chat(const std::string& text, json extra = json::object()) {
   json body = {{"messages", json::array({{{"role", "user"}, {"content", text}}})}, {"max_tokens", 4}};
   body.update(extra);
@@ -214,7 +188,7 @@ TEST_CASE("limits: body size (413), read timeout, malformed HTTP (400)") {
 
 TEST_CASE("the API key guards TCP, not the Unix socket") {
   server::ServerOptions o;
-  o.api_key = "sekret";
+  o.api_keys = {"sekret"};
   ServerFixture s(o);
   CHECK(s.Tcp().Request("GET", "/v1/models").status == 401);
   CHECK(s.Tcp().Request("GET", "/v1/models", "", {{"Authorization", "Bearer wrong!"}}).status == 401);

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Every numeric flag of every `cedar` subcommand refuses bad values before doing anything:
+# exit code 1 and one message naming the flag and the value (and never a library's own text:
+# stoi, lexical_cast, "Cannot allocate memory"). Usage: flags_test.sh path/to/cedar
+set -u
+CEDAR=$1
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fail=0
+n=0
+
+# check_refused FLAG VALUE -- cedar arguments...: prints "ok: ..." or "FAIL: ...".
+check_refused() {
+  local flag=$1 value=$2
+  shift 3
+  local out rc
+  out=$("$CEDAR" "$@" 2>&1 </dev/null)
+  rc=$?
+  if [[ $rc -ne 1 ]]; then
+    echo "FAIL: cedar $* -> exit $rc (expected 1): $out"; return
+  fi
+  if [[ $out != *"$flag"* || $out != *"$value"* ]]; then
+    echo "FAIL: cedar $* -> message does not name $flag and '$value': $out"; return
+  fi
+  if grep -qiE 'stoi|stol|stod|lexical_cast|Cannot allocate memory|std::' <<<"$out"; then
+    echo "FAIL: cedar $* -> a library's message leaks: $out"; return
+  fi
+  echo "ok: cedar $* -> $out"
+}
+
+# The cases run in parallel: a start of `cedar` takes ~0.5 s, mostly loading its libraries.
+expect_refused() {
+  n=$((n + 1))
+  check_refused "$@" >"$TMP/case.$n" &
+}
+
+M=(--model "$TMP/no-model")  # never loaded: the flags are checked first
+S=(serve "${M[@]}" --socket "$TMP/s.sock")
+expect_refused --max-connections 0 -- "${S[@]}" --max-connections 0
+expect_refused --max-connections -5 -- "${S[@]}" --max-connections -5
+expect_refused --max-unix-connections 0 -- "${S[@]}" --max-unix-connections 0
+expect_refused --read-timeout 0 -- "${S[@]}" --read-timeout 0
+expect_refused --read-timeout -1 -- "${S[@]}" --read-timeout -1
+expect_refused --read-timeout nan -- "${S[@]}" --read-timeout nan
+expect_refused --auth-timeout inf -- "${S[@]}" --auth-timeout inf
+expect_refused --drain-timeout -3 -- "${S[@]}" --drain-timeout -3
+expect_refused --port -5 -- "${S[@]}" --port -5
+expect_refused --port 70000 -- "${S[@]}" --port 70000
+expect_refused --port 80x -- "${S[@]}" --port 80x
+expect_refused --cache-disk 1e30 -- "${S[@]}" --cache-disk 1e30
+expect_refused --cache-disk 100T -- "${S[@]}" --cache-disk 100T --cache-dir "$TMP/cache"
+expect_refused --cache-ram -1G -- "${S[@]}" --cache-ram -1G
+expect_refused --cache-ram 4096T -- "${S[@]}" --cache-ram 4096T
+expect_refused --cache-ram 12Q -- "${S[@]}" --cache-ram 12Q
+expect_refused --max-body-bytes 0 -- "${S[@]}" --max-body-bytes 0
+expect_refused --io-threads 0 -- "${S[@]}" --io-threads 0
+expect_refused --threads -1 -- "${S[@]}" --threads -1
+expect_refused --max-sessions abc -- "${S[@]}" --max-sessions abc
+expect_refused --default-max-tokens 0 -- "${S[@]}" --default-max-tokens 0
+expect_refused "API key #1" empty -- "${S[@]}" --api-key ""
+
+G=(generate "${M[@]}" --prompt hi)
+expect_refused --max-tokens -1 -- "${G[@]}" --max-tokens -1
+expect_refused --top-p 0 -- "${G[@]}" --top-p 0
+expect_refused --temperature -1 -- "${G[@]}" --temperature -1
+expect_refused --chunk 1e3 -- "${G[@]}" --chunk 1e3
+expect_refused --threads -2 -- "${G[@]}" --threads -2
+expect_refused --seed -1 -- "${G[@]}" --seed -1
+expect_refused --tokens x -- generate "${M[@]}" --tokens 1,x,3
+expect_refused --stop -4 -- "${G[@]}" --stop 5,-4
+
+expect_refused --seed -1 -- init --out "$TMP/m" --seed -1
+expect_refused --tol 0 -- check-golden "${M[@]}" --golden "$TMP/g" --tol 0
+
+expect_refused --decode -1 -- bench --decode -1
+expect_refused --lengths 0 -- bench --lengths 512,0
+expect_refused --decode-batch x -- bench --decode-batch x
+expect_refused --threads 1.5 -- bench --threads 1.5
+
+P=(profile --trace "$TMP/none.json" --out "$TMP/out")
+expect_refused --concurrency 0 -- "${P[@]}" --concurrency 0
+expect_refused --cache-ram 1e30 -- "${P[@]}" --cache-ram 1e30
+expect_refused --page-tokens 0 -- "${P[@]}" --page-tokens 0
+expect_refused --sweep-ram oops -- "${P[@]}" --sweep-ram 1G,oops
+expect_refused --units-per-s -1 -- "${P[@]}" --units-per-s -1
+expect_refused --limit -1 -- "${P[@]}" --limit -1
+
+wait
+for i in $(seq 1 "$n"); do
+  cat "$TMP/case.$i"
+  grep -q '^ok: ' "$TMP/case.$i" || fail=1
+done
+echo "$n cases"
+exit $fail
