@@ -218,7 +218,7 @@ TEST_CASE("max_sessions counts every session, and the session list pages in id o
   CHECK(e.live_state_bytes == 0);
   CHECK(e.sessions == 5);
   CHECK_THROWS_AS(sm->CreateSession("id5", {}, 0), SessionLimitError);
-  CHECK(sm->DeleteSession("id2"));
+  CHECK(sm->DeleteSession("id2") == session::SessionManager::DeleteOutcome::kDeleted);
   CHECK(sm->CreateSession("id5", {}, 0) == "id5");
   std::vector<std::string> seen;
   std::string after;
