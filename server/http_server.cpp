@@ -232,6 +232,22 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
     });
   }
 
+  // What was wrong with the request's framing, in our words (the parser's own messages are
+  // library text; the log keeps them at debug).
+  static std::string FramingProblem(const beast::error_code& ec) {
+    spdlog::debug("HTTP parse error: {}", ec.message());
+    if (ec == http::error::bad_method) return "bad method";
+    if (ec == http::error::bad_target) return "bad request target";
+    if (ec == http::error::bad_version) return "bad HTTP version";
+    if (ec == http::error::bad_field || ec == http::error::bad_value) return "bad header field";
+    if (ec == http::error::bad_content_length) return "bad Content-Length";
+    if (ec == http::error::bad_transfer_encoding || ec == http::error::bad_chunk ||
+        ec == http::error::bad_chunk_extension)
+      return "bad chunked encoding";
+    if (ec == http::error::partial_message || ec == http::error::short_read) return "the request ended early";
+    return "the request could not be parsed as HTTP/1.1";
+  }
+
   void OnRead(beast::error_code ec) {
     if (closed_) return;
     if (ec == http::error::body_limit) {
@@ -242,7 +258,7 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
       return Refuse(ApiError(431, "invalid_request_error", "headers_too_large", "the request headers are too large"));
     }
     if (ec && ConnectionEnded(ec)) return Shutdown();  // the client closed, went idle or reset
-    if (ec) return Refuse(InvalidRequest("malformed HTTP request: " + ec.message()));
+    if (ec) return Refuse(InvalidRequest("malformed HTTP request: " + FramingProblem(ec)));
     http::request<http::string_body> req = parser_->release();
     HttpRequest r;
     r.method = std::string(req.method_string());
