@@ -203,6 +203,53 @@ TEST_CASE("known trace: the decoder-only LRU baseline and the no-cache designs")
   CHECK(r.sim->runs()[3].outcomes[0].ttft_s == doctest::Approx(1.024));
 }
 
+TEST_CASE("exact repeats of page-aligned prompts resume from the decoder tail; a replayed prompt leaves none") {
+  // tests/data/profile_sim/repeat.json (not in profile/, whose file count profile_trace_test
+  // checks): R0 256 = B1..B4 out 0; R1 = R0's prompt again, out 16;
+  // R2 192 = B1 B2 B3 out 0; R3 = R2's prompt again. tiny: L 8, E 4, W 8. The budget holds
+  // everything (nothing is evicted).
+  SimConfig config = KnownConfig();
+  config.ram_budget = 1000 * 6144;
+  for (RestorePolicy policy : {RestorePolicy::kStaircase, RestorePolicy::kReplay}) {
+    CAPTURE(RestorePolicyName(policy));
+    config.restore = policy;
+    const Trace trace = LoadTraces({std::string(CEDAR_SOURCE_DIR) + "/tests/data/profile_sim/repeat.json"}, LoadOptions{});
+    Simulation sim(config);
+    Replay(trace, TokenSynth(0, config.model.vocab_size), sim);
+    const auto& o = sim.runs()[0].outcomes;
+    REQUIRE(o.size() == 4);
+    // R0: a miss, 256*4 + 8*4. Cached whole with a snapshot at 256 whose tail is bounded (the
+    // decoder policy is auto and 256 > W).
+    CHECK(o[0].hit() == 0);
+    CHECK(o[0].units == 1056);
+    // R1: the whole prompt is cached with a usable tail at its end: all 256 tokens, no units.
+    CHECK(o[1].tail_hit);
+    CHECK(o[1].matched == 256);
+    CHECK(o[1].hit_ram == 256);
+    CHECK(o[1].units == 0);
+    CHECK(o[1].replay == ReplayKind::kNone);
+    // R2: no snapshot at 192, so no repeat; the n - 1 match stops at 176 with no snapshot there.
+    CHECK_FALSE(o[2].tail_hit);
+    CHECK(o[2].hit_ram == 176);
+    CHECK(o[2].replay == ReplayKind::kNoSnapshotStored);
+    if (policy == RestorePolicy::kStaircase) {
+      // Exact: (192-176)*4 + 8*4 + ExactRestoreRows = min(176, 80) rows * 4 = 416. The prompt is
+      // cached with a snapshot and tail at 192, so R3 resumes from it.
+      CHECK(o[2].units == 64 + 32 + 320);
+      CHECK(o[3].tail_hit);
+      CHECK(o[3].hit_ram == 192);
+      CHECK(o[3].units == 0);
+    } else {
+      // Encoder SWA Bounded Replay: 64 + 32 + 32; the state past 176 is approximate, so nothing
+      // past it and no snapshot is cached: R3 finds the same 176 and replays again.
+      CHECK(o[2].units == 128);
+      CHECK_FALSE(o[3].tail_hit);
+      CHECK(o[3].hit_ram == 176);
+      CHECK(o[3].units == 128);
+    }
+  }
+}
+
 TEST_CASE("results do not depend on the number of worker threads; sweep points are separate caches") {
   SimConfig one = KnownConfig();
   one.threads = 1;
