@@ -66,6 +66,15 @@ bool ParseRestorePolicy(const std::string& s, RestorePolicy* out) {
   return false;
 }
 
+const char* SimDecoderName(SimDecoder d) {
+  switch (d) {
+    case SimDecoder::kAuto: return "auto";
+    case SimDecoder::kExact: return "exact";
+    case SimDecoder::kBounded: return "bounded";
+  }
+  return "?";
+}
+
 bool ParseSimDecoder(const std::string& s, SimDecoder* out) {
   if (s == "auto") *out = SimDecoder::kAuto;
   else if (s == "exact") *out = SimDecoder::kExact;
@@ -86,6 +95,7 @@ void Totals::Add(const Outcome& o, int64_t prompt) {
   replay_units += o.replay_units;
   replays_snapshot_evicted += o.replay == ReplayKind::kSnapshotEvicted;
   replays_no_snapshot_stored += o.replay == ReplayKind::kNoSnapshotStored;
+  tail_hits += o.tail_hit;
   ttft_s += o.ttft_s;
   peak_ram_bytes = std::max(peak_ram_bytes, o.ram_bytes);
   peak_disk_bytes = std::max(peak_disk_bytes, o.disk_bytes);

@@ -95,6 +95,7 @@ bool ParseRestorePolicy(const std::string& s, RestorePolicy* out);
 // (session/turns.cpp, StartTurn and RestoreRepeat).
 enum class SimDecoder { kAuto, kExact, kBounded };
 bool ParseSimDecoder(const std::string& s, SimDecoder* out);  // "auto", "exact", "bounded"
+const char* SimDecoderName(SimDecoder d);
 
 // The decoder tail a simulated snapshot carries (cache/state_codec.h, DecoderTail): the same
 // values, so the kind is what the server would have written.
@@ -133,6 +134,7 @@ struct Totals {
   int64_t replay_units = 0;
   int64_t replays_snapshot_evicted = 0;
   int64_t replays_no_snapshot_stored = 0;
+  int64_t tail_hits = 0;          // Cedar: exact repeats served from a decoder tail
   double ttft_s = 0;
   uint64_t peak_ram_bytes = 0;
   uint64_t peak_disk_bytes = 0;

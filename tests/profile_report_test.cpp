@@ -55,6 +55,9 @@ TEST_CASE("the report folder holds report.json, index.html, plot data and script
   CHECK(j["requests"].size() == 5);
   CHECK(j["requests"][4]["cedar"]["replay"] == "none");  // A3 hits A2's snapshot at 256
   CHECK(j["requests"][3]["cedar"]["replay"] == "no-snapshot-stored");
+  CHECK(j["designs"]["cedar"]["exact_repeats"] == 0);  // no prompt of known.json repeats a cached one
+  CHECK(j["requests"][3]["cedar"]["tail_hit"] == false);
+  CHECK(j["cache"]["cedar_decoder_policy"] == "auto");
   CHECK(j["sweep"].size() == 3);
   for (const char* f : {"index.html", "data/timeline.dat", "data/sweep.dat", "data/ttft_cedar.dat",
                         "plots/hit_rate.gp", "plots/compute_saved.gp", "plots/ttft_cdf.gp", "plots/bytes.gp",

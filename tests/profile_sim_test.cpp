@@ -239,6 +239,7 @@ TEST_CASE("exact repeats of page-aligned prompts resume from the decoder tail; a
       CHECK(o[3].tail_hit);
       CHECK(o[3].hit_ram == 192);
       CHECK(o[3].units == 0);
+      CHECK(sim.runs()[0].totals.tail_hits == 2);  // R1 and R3
     } else {
       // Encoder SWA Bounded Replay: 64 + 32 + 32; the state past 176 is approximate, so nothing
       // past it and no snapshot is cached: R3 finds the same 176 and replays again.
@@ -246,6 +247,7 @@ TEST_CASE("exact repeats of page-aligned prompts resume from the decoder tail; a
       CHECK_FALSE(o[3].tail_hit);
       CHECK(o[3].hit_ram == 176);
       CHECK(o[3].units == 128);
+      CHECK(sim.runs()[0].totals.tail_hits == 1);  // R1 only
     }
   }
 }
