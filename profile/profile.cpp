@@ -179,6 +179,10 @@ void ConfigureLikeServer(const LiveTarget& t, SimConfig* cfg, std::ostream& log)
   if (t.restore_policy == "recompute") cfg->restore = RestorePolicy::kRecompute;
   else if (t.restore_policy == "replay") cfg->restore = t.decoder_policy == "exact" ? RestorePolicy::kRecompute : RestorePolicy::kReplay;
   else cfg->restore = RestorePolicy::kStaircase;
+  // The decoder policy decides which decoder tails exact repeats resume from.
+  if (!t.decoder_policy.empty() && !ParseSimDecoder(t.decoder_policy, &cfg->decoder))
+    throw std::runtime_error("live: the server reports decoder policy '" + t.decoder_policy +
+                             "'; expected auto, exact or bounded");
   log << fmt::format("live: {} serves {} (vocab {}, max_seq_len {}); simulating with its cache: pages of {} tokens, RAM "
                      "{}, disk {}, restore policy {} (decoder {})\n",
                      t.address, t.model_name, t.vocab_size, t.max_seq_len, cfg->page_tokens,

@@ -68,7 +68,10 @@ json DesignJson(const DesignRun& run, const Simulation& sim) {
     j["replays"] = {{"encoder_replays_snapshot_evicted", run.totals.replays_snapshot_evicted},
                     {"encoder_replays_no_snapshot_stored", run.totals.replays_no_snapshot_stored},
                     {"encoder_replay_units", run.totals.replay_units}};
-    if (run.design == Design::kCedar) j["replays"]["decoder_replay_units"] = run.totals.decoder_units;
+    if (run.design == Design::kCedar) {
+      j["replays"]["decoder_replay_units"] = run.totals.decoder_units;
+      j["exact_repeats"] = run.totals.tail_hits;  // whole prompts served from a decoder tail
+    }
     const uint64_t k = std::max<uint64_t>(1, sim.config().payload_scale);
     j["bytes"] = {{"peak_ram", run.totals.peak_ram_bytes},
                   {"peak_disk", run.totals.peak_disk_bytes},
@@ -91,6 +94,7 @@ json OutcomeJson(Design d, const Outcome& o, bool time) {
   if (d == Design::kCedar) {
     j["snapshot"] = o.snapshot_position;
     j["replay"] = ReplayKindName(o.replay);
+    j["tail_hit"] = o.tail_hit;
   }
   return j;
 }
@@ -149,7 +153,8 @@ json BuildReportJson(const ReportInput& in) {
                      {"cedar_node_pages", cache::PrefixCacheConfig{}.max_node_pages},
                      {"decoder_only_node_blocks", CacheSim::DecoderOnlyNodeBlocks(cfg)},
                      {"ram_budget", cfg.ram_budget}, {"disk_budget", cfg.disk_budget}, {"sweep_ram", cfg.sweep_ram},
-                     {"payload_scale", cfg.payload_scale}, {"cedar_restore_policy", RestorePolicyName(cfg.restore)}};
+                     {"payload_scale", cfg.payload_scale}, {"cedar_restore_policy", RestorePolicyName(cfg.restore)},
+                     {"cedar_decoder_policy", SimDecoderName(cfg.decoder)}};
   report["cost_model"] = {{"source", cfg.cost.source},
                           {"units_per_s", cfg.cost.has_time() ? json(cfg.cost.units_per_s) : json(nullptr)},
                           {"disk_bytes_per_s", cfg.cost.disk_bytes_per_s}, {"note", cfg.cost.note}};

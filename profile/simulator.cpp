@@ -66,6 +66,23 @@ bool ParseRestorePolicy(const std::string& s, RestorePolicy* out) {
   return false;
 }
 
+const char* SimDecoderName(SimDecoder d) {
+  switch (d) {
+    case SimDecoder::kAuto: return "auto";
+    case SimDecoder::kExact: return "exact";
+    case SimDecoder::kBounded: return "bounded";
+  }
+  return "?";
+}
+
+bool ParseSimDecoder(const std::string& s, SimDecoder* out) {
+  if (s == "auto") *out = SimDecoder::kAuto;
+  else if (s == "exact") *out = SimDecoder::kExact;
+  else if (s == "bounded") *out = SimDecoder::kBounded;
+  else return false;
+  return true;
+}
+
 void Totals::Add(const Outcome& o, int64_t prompt) {
   ++requests;
   prompt_tokens += prompt;
@@ -78,6 +95,7 @@ void Totals::Add(const Outcome& o, int64_t prompt) {
   replay_units += o.replay_units;
   replays_snapshot_evicted += o.replay == ReplayKind::kSnapshotEvicted;
   replays_no_snapshot_stored += o.replay == ReplayKind::kNoSnapshotStored;
+  tail_hits += o.tail_hit;
   ttft_s += o.ttft_s;
   peak_ram_bytes = std::max(peak_ram_bytes, o.ram_bytes);
   peak_disk_bytes = std::max(peak_disk_bytes, o.disk_bytes);
@@ -143,13 +161,30 @@ CacheSim::~CacheSim() {
   }
 }
 
-cache::Payload CacheSim::SnapshotPayload(int64_t position) {
+cache::Payload CacheSim::SnapshotPayload(int64_t position, SimTail tail) {
   const uint64_t size = Scaled(bytes_.Snapshot(config_.model, position));
-  for (auto& [s, p] : snapshots_) {
-    if (s == size) return p;
+  for (auto& [key, p] : snapshots_) {
+    if (key == std::pair{size, tail}) return p;
   }
-  snapshots_.emplace_back(size, cache::MakePayload(std::vector<uint8_t>(size)));
+  std::vector<uint8_t> bytes(size);
+  bytes[0] = uint8_t(tail);  // Scaled() >= 1: there is a first byte
+  snapshots_.emplace_back(std::pair{size, tail}, cache::MakePayload(std::move(bytes)));
   return snapshots_.back().second;
+}
+
+// StartTurn: a fresh prefill is exact under decoder=exact, and a bounded replay of n <= W rows is
+// the exact computation too; otherwise (auto or bounded, n > W) it is a bounded replay. Requests
+// carry no session, so no live decoder ever makes an auto prefill exact.
+SimTail CacheSim::PromptTail(int64_t n) const {
+  return config_.decoder == SimDecoder::kExact || n <= config_.model.window ? SimTail::kExact : SimTail::kBounded;
+}
+
+// RestoreRepeat: auto takes either tail; exact and bounded take their own kind, either kind when
+// n <= W (both are the exact computation then).
+bool CacheSim::TailUsable(SimTail tail, int64_t n) const {
+  if (tail == SimTail::kNone) return false;
+  return config_.decoder == SimDecoder::kAuto || n <= config_.model.window ||
+         (config_.decoder == SimDecoder::kExact) == (tail == SimTail::kExact);
 }
 
 namespace {
@@ -158,8 +193,13 @@ uint64_t PrefixKey(std::span<const int32_t> tokens, size_t n) {
 }
 }  // namespace
 
-// The prompt and the output go into the cache, Cedar's with a snapshot at the end of each.
-void CacheSim::InsertTurn(const ReplayRequest& r, size_t exact_until) {
+// The prompt and the output go into the cache, Cedar's with a snapshot at the end of each. A
+// snapshot cut exactly where the computation ended carries the decoder tail (session/turns.cpp):
+// at the prompt's end when it is a page boundary, with the prefill's kind; at the output's end
+// when that is a page boundary, only above an exact prefill (decode steps over a bounded replay's
+// windows equal no fresh computation). The simulation caches prompt + output (the server's state
+// ends one token earlier: the last sampled token is never decoded; see docs/PROFILE.md).
+void CacheSim::InsertTurn(const ReplayRequest& r, size_t exact_until, SimTail repeat_tail) {
   const bool cedar = design_ == Design::kCedar;
   const bool partial = exact_until < r.prompt.size();
   full_.assign(r.prompt.begin(), r.prompt.begin() + std::ptrdiff_t(partial ? exact_until : r.prompt.size()));
@@ -167,17 +207,54 @@ void CacheSim::InsertTurn(const ReplayRequest& r, size_t exact_until) {
   const size_t page = cedar ? config_.page_tokens : config_.block_tokens;
   std::vector<cache::SnapshotInput> snaps;
   if (cedar && !partial) {
+    const bool repeat = repeat_tail != SimTail::kNone;
+    const SimTail prompt_tail = repeat ? repeat_tail : PromptTail(int64_t(r.prompt.size()));
+    const SimTail output_tail = prompt_tail == SimTail::kExact ? SimTail::kExact : SimTail::kNone;
+    size_t last = 0;
     for (size_t end : {r.prompt.size(), full_.size()}) {
       const size_t p = end / page * page;
-      if (p > 0 && (snaps.empty() || snaps.back().position != p)) {
-        snaps.push_back({p, SnapshotPayload(int64_t(p))});
-        snapshot_keys_.insert(PrefixKey(full_, p));
-      }
+      if (p == 0 || p == last) continue;
+      last = p;
+      snapshot_keys_.insert(PrefixKey(full_, p));
+      // An exact repeat's prompt-end snapshot is the cached one it resumed from (Finish keeps it).
+      if (repeat && p == r.prompt.size()) continue;
+      SimTail tail = SimTail::kNone;
+      if (p == end) tail = end == r.prompt.size() ? prompt_tail : output_tail;
+      snaps.push_back({p, SnapshotPayload(int64_t(p), tail)});
     }
   }
   auto inserted = cache_->Insert(
       full_, [this](size_t, std::span<const cache::TokenId>) -> cache::Result<cache::Payload> { return page_; }, snaps);
   if (!inserted.ok()) throw std::runtime_error("cache insert failed: " + inserted.status().ToString());
+}
+
+SimTail CacheSim::TryRepeat(const ReplayRequest& r, Outcome* o) {
+  const size_t n = r.prompt.size();
+  if (n == 0 || n % config_.page_tokens != 0) return SimTail::kNone;
+  const cache::MatchResult m = cache_->Match(r.prompt);
+  if (m.matched_tokens != n || m.snapshot_position != n) return SimTail::kNone;
+  const cache::CacheCounters before = cache_->Counters();
+  auto acquired = cache_->Acquire(r.prompt);
+  if (!acquired.ok()) throw std::runtime_error("cache acquire failed: " + acquired.status().ToString());
+  cache::PrefixHandle handle = std::move(acquired).value();
+  const cache::CacheCounters after = cache_->Counters();
+  if (handle.tokens() != n || handle.snapshot_position() != n || !handle.snapshot()) return SimTail::kNone;
+  const SimTail tail = SimTail(handle.snapshot()->at(0));
+  if (!TailUsable(tail, int64_t(n))) return SimTail::kNone;  // the handle goes; Restore matches n - 1
+  o->matched = int64_t(n);
+  o->hit_ram = int64_t(after.ram_hit_tokens - before.ram_hit_tokens);
+  o->hit_disk = int64_t(after.disk_hit_tokens - before.disk_hit_tokens);
+  o->snapshot_position = int64_t(n);
+  o->tail_hit = true;
+  if (config_.cost.has_time()) {
+    uint64_t disk_bytes = uint64_t(o->hit_disk) / config_.page_tokens * bytes_.cedar_page;
+    if (after.snapshots_loaded > before.snapshots_loaded) disk_bytes += bytes_.Snapshot(config_.model, int64_t(n));
+    o->ttft_s = config_.cost.Seconds(0, disk_bytes);
+  }
+  spdlog::debug("sim request {}: exact repeat of {} tokens from the snapshot's decoder tail", r.index, n);
+  InsertTurn(r, n, tail);  // while the handle still pins the prefix it restored
+  handle.Release();
+  return tail;
 }
 
 Outcome CacheSim::Run(const ReplayRequest& r) {
@@ -187,6 +264,14 @@ Outcome CacheSim::Run(const ReplayRequest& r) {
   // (session/turns.cpp, Restore). The decoder-only baseline charges that token in its units.
   const std::span<const int32_t> query = cedar ? r.prompt.first(size_t(std::max<int64_t>(n - 1, 0))) : r.prompt;
   Outcome o;
+  // Cedar serves an exact repeat of a cached page-aligned prompt from its snapshot's decoder tail
+  // before anything else (session/turns.cpp, Restore -> RestoreRepeat).
+  if (cedar && TryRepeat(r, &o) != SimTail::kNone) {
+    const cache::CacheSizes s = cache_->Sizes();
+    o.ram_bytes = s.ram.used_bytes() * scale();
+    o.disk_bytes = s.disk.used_bytes() * scale();
+    return o;
+  }
   o.matched = int64_t(cache_->Match(query).matched_tokens);
   const cache::CacheCounters before = cache_->Counters();
   auto acquired = cache_->Acquire(query);
@@ -237,7 +322,7 @@ Outcome CacheSim::Run(const ReplayRequest& r) {
     o.ttft_s = config_.cost.Seconds(o.units, disk_bytes);
   }
 
-  InsertTurn(r, exact_until);  // while the handle still pins the prefix it restored
+  InsertTurn(r, exact_until, SimTail::kNone);  // while the handle still pins the prefix it restored
   handle.Release();
   const cache::CacheSizes s = cache_->Sizes();
   o.ram_bytes = s.ram.used_bytes() * scale();

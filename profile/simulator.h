@@ -90,6 +90,17 @@ enum class RestorePolicy {
 const char* RestorePolicyName(RestorePolicy p);  // "staircase", "optimistic", "replay", "recompute"
 bool ParseRestorePolicy(const std::string& s, RestorePolicy* out);
 
+// The server's decoder policy (session/session_manager.h, DecoderPolicy). It decides which
+// decoder tail a prompt-end snapshot carries and which tails an exact repeat may resume from
+// (session/turns.cpp, StartTurn and RestoreRepeat).
+enum class SimDecoder { kAuto, kExact, kBounded };
+bool ParseSimDecoder(const std::string& s, SimDecoder* out);  // "auto", "exact", "bounded"
+const char* SimDecoderName(SimDecoder d);
+
+// The decoder tail a simulated snapshot carries (cache/state_codec.h, DecoderTail): the same
+// values, so the kind is what the server would have written.
+enum class SimTail : uint8_t { kNone = 0, kExact = 1, kBounded = 2 };
+
 // One request under one design.
 struct Outcome {
   int64_t matched = 0;            // Match(): longest cached prefix when the request arrived
@@ -97,6 +108,8 @@ struct Outcome {
   int64_t hit_ram = 0;            // restored from the RAM tier (recompute: up to the snapshot)
   int64_t hit_disk = 0;           // restored by loading from the disk tier
   int64_t snapshot_position = 0;  // deepest snapshot of the acquired prefix (0 = none)
+  bool tail_hit = false;          // Cedar: an exact repeat resumed from the decoder tail of the
+                                  // snapshot at the prompt's end: the whole prompt hits, 0 units
   ReplayKind replay = ReplayKind::kNone;
   int64_t encoder_units = 0;      // Cedar split; other designs put everything in `units`
   int64_t decoder_units = 0;
@@ -121,6 +134,7 @@ struct Totals {
   int64_t replay_units = 0;
   int64_t replays_snapshot_evicted = 0;
   int64_t replays_no_snapshot_stored = 0;
+  int64_t tail_hits = 0;          // Cedar: exact repeats served from a decoder tail
   double ttft_s = 0;
   uint64_t peak_ram_bytes = 0;
   uint64_t peak_disk_bytes = 0;
@@ -140,6 +154,7 @@ struct SimConfig {
   std::vector<uint64_t> sweep_ram;   // extra RAM budgets (the main one is always a point)
   CostModel cost;
   RestorePolicy restore = RestorePolicy::kStaircase;  // Cedar's
+  SimDecoder decoder = SimDecoder::kAuto;             // Cedar's decoder policy (decoder tails)
   // Payloads and both budgets are divided by this (>= 1), so that a disk tier writes 1/K of the
   // bytes; RAM decisions are unchanged (RAM holds payloads only) and reported bytes are scaled
   // back. Disk entries carry fixed headers (tokens, checksums) that do not scale, so with K > 1
@@ -166,10 +181,22 @@ class CacheSim {
   const cache::PrefixCache& cache() const { return *cache_; }
 
  private:
-  cache::Payload SnapshotPayload(int64_t position);
+  // A payload of the snapshot's size whose first byte is the tail kind (the rest is zeros): the
+  // real cache keeps it, spills it to disk and loads it back, so an exact repeat reads the tail
+  // of the snapshot that is actually cached at the prompt's end.
+  cache::Payload SnapshotPayload(int64_t position, SimTail tail);
+  // The tail a prompt of n tokens computed fresh leaves on its end snapshot (StartTurn).
+  SimTail PromptTail(int64_t n) const;
+  // Whether an exact repeat of n tokens may resume from `tail` (RestoreRepeat).
+  bool TailUsable(SimTail tail, int64_t n) const;
   // Inserts the prompt and output; `exact_until` < the prompt's length (after a replay under
-  // kReplay) inserts only that prefix and no snapshot, as the server does.
-  void InsertTurn(const ReplayRequest& r, size_t exact_until);
+  // kReplay) inserts only that prefix and no snapshot, as the server does. `repeat_tail` is the
+  // tail an exact repeat resumed from (kNone otherwise): its prompt-end snapshot is cached
+  // already and is not cut again (session/turns.cpp, Finish).
+  void InsertTurn(const ReplayRequest& r, size_t exact_until, SimTail repeat_tail);
+  // An exact repeat (RestoreRepeat): the whole prompt is cached with a snapshot at its end whose
+  // tail the decoder policy accepts. Fills `o` and returns the tail, else kNone.
+  SimTail TryRepeat(const ReplayRequest& r, Outcome* o);
   uint64_t Scaled(uint64_t bytes) const { return std::max<uint64_t>(1, bytes / scale()); }
 
   const Design design_;
@@ -179,7 +206,7 @@ class CacheSim {
   std::string dir_;                          // this cache's disk folder, removed at destruction
   std::unique_ptr<cache::PrefixCache> cache_;
   cache::Payload page_;                      // one shared buffer: every page has this size
-  std::vector<std::pair<uint64_t, cache::Payload>> snapshots_;  // by size
+  std::vector<std::pair<std::pair<uint64_t, SimTail>, cache::Payload>> snapshots_;  // by size and tail
   std::unordered_set<uint64_t> snapshot_keys_;  // digests of prefixes given a snapshot
   std::vector<int32_t> full_;                // prompt + output
 };

@@ -3,7 +3,9 @@
 //
 // Why they can agree exactly (docs/PROFILE.md, "Live mode"): requests go one at a time without a
 // session id, so the server serves them from its shared prefix cache as the simulation does;
-// both match at most n - 1 tokens and cut matches to 16-token pages; the simulation takes the
+// both match at most n - 1 tokens and cut matches to 16-token pages, except an exact repeat of a
+// cached page-aligned prompt whose end snapshot carries a decoder tail the decoder policy
+// accepts (both then hit the whole prompt); the simulation takes the
 // server's restore policy and caches only what the server would (nothing past a replayed prefix
 // under `replay`; up to the deepest snapshot under `recompute`); the RAM budget is large enough
 // that neither cache evicts (their snapshot payloads differ in size: the server's also hold the
@@ -112,9 +114,10 @@ TEST_CASE("live and simulated hit tokens agree on the known trace, with the hand
 }
 
 TEST_CASE("live and simulated hit tokens agree per request on a longer trace (repeats, sub-agent, page-aligned)") {
-  // profile_live/live_agree.json: 13 requests up to 1,536 tokens; identical page-aligned repeats (the server
-  // matches at most n - 1 tokens, so a repeat of 256 tokens hits 240), a sub-agent, prompts
-  // ending inside and at the end of earlier ones.
+  // profile_live/live_agree.json: 13 requests up to 1,536 tokens; identical page-aligned repeats, a
+  // sub-agent, prompts ending inside and at the end of earlier ones. A repeat of a page-aligned
+  // prompt that was computed and cached whole (with its end snapshot and decoder tail: bounded,
+  // as the server's decoder policy is auto and the prompt is longer than W) hits all of it.
   for (session::RestorePolicy policy :
        {session::RestorePolicy::kRecompute, session::RestorePolicy::kReplay, session::RestorePolicy::kStaircase}) {
     CAPTURE(server::RestorePolicyName(policy));
@@ -130,7 +133,17 @@ TEST_CASE("live and simulated hit tokens agree per request on a longer trace (re
     CHECK(a["simulated_hit_tokens"] == a["live_hit_tokens"]);
     // Not a vacuous agreement: most prompt tokens are hits.
     CHECK(a["live_hit_tokens"].get<int64_t>() > 5000);
-    CHECK(live[1] == (policy == session::RestorePolicy::kRecompute ? 0 : 240));  // the page-aligned repeat
+    // Request 1 repeats request 0 (256 tokens, a miss, so computed fresh and cached whole with its
+    // tail under every policy): the whole prompt, under every restore policy.
+    CHECK(live[1] == 256);
+    // Request 12 repeats request 11 (1,536 tokens). Under recompute and staircase request 11
+    // restored exactly and cached its whole prompt with a tail: 1,536. Under replay it ran Encoder
+    // SWA Bounded Replay, so it cached nothing past its replayed prefix and no snapshot: request
+    // 12 finds what request 11 found.
+    if (policy == session::RestorePolicy::kReplay)
+      CHECK(live[12] == live[11]);
+    else
+      CHECK(live[12] == 1536);
   }
 }
 

@@ -42,15 +42,22 @@ TEST_CASE("the report folder holds report.json, index.html, plot data and script
   const ProfileResult r = RunProfile(o, log);
   const nlohmann::json j = ReadJson(o.out + "/report.json");
   CHECK(j["trace"]["requests"] == 5);
-  CHECK(j["designs"]["cedar"]["prefill_units"]["total"] == 1792);
+  // profile_sim_test.cpp, "known trace": 544 + 288 + 400 + 320 + 208 (A3 keeps A2's snapshot at
+  // 256: the insert makes room for a new snapshot before adding it, so no replay).
+  CHECK(j["designs"]["cedar"]["prefill_units"]["total"] == 1760);
   CHECK(j["designs"]["cedar"]["hit_tokens"]["ram"] == 576);
-  CHECK(j["designs"]["cedar"]["evictions"]["snapshots_dropped"] == 7);
-  CHECK(j["designs"]["cedar"]["replays"]["encoder_replays_snapshot_evicted"] == 1);
+  CHECK(j["designs"]["cedar"]["evictions"]["snapshots_dropped"] == 6);  // 3 (A1) + 2 (A2) + 1 (A3)
+  CHECK(j["designs"]["cedar"]["replays"]["encoder_replays_snapshot_evicted"] == 0);
+  CHECK(j["designs"]["cedar"]["replays"]["encoder_replays_no_snapshot_stored"] == 1);  // A2 at 192
   CHECK(j["designs"]["decoder-only-no-cache"]["prefill_units"]["total"] == 7744);
   CHECK(j["designs"]["cedar"]["ttft_s"]["max"].get<double>() == doctest::Approx(0.544));
   CHECK(j["cost_model"]["source"] == "--units-per-s");
   CHECK(j["requests"].size() == 5);
-  CHECK(j["requests"][4]["cedar"]["replay"] == "snapshot-evicted");
+  CHECK(j["requests"][4]["cedar"]["replay"] == "none");  // A3 hits A2's snapshot at 256
+  CHECK(j["requests"][3]["cedar"]["replay"] == "no-snapshot-stored");
+  CHECK(j["designs"]["cedar"]["exact_repeats"] == 0);  // no prompt of known.json repeats a cached one
+  CHECK(j["requests"][3]["cedar"]["tail_hit"] == false);
+  CHECK(j["cache"]["cedar_decoder_policy"] == "auto");
   CHECK(j["sweep"].size() == 3);
   for (const char* f : {"index.html", "data/timeline.dat", "data/sweep.dat", "data/ttft_cedar.dat",
                         "plots/hit_rate.gp", "plots/compute_saved.gp", "plots/ttft_cdf.gp", "plots/bytes.gp",
