@@ -20,6 +20,7 @@
 #include "kernels/ops.h"
 #include "session/session_manager.h"
 #include "cli/commands.h"
+#include "tools_bridge/lib/chat_format.h"
 #include "tools_bridge/lib/model_tokenizer.h"
 #include "server/api.h"
 #include "server/http_server.h"
@@ -139,7 +140,10 @@ int RunServe(int argc, char** argv) {
   load.mmap_weights = vm.count("mmap-weights") > 0;
   std::shared_ptr<const Model> model = Model::Load(model_dir, load);
   // The tokenizer config.json declares ("byte" or "bpe" with tokenizer.json beside it).
-  std::shared_ptr<const bridge::Tokenizer> tokenizer = bridge::LoadModelTokenizer(model_dir, model->config().vocab_size);
+  // A deepseek_v41 model uses the released encoding's own specials, not Cedar's.
+  bridge::ModelTokenizerOptions to;
+  to.cedar_chat_specials = bridge::ChatFormatOf(model->config()) == bridge::ChatFormat::kCedar;
+  std::shared_ptr<const bridge::Tokenizer> tokenizer = bridge::LoadModelTokenizer(model_dir, model->config().vocab_size, to);
   if (model_name.empty()) model_name = std::filesystem::path(model_dir).lexically_normal().filename().string();
   if (model_name.empty()) model_name = "cedar";
 
