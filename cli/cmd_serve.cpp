@@ -162,6 +162,10 @@ int RunServe(int argc, char** argv) {
   ao.model_name = model_name;
   ao.tokenizer = tokenizer;
   ao.default_max_tokens = default_max_tokens;
+  // deepseek_v41 replay memory beside the disk cache (when the cache made its directory).
+  if (!mo.cache_dir.empty() && std::filesystem::is_directory(mo.cache_dir)) {
+    ao.replay_memory_path = mo.cache_dir + "/replay_memory.jsonl";
+  }
   server::Api api(*manager, ao);
 
   server::ServerOptions so;

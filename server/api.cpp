@@ -136,6 +136,7 @@ Api::Api(session::SessionManager& manager, ApiOptions options)
           "tokenizer (\"tokenizer\": \"bpe\" with tokenizer.json beside config.json); found the byte tokenizer");
     }
     dsml_ = std::make_unique<DsmlPrompter>(tokenizer_, options_.remembered_turns_per_session);
+    if (!options_.replay_memory_path.empty()) dsml_->memory().Persist(options_.replay_memory_path);
   } else {
     template_ = std::make_unique<bridge::ChatTemplate>(tokenizer_);
   }

@@ -51,6 +51,9 @@ struct ApiOptions {
   int default_max_tokens = 256;           // when a request names no max_tokens
   double default_pin_ttl_s = 600;         // POST /v1/sessions with messages and no pin_ttl_s
   size_t remembered_turns_per_session = 256;  // GenerationMemory per scope
+  // deepseek_v41: where the replay memory persists (server/dsml_replay.h, a 0600 JSON-lines
+  // file, e.g. in --cache-dir); "" = RAM only.
+  std::string replay_memory_path;
   // Every turn's policies (session/session_manager.h). `cedar profile --live` reads them from
   // /v1/cache to simulate the same; restore=recompute makes every cached prefix exact.
   session::DecoderPolicy decoder_policy = session::DecoderPolicy::kAuto;

@@ -1,6 +1,13 @@
 #include "server/dsml_replay.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <stdexcept>
 
 #include <spdlog/spdlog.h>
@@ -63,9 +70,117 @@ class RunningHash {
 
 }  // namespace
 
+namespace {
+
+nlohmann::json EntryJson(const std::string& scope, const DsmlMemory::Entry& e) {
+  nlohmann::json calls = nlohmann::json::array();
+  for (const bridge::ToolCall& c : e.shown.tool_calls) calls.push_back({c.id, c.name, c.arguments});
+  return {{"scope", scope},   {"hash", e.prompt_hash},          {"bytes", e.prompt_bytes},
+          {"content", e.shown.content}, {"reasoning", e.shown.reasoning}, {"calls", calls},
+          {"raw", e.raw},       {"ids", e.ids}};
+}
+
+std::string EntryLine(const std::string& scope, const DsmlMemory::Entry& e) {
+  return EntryJson(scope, e).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+bool WriteAll(int fd, const std::string& s) {
+  size_t done = 0;
+  while (done < s.size()) {
+    const ssize_t n = ::write(fd, s.data() + done, s.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += size_t(n);
+  }
+  return true;
+}
+
+}  // namespace
+
+DsmlMemory::~DsmlMemory() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void DsmlMemory::Persist(const std::string& path, size_t max_bytes) {
+  std::lock_guard<std::mutex> lk(mu_);
+  path_ = path;
+  max_bytes_ = max_bytes;
+  size_t loaded = 0, skipped = 0;
+  if (std::ifstream in(path, std::ios::binary); in) {
+    for (std::string line; std::getline(in, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      try {
+        if (j.is_discarded()) throw std::invalid_argument("not JSON");
+        auto e = std::make_shared<Entry>();
+        e->prompt_hash = j.at("hash").get<uint64_t>();
+        e->prompt_bytes = j.at("bytes").get<size_t>();
+        e->shown.role = bridge::Role::kAssistant;
+        e->shown.content = j.at("content").get<std::string>();
+        e->shown.reasoning = j.at("reasoning").get<std::string>();
+        for (const auto& c : j.at("calls")) {
+          e->shown.tool_calls.push_back({c.at(0).get<std::string>(), c.at(1).get<std::string>(), c.at(2).get<std::string>()});
+        }
+        e->raw = j.at("raw").get<std::string>();
+        e->ids = j.at("ids").get<std::vector<int32_t>>();
+        Insert(j.at("scope").get<std::string>(), std::move(e));
+        loaded++;
+      } catch (const std::exception&) {
+        skipped++;  // a line cut by a crash, or not ours
+      }
+    }
+  }
+  spdlog::info("replay memory {}: {} turns loaded, {} lines skipped", path, loaded, skipped);
+  Compact();  // rewrites the file with what is kept (bounded) and opens it for appending
+}
+
+void DsmlMemory::Compact() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  const std::string tmp = path_ + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) throw std::runtime_error("replay memory: cannot create " + tmp + ": " + std::strerror(errno));
+  // The most recently used scopes first, up to half the bound (so appends may double it before
+  // the next rewrite); older scopes stay in RAM only.
+  std::vector<const std::pair<const std::string, Scope>*> order;
+  for (const auto& kv : scopes_) order.push_back(&kv);
+  std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->second.last_used > b->second.last_used; });
+  size_t bytes = 0;
+  bool ok = true;
+  for (const auto* kv : order) {
+    std::string lines;
+    for (const auto& e : kv->second.entries) lines += EntryLine(kv->first, *e);
+    if (bytes + lines.size() > max_bytes_ / 2) break;
+    ok = ok && WriteAll(fd, lines);
+    bytes += lines.size();
+  }
+  ::close(fd);
+  if (!ok || std::rename(tmp.c_str(), path_.c_str()) != 0) {
+    throw std::runtime_error("replay memory: cannot write " + path_ + ": " + std::strerror(errno));
+  }
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (fd_ < 0) throw std::runtime_error("replay memory: cannot open " + path_ + ": " + std::strerror(errno));
+  file_bytes_ = bytes;
+}
+
 void DsmlMemory::Remember(const std::string& scope, Entry entry) {
   auto e = std::make_shared<const Entry>(std::move(entry));
   std::lock_guard<std::mutex> lk(mu_);
+  if (fd_ >= 0) {
+    const std::string line = EntryLine(scope, *e);
+    if (!WriteAll(fd_, line)) spdlog::warn("replay memory {}: write failed: {}", path_, std::strerror(errno));
+    file_bytes_ += line.size();
+  }
+  Insert(scope, std::move(e));
+  if (fd_ >= 0 && file_bytes_ > max_bytes_) {
+    try {
+      Compact();
+    } catch (const std::exception& ex) {
+      spdlog::warn("{}", ex.what());
+    }
+  }
+}
+
+void DsmlMemory::Insert(const std::string& scope, std::shared_ptr<const Entry> e) {
   if (!scopes_.count(scope) && scopes_.size() >= max_scopes_) {
     auto oldest = std::min_element(scopes_.begin(), scopes_.end(),
                                    [](const auto& a, const auto& b) { return a.second.last_used < b.second.last_used; });
@@ -87,7 +202,14 @@ std::vector<std::shared_ptr<const DsmlMemory::Entry>> DsmlMemory::Entries(const 
 
 void DsmlMemory::Forget(const std::string& scope) {
   std::lock_guard<std::mutex> lk(mu_);
-  scopes_.erase(scope);
+  // A deleted session's turns leave the file too (rewritten without them).
+  if (scopes_.erase(scope) && fd_ >= 0) {
+    try {
+      Compact();
+    } catch (const std::exception& ex) {
+      spdlog::warn("{}", ex.what());
+    }
+  }
 }
 
 size_t DsmlMemory::entries() const {

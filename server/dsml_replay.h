@@ -56,9 +56,17 @@ class DsmlMemory {
   explicit DsmlMemory(size_t per_scope = 256, size_t max_scopes = 4096)
       : per_scope_(per_scope), max_scopes_(max_scopes) {}
 
+  // Persists the memory in `path` (a JSON-lines file, mode 0600, created if missing) so it
+  // survives a restart: loads what the file holds now, then appends each new entry. When the
+  // file grows past `max_bytes` it is rewritten from what the memory holds (the bounds above).
+  // A line that does not parse (a write cut by a crash) is skipped. Throws std::runtime_error
+  // naming the file when it cannot be opened.
+  void Persist(const std::string& path, size_t max_bytes = size_t(64) << 20);
+
   void Remember(const std::string& scope, Entry entry);
   // The scope's entries, newest first (immutable once stored).
   std::vector<std::shared_ptr<const Entry>> Entries(const std::string& scope);
+  ~DsmlMemory();
   void Forget(const std::string& scope);
   size_t entries() const;
 
@@ -67,7 +75,14 @@ class DsmlMemory {
     std::deque<std::shared_ptr<const Entry>> entries;  // oldest first
     uint64_t last_used = 0;
   };
+  void Insert(const std::string& scope, std::shared_ptr<const Entry> e);  // REQUIRES: mu_ held
+  void Compact();                                                          // REQUIRES: mu_ held
+
   size_t per_scope_, max_scopes_;
+  std::string path_;      // "" = RAM only
+  size_t max_bytes_ = 0;
+  size_t file_bytes_ = 0; // the file's size as written
+  int fd_ = -1;           // path_ opened for appending
   mutable std::mutex mu_;
   std::unordered_map<std::string, Scope> scopes_;
   uint64_t clock_ = 0;

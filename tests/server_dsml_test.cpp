@@ -7,6 +7,7 @@
 // Skips (with a message) when npm has not installed the tokenizer files.
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -33,9 +34,14 @@ struct V41Server {
   static std::unique_ptr<V41Server> Make() {
     if (testing::DeepSeekV3TokenizerDir().empty()) return nullptr;
     auto s = std::make_unique<V41Server>();
-    bridge::BpeTokenizerOptions bo;
-    bo.vocab_size = 129280;
-    s->tok = bridge::BpeTokenizer::FromDir(testing::MakeDeepSeekV41TokenizerDir(CEDAR_BINARY_DIR "/server_dsml_test"), bo);
+    // Loaded once per process (about a second): the test cases share it.
+    static std::shared_ptr<const bridge::Tokenizer> shared_tok = [] {
+      bridge::BpeTokenizerOptions bo;
+      bo.vocab_size = 129280;
+      return std::shared_ptr<const bridge::Tokenizer>(
+          bridge::BpeTokenizer::FromDir(testing::MakeDeepSeekV41TokenizerDir(CEDAR_BINARY_DIR "/server_dsml_test"), bo));
+    }();
+    s->tok = shared_tok;
     ModelConfig c;
     REQUIRE(PresetConfig("tiny", &c));
     c.vocab_size = 129280;
@@ -305,4 +311,50 @@ TEST_CASE("deepseek_v41 agent loop: 20 turns, every prompt extends the previous 
   CHECK(metrics.find("cedar_replay_exact_total") != std::string::npos);
   CHECK(metrics.find("cedar_replay_canonical_total") != std::string::npos);
   MESSAGE("verbatim turns " << verbatim_msgs << ", scripted/edited " << scripted_msgs);
+}
+
+TEST_CASE("deepseek_v41 replay memory persists in a 0600 file and survives a restart") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(CEDAR_BINARY_DIR) / "server_dsml_test" / "persist";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string path = (dir / "replay_memory.jsonl").string();
+  server::DsmlMemory::Entry e;
+  e.prompt_hash = 0xfedcba9876543210ull;
+  e.prompt_bytes = 1234;
+  e.shown.role = bridge::Role::kAssistant;
+  e.shown.content = "héllo \"quoted\"\n";
+  e.shown.reasoning = "think";
+  e.shown.tool_calls = {{"call_1", "run", R"({"cmd": "ls"})"}};
+  e.raw = "raw text <｜DSML｜ calls>";
+  e.ids = {5, 129279, 0, 77};
+  {
+    server::DsmlMemory m(4);
+    m.Persist(path);
+    for (int i = 0; i < 6; ++i) {
+      e.ids[0] = i;
+      m.Remember("s1", e);
+    }
+    m.Remember("s2", e);
+  }
+  CHECK((fs::status(path).permissions() & fs::perms::all) == (fs::perms::owner_read | fs::perms::owner_write));
+  std::ofstream(path, std::ios::app) << "{\"scope\": \"s1\", \"hash\": 1, \"by";  // a write cut by a crash
+  {
+    server::DsmlMemory m(4);
+    m.Persist(path);
+    const auto s1 = m.Entries("s1");
+    REQUIRE(s1.size() == 4);  // the bound holds after reloading
+    CHECK(s1.front()->ids == std::vector<int32_t>{5, 129279, 0, 77});
+    CHECK(s1.back()->ids[0] == 2);
+    CHECK(s1.front()->prompt_hash == e.prompt_hash);
+    CHECK(s1.front()->prompt_bytes == e.prompt_bytes);
+    CHECK(s1.front()->shown == e.shown);
+    CHECK(s1.front()->raw == e.raw);
+    CHECK(m.Entries("s2").size() == 1);
+    m.Forget("s2");  // a deleted session leaves the file
+  }
+  server::DsmlMemory m(4);
+  m.Persist(path);
+  CHECK(m.Entries("s1").size() == 4);
+  CHECK(m.Entries("s2").empty());
 }
