@@ -216,12 +216,12 @@ TEST_CASE("deepseek_v41: a tool call sent back with re-serialised arguments repl
   CHECK(prompter.Render("s", other, tools, {}).exact == 0);
 }
 
-TEST_CASE("deepseek_v41 agent loop: 20 turns, every prompt extends the previous prompt + output") {
-  auto s = V41Server::Make();
-  if (!s) {
-    MESSAGE(testing::MissingTokenizerMessage());
-    return;
-  }
+namespace {
+
+// `turns` turns of an agent on a fresh session; thinking: the prompts end with "<think>", the
+// noise the model writes is reasoning_content, and the client sends it back.
+void AgentLoop(V41Server* s, bool thinking, int turns) {
+  CAPTURE(thinking);
   server::Api& api = *s->api;
   const std::string sid = json::parse(api.Handle({"POST", "/v1/sessions", {}, "{}"}).body)["id"];
   // Key order as a client wrote it ("function" before "type"): part of the prompt bytes.
@@ -235,10 +235,10 @@ TEST_CASE("deepseek_v41 agent loop: 20 turns, every prompt extends the previous 
   std::vector<int32_t> prev_prompt, prev_ids;
   int64_t prev_completion = 0;
   bool prev_verbatim = false;
-  int verbatim_msgs = 0, scripted_msgs = 0;
-  for (int t = 0; t < 20; ++t) {
+  int verbatim_msgs = 0, scripted_msgs = 0, reasoned = 0;
+  for (int t = 0; t < turns; ++t) {
     CAPTURE(t);
-    ojson body = {{"model", "v41-tiny"}, {"messages", messages}, {"tools", tools}, {"session_id", sid},
+    ojson body = {{"model", "v41-tiny"}, {"messages", messages}, {"tools", tools}, {"session_id", sid}, {"thinking", thinking},
                   {"max_tokens", 6 + (t * 7) % 11}, {"temperature", 1.0}, {"seed", 100 + t}};
     if (t % 3 == 1) body["stream"] = true, body["stream_options"] = {{"include_usage", true}};
     const std::vector<int32_t> prompt = api.ChatPromptIds(body.dump());
@@ -275,6 +275,7 @@ TEST_CASE("deepseek_v41 agent loop: 20 turns, every prompt extends the previous 
     prev_ids = remembered.front()->ids;
     CHECK(int64_t(prev_ids.size()) >= completion - 1);
     ojson msg = ojson::parse(r["choices"][0]["message"].dump());
+    reasoned += msg.contains("reasoning_content") && !msg["reasoning_content"].get<std::string>().empty();
     if (t % 4 == 3 || t == 10) {
       // The agent replaces the model's turn: a scripted tool call (or, at t == 10, an edit),
       // rendered canonically.
@@ -310,7 +311,20 @@ TEST_CASE("deepseek_v41 agent loop: 20 turns, every prompt extends the previous 
   const std::string metrics = api.Handle({"GET", "/metrics", {}, ""}).body;
   CHECK(metrics.find("cedar_replay_exact_total") != std::string::npos);
   CHECK(metrics.find("cedar_replay_canonical_total") != std::string::npos);
-  MESSAGE("verbatim turns " << verbatim_msgs << ", scripted/edited " << scripted_msgs);
+  CHECK((reasoned > 0) == thinking);  // thinking mode: the noise is reasoning until a </think>
+  MESSAGE("thinking " << thinking << ": verbatim turns " << verbatim_msgs << ", scripted/edited " << scripted_msgs);
+}
+
+}  // namespace
+
+TEST_CASE("deepseek_v41 agent loop: 20 turns, every prompt extends the previous prompt + output") {
+  auto s = V41Server::Make();
+  if (!s) {
+    MESSAGE(testing::MissingTokenizerMessage());
+    return;
+  }
+  AgentLoop(s.get(), false, 20);
+  AgentLoop(s.get(), true, 6);  // reasoning sent back as reasoning_content is replayed too
 }
 
 TEST_CASE("deepseek_v41 replay memory persists in a 0600 file and survives a restart") {
