@@ -147,6 +147,17 @@ TEST_CASE("deepseek_v41 prompts are BPE(EncodeWithSpecials(the released encoder'
     compared++;
   }
   MESSAGE("encoder vectors compared: " << compared);
+  // Bad encoder settings are 400s naming the field.
+  for (const auto& [bad, param] : std::vector<std::pair<json, std::string>>{
+           {{{"thinking", "yes"}}, "thinking"}, {{{"reasoning_effort", "medium"}}, "reasoning_effort"},
+           {{{"chat_template_kwargs", {{"reasoning_effort", 0}}}}, "chat_template_kwargs.reasoning_effort"}}) {
+    json body = bad;
+    body["messages"] = {{{"role", "user"}, {"content", "hi"}}};
+    const server::HttpResponse r = s->api->Handle({"POST", "/v1/chat/completions", {}, body.dump()});
+    CAPTURE(r.body);
+    CHECK(r.status == 400);
+    CHECK(json::parse(r.body)["error"]["param"] == param);
+  }
   CHECK(compared >= 5);
 }
 
