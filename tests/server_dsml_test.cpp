@@ -383,3 +383,39 @@ TEST_CASE("deepseek_v41 replay memory persists in a 0600 file and survives a res
   CHECK(m.Entries("s1").size() == 4);
   CHECK(m.Entries("s2").empty());
 }
+
+TEST_CASE("deepseek_v41: after a restart the server still replays a turn it generated before") {
+  namespace fs = std::filesystem;
+  if (testing::DeepSeekV3TokenizerDir().empty()) {
+    MESSAGE(testing::MissingTokenizerMessage());
+    return;
+  }
+  const fs::path dir = fs::path(CEDAR_BINARY_DIR) / "server_dsml_test" / "restart";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string memory_path = (dir / "replay_memory.jsonl").string();
+  ojson messages = ojson::array({{{"role", "user"}, {"content", "Say something."}}});
+  json reply;
+  {
+    auto s = V41Server::Make();
+    server::ApiOptions ao;
+    ao.tokenizer = s->tok;
+    ao.replay_memory_path = memory_path;
+    s->api = std::make_unique<server::Api>(*s->manager, ao);
+    reply = s->Post("/v1/chat/completions", ojson{{"messages", messages}, {"max_tokens", 8}, {"seed", 3}}.dump());
+  }
+  messages.push_back(ojson::parse(reply["choices"][0]["message"].dump()));
+  messages.push_back({{"role", "user"}, {"content", "Again."}});
+  auto s = V41Server::Make();  // a new server process, as far as the Api can tell
+  const std::string body = ojson{{"messages", messages}, {"max_tokens", 4}}.dump();
+  CHECK(s->api->ChatPromptIds(body).size() > 0);
+  s->Post("/v1/chat/completions", body);
+  CHECK(s->api->metrics().totals().replay_exact == 0);  // no memory file: canonical
+  server::ApiOptions ao;
+  ao.tokenizer = s->tok;
+  ao.replay_memory_path = memory_path;
+  s->api = std::make_unique<server::Api>(*s->manager, ao);
+  s->Post("/v1/chat/completions", body);
+  CHECK(s->api->metrics().totals().replay_exact == 1);
+  CHECK(s->api->metrics().totals().replay_canonical == 0);
+}
