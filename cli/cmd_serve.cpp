@@ -21,6 +21,7 @@
 #include "session/session_manager.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "tools_bridge/lib/chat_format.h"
 #include "tools_bridge/lib/model_tokenizer.h"
 #include "server/api.h"
 #include "server/http_server.h"
@@ -179,7 +180,10 @@ int RunServe(int argc, char** argv) {
   load.mmap_weights = vm.count("mmap-weights") > 0;
   std::shared_ptr<const Model> model = Model::Load(model_dir, load);
   // The tokenizer config.json declares ("byte" or "bpe" with tokenizer.json beside it).
-  std::shared_ptr<const bridge::Tokenizer> tokenizer = bridge::LoadModelTokenizer(model_dir, model->config().vocab_size);
+  // A deepseek_v41 model uses the released encoding's own specials, not Cedar's.
+  bridge::ModelTokenizerOptions to;
+  to.cedar_chat_specials = bridge::ChatFormatOf(model->config()) == bridge::ChatFormat::kCedar;
+  std::shared_ptr<const bridge::Tokenizer> tokenizer = bridge::LoadModelTokenizer(model_dir, model->config().vocab_size, to);
   if (model_name.empty()) model_name = std::filesystem::path(model_dir).lexically_normal().filename().string();
   if (model_name.empty()) model_name = "cedar";
 
@@ -194,6 +198,10 @@ int RunServe(int argc, char** argv) {
   ao.model_name = model_name;
   ao.tokenizer = tokenizer;
   ao.default_max_tokens = default_max_tokens;
+  // deepseek_v41 replay memory beside the disk cache (when the cache made its directory).
+  if (!mo.cache_dir.empty() && std::filesystem::is_directory(mo.cache_dir)) {
+    ao.replay_memory_path = mo.cache_dir + "/replay_memory.jsonl";
+  }
   server::Api api(*manager, ao);
 
   server::ServerOptions so;

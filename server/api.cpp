@@ -10,6 +10,7 @@
 #include <optional>
 #include <string_view>
 
+#include "tools_bridge/lib/bpe_tokenizer.h"
 #include "tools_bridge/lib/openai_json.h"
 #include "server/api_error.h"
 #include "server/request_parse.h"
@@ -123,10 +124,25 @@ Api::Api(session::SessionManager& manager, ApiOptions options)
       tokenizer_owner_(options_.tokenizer ? options_.tokenizer
                                           : std::make_shared<bridge::ByteTokenizer>(manager.model().config().vocab_size)),
       tokenizer_(*tokenizer_owner_),
-      template_(tokenizer_),
+      format_(bridge::ChatFormatOf(manager.model().config())),
       memory_(options_.remembered_turns_per_session),
       created_(UnixNow()),
-      rng_(std::random_device{}()) {}
+      rng_(std::random_device{}()) {
+  if (format_ == bridge::ChatFormat::kDeepseekV41) {
+    // The released encoding is text over the released BPE vocabulary; the byte tokenizer has
+    // none of its special tokens.
+    if (!dynamic_cast<const bridge::BpeTokenizer*>(&tokenizer_)) {
+      throw std::invalid_argument(
+          "the model's config.json says \"chat_format\": \"deepseek_v41\", which needs the released BPE "
+          "tokenizer (\"tokenizer\": \"bpe\" with tokenizer.json beside config.json); found the byte tokenizer");
+    }
+    dsml_ = std::make_unique<DsmlPrompter>(tokenizer_, options_.remembered_turns_per_session);
+    if (!options_.replay_memory_path.empty()) dsml_->memory().Persist(options_.replay_memory_path);
+  } else {
+    template_ = std::make_unique<bridge::ChatTemplate>(tokenizer_);
+  }
+  spdlog::debug("chat format {}", bridge::ChatFormatName(format_));
+}
 
 void Api::DetachManager() {
   draining_.store(true);
@@ -252,10 +268,16 @@ HttpResponse Api::CreateSession(const HttpRequest& request) {
     json tools = body.value("tools", json());
     if (!tools.is_null() && !tools.is_array()) throw InvalidRequest("tools: expected an array", "tools");
     if (!it->is_array()) throw InvalidRequest("messages: expected an array, found " + bridge::JsonPreview(*it), "messages");
-    try {
-      pin = template_.Render(bridge::MessagesFromJson(*it), tools);
-    } catch (const bridge::ChatTemplateError& e) {
-      throw InvalidRequest(e.what(), e.param());
+    if (dsml_) {
+      ChatRequest chat;
+      chat.messages = bridge::MessagesFromJson(*it);
+      pin = RenderChat(body, request.body, chat, false).ids;
+    } else {
+      try {
+        pin = template_->Render(bridge::MessagesFromJson(*it), tools);
+      } catch (const bridge::ChatTemplateError& e) {
+        throw InvalidRequest(e.what(), e.param());
+      }
     }
     if (int64_t(pin.size()) >= manager_.model().config().max_seq_len) {
       throw FromErrorKind(session::ErrorKind::kPromptTooLong,
@@ -306,6 +328,7 @@ HttpResponse Api::DeleteSession(const HttpRequest& request, const std::string& i
   // Remembered generations are keyed by the exact prompt, so a stale entry can never attach to
   // a different conversation; forgetting here only frees the memory.
   memory_.Forget(Scope(request.tenant, id));
+  if (dsml_) dsml_->memory().Forget(Scope(request.tenant, id));
   return JsonResponse(200, {{"id", id}, {"object", "session.deleted"}, {"deleted", true}});
 }
 
@@ -343,6 +366,7 @@ HttpResponse Api::Models() const {
                   {"device", manager_.device()},          // the backend in use: cpu or cuda
                   {"device_detail", manager_.device_detail()},
                   {"vocab_size", c.vocab_size},
+                  {"chat_format", std::string(bridge::ChatFormatName(format_))},
                   {"n_layers", c.n_layers},
                   {"n_encoder_layers", c.n_encoder_layers},
                   {"window", c.window},
@@ -387,7 +411,7 @@ HttpResponse Api::Cache() {
               {"demoted", e.sessions_demoted}}},
             {"inserts_partial", e.cache_inserts_partial},
             {"insert_refused_tokens", e.cache_insert_refused_tokens},
-            {"remembered_turns", memory_.entries()},
+            {"remembered_turns", dsml_ ? dsml_->memory().entries() : memory_.entries()},
             {"page_tokens", e.page_tokens},
             {"policies",
              {{"restore", RestorePolicyName(options_.restore_policy)},

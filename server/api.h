@@ -24,14 +24,17 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <shared_mutex>
 #include <string>
 
 #include "session/session_manager.h"
+#include "tools_bridge/lib/chat_format.h"
 #include "tools_bridge/lib/chat_template.h"
 #include "tools_bridge/lib/tokenizer.h"
 #include "server/api_error.h"
+#include "server/dsml_replay.h"
 #include "server/generation_memory.h"
 #include "server/http_message.h"
 #include "server/request_parse.h"
@@ -48,6 +51,9 @@ struct ApiOptions {
   int default_max_tokens = 256;           // when a request names no max_tokens
   double default_pin_ttl_s = 600;         // POST /v1/sessions with messages and no pin_ttl_s
   size_t remembered_turns_per_session = 256;  // GenerationMemory per scope
+  // deepseek_v41: where the replay memory persists (server/dsml_replay.h, a 0600 JSON-lines
+  // file, e.g. in --cache-dir); "" = RAM only.
+  std::string replay_memory_path;
   // Every turn's policies (session/session_manager.h). `cedar profile --live` reads them from
   // /v1/cache to simulate the same; restore=recompute makes every cached prefix exact.
   session::DecoderPolicy decoder_policy = session::DecoderPolicy::kAuto;
@@ -74,7 +80,14 @@ class Api {
   // answers 503 instead); returns once the calls in progress have returned.
   void DetachManager();
   ServerMetrics& metrics() { return metrics_; }
-  const bridge::ChatTemplate& chat_template() const { return template_; }
+  // Cedar's template; null for a model in the released deepseek_v41 format (whose vocabulary
+  // has no room for Cedar's chat specials).
+  const bridge::ChatTemplate* chat_template() const { return template_.get(); }
+  bridge::ChatFormat chat_format() const { return format_; }
+  DsmlPrompter* dsml() { return dsml_.get(); }  // null unless deepseek_v41
+  // The prompt ids a /v1/chat/completions body renders to now (remembered generations
+  // reattached), without running a turn or counting anything. For tests and benches.
+  std::vector<int32_t> ChatPromptIds(const std::string& body);
   const bridge::Tokenizer& tokenizer() const { return tokenizer_; }
   const GenerationMemory& memory() const { return memory_; }
 
@@ -89,7 +102,16 @@ class Api {
     session::TurnRequest request;
     std::vector<std::string> stop;
     TurnMeta meta;
+    std::optional<DsmlPrompt> dsml;  // deepseek_v41 chat: the prompt's key for exact replay
   };
+  // A chat request's prompt (either format). `count`: add the replay counts to /metrics.
+  struct ChatPrompt {
+    std::vector<int32_t> ids;
+    std::optional<DsmlPrompt> dsml;
+  };
+  // `scope`: Scope(tenant, session id), the key of the remembered generations it may replay.
+  ChatPrompt RenderChat(const nlohmann::json& body, const std::string& raw_body, ChatRequest& chat,
+                        const std::string& scope, bool count);
 
   HttpResponse Route(const HttpRequest& request, const std::string& path);
   HttpResponse ChatCompletions(const HttpRequest& request, std::chrono::steady_clock::time_point start);
@@ -123,8 +145,10 @@ class Api {
   ApiOptions options_;
   std::shared_ptr<const bridge::Tokenizer> tokenizer_owner_;  // options_.tokenizer or a ByteTokenizer
   const bridge::Tokenizer& tokenizer_;                         // *tokenizer_owner_
-  bridge::ChatTemplate template_;
-  GenerationMemory memory_;
+  bridge::ChatFormat format_;                       // the model config's chat_format
+  std::unique_ptr<bridge::ChatTemplate> template_;  // kCedar only
+  std::unique_ptr<DsmlPrompter> dsml_;              // kDeepseekV41 only
+  GenerationMemory memory_;                         // kCedar's exact replay
   ServerMetrics metrics_;
   std::atomic<bool> draining_{false};
   std::shared_mutex gate_;       // shared: a call into the manager; unique: DetachManager

@@ -7,6 +7,11 @@
 // worker waits for the turn's end (HttpResponse::complete).
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
+#include "tools_bridge/lib/json_limits.h"
+#include "tools_bridge/lib/openai_json.h"
+
 #include "server/api.h"
 #include "server/api_error.h"
 #include "server/request_parse.h"
@@ -40,8 +45,12 @@ Api::TurnPlan Api::PlanTurn(const GenerationParams& params, std::vector<int32_t>
   r.owner = request.tenant;  // its session is looked up among the tenant's own
   r.tenant = CachePartition(request.tenant, cache_salt);
   if (!params.ignore_eos) {
-    const auto ids = template_.stop_ids();
-    r.stop_tokens.assign(ids.begin(), ids.end());
+    if (dsml_) {
+      r.stop_tokens = {dsml_->eos_id()};  // the released format ends a turn with <｜end▁of▁sentence｜>
+    } else {
+      const auto ids = template_->stop_ids();
+      r.stop_tokens.assign(ids.begin(), ids.end());
+    }
   }
   TurnMeta& m = plan.meta;
   m.id = NewId(chat ? "chatcmpl-" : "cmpl-");
@@ -56,18 +65,105 @@ Api::TurnPlan Api::PlanTurn(const GenerationParams& params, std::vector<int32_t>
   return plan;
 }
 
-HttpResponse Api::ChatCompletions(const HttpRequest& request, std::chrono::steady_clock::time_point start) {
-  RequireNotDraining();
-  const json body = ParseJsonBody(request.body);
-  ChatRequest chat = ParseChatRequest(body, request);
-  std::vector<int32_t> prompt;
+namespace {
+
+// The request's `tools` with the client's key order (part of the prompt bytes in the released
+// encoding), parsed again from the body text keeping only that field. The body already parsed
+// once (depth-checked), so this cannot fail.
+nlohmann::ordered_json OrderedTools(const std::string& raw_body) {
+  using ojson = nlohmann::ordered_json;
+  const ojson::parser_callback_t keep_tools = [](int depth, ojson::parse_event_t event, ojson& parsed) {
+    return !(depth == 1 && event == ojson::parse_event_t::key && parsed != "tools");
+  };
+  const ojson body = ojson::parse(raw_body, keep_tools, false);
+  if (!body.is_object()) return nullptr;
+  auto it = body.find("tools");
+  return it == body.end() ? ojson(nullptr) : *it;
+}
+
+// deepseek_v41 encoder settings from the request: `thinking` (true/false, or DeepSeek's
+// {"type": "enabled"|"disabled"}) or chat_template_kwargs.thinking (vLLM, SGLang);
+// `reasoning_effort` ("low", "high", "max" or "1".."100") at the top level or in
+// chat_template_kwargs.
+bridge::dsml::Options DsmlOptionsOf(const nlohmann::json& body) {
+  bridge::dsml::Options o;
+  auto thinking = [&](const nlohmann::json& v, const std::string& field) {
+    if (v.is_boolean()) return v.get<bool>();
+    if (v.is_object() && v.contains("type") && v["type"].is_string()) {
+      const std::string t = v["type"].get<std::string>();
+      if (t == "enabled" || t == "disabled") return t == "enabled";
+    }
+    throw InvalidRequest(field + ": expected true, false or {\"type\": \"enabled\"|\"disabled\"}, found " +
+                             bridge::JsonPreview(v),
+                         field);
+  };
+  auto effort = [&](const nlohmann::json& v, const std::string& field) {
+    if (v.is_null()) return;
+    std::string text = v.is_string() ? v.get<std::string>() : v.is_number_integer() ? v.dump() : "";
+    if (text.empty()) throw InvalidRequest(field + ": expected \"low\", \"high\", \"max\" or 1..100", field);
+    try {
+      o.reasoning_effort = bridge::dsml::ParseReasoningEffort(text);
+    } catch (const bridge::ChatTemplateError& e) {
+      throw InvalidRequest(field + ": " + e.what(), field);
+    }
+  };
+  if (auto it = body.find("chat_template_kwargs"); it != body.end() && it->is_object()) {
+    if (auto t = it->find("thinking"); t != it->end()) o.thinking = thinking(*t, "chat_template_kwargs.thinking");
+    if (auto e = it->find("reasoning_effort"); e != it->end()) effort(*e, "chat_template_kwargs.reasoning_effort");
+  }
+  if (auto t = body.find("thinking"); t != body.end() && !t->is_null()) o.thinking = thinking(*t, "thinking");
+  if (auto e = body.find("reasoning_effort"); e != body.end()) effort(*e, "reasoning_effort");
+  return o;
+}
+
+}  // namespace
+
+Api::ChatPrompt Api::RenderChat(const nlohmann::json& body, const std::string& raw_body, ChatRequest& chat,
+                                const std::string& scope, bool count) {
+  ChatPrompt out;
   try {
-    memory_.Reattach(Scope(request.tenant, chat.params.session_id), template_, chat.messages, chat.tools);
-    prompt = template_.RenderGenerationPrompt(chat.messages, chat.tools);
+    if (dsml_) {
+      DsmlPrompt p = dsml_->Render(scope, chat.messages, OrderedTools(raw_body), DsmlOptionsOf(body));
+      if (count) metrics_.Replays(p.exact, p.canonical);
+      out.ids = p.ids;
+      out.dsml = std::move(p);
+    } else {
+      const int assistants = int(std::count_if(chat.messages.begin(), chat.messages.end(), [](const bridge::Message& m) {
+        return m.role == bridge::Role::kAssistant;
+      }));
+      const int exact = memory_.Reattach(scope, *template_, chat.messages, chat.tools);
+      if (count) metrics_.Replays(exact, assistants - exact);
+      out.ids = template_->RenderGenerationPrompt(chat.messages, chat.tools);
+    }
   } catch (const bridge::ChatTemplateError& e) {
     throw InvalidRequest(e.what(), e.param());
   }
-  return RunTurn(PlanTurn(chat.params, std::move(prompt), true, request, body), request, "/v1/chat/completions", start);
+  return out;
+}
+
+std::vector<int32_t> Api::ChatPromptIds(const std::string& body) {
+  HttpRequest request;
+  request.method = "POST";
+  request.target = "/v1/chat/completions";
+  request.body = body;
+  const nlohmann::json parsed = ParseJsonBody(body);
+  ChatRequest chat = ParseChatRequest(parsed, request);
+  return RenderChat(parsed, body, chat, Scope(request.tenant, chat.params.session_id), false).ids;
+}
+
+HttpResponse Api::ChatCompletions(const HttpRequest& request, std::chrono::steady_clock::time_point start) {
+  RequireNotDraining();
+  const nlohmann::json body = ParseJsonBody(request.body);
+  ChatRequest chat = ParseChatRequest(body, request);
+  ChatPrompt prompt = RenderChat(body, request.body, chat, Scope(request.tenant, chat.params.session_id), true);
+  TurnPlan plan = PlanTurn(chat.params, std::move(prompt.ids), true, request, body);
+  if (prompt.dsml) {
+    plan.meta.dsml = true;
+    plan.meta.thinking = prompt.dsml->thinking;
+    prompt.dsml->ids.clear();  // the key is the text; the ids are in plan.request.prompt
+    plan.dsml = std::move(prompt.dsml);
+  }
+  return RunTurn(std::move(plan), request, "/v1/chat/completions", start);
 }
 
 HttpResponse Api::Completions(const HttpRequest& request, std::chrono::steady_clock::time_point start) {
@@ -127,7 +223,14 @@ void Api::Finished(const TurnPlan& plan, LiveTurn& turn) {
   std::string finish;
   if (plan.chat) {
     const bridge::AssistantOutput out = ChatOutputOf(tokenizer_, r.output, plan.meta, turn.matched_stop());
-    memory_.Remember(Scope(plan.request.owner, plan.request.session_id), plan.request.prompt, bridge::ToMessage(out), r.output);
+    const std::string scope = Scope(plan.request.owner, plan.request.session_id);
+    if (plan.dsml) {
+      bridge::Message shown = bridge::ToMessage(out);
+      shown.reasoning = out.reasoning;
+      dsml_->Remember(scope, *plan.dsml, shown, r.output);
+    } else {
+      memory_.Remember(scope, plan.request.prompt, bridge::ToMessage(out), r.output);
+    }
     finish = FinishReasonOf(!out.tool_calls.empty(), turn.matched_stop(), r.finish_reason);
   } else {
     finish = FinishReasonOf(false, turn.matched_stop(), r.finish_reason);

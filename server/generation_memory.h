@@ -18,6 +18,9 @@
 // The lock is held only to copy a scope's entry pointers (entries are immutable once stored),
 // never while rendering.
 //
+// This is the `cedar` chat format's memory (ids in, ids out). Models in the released
+// deepseek_v41 format use DsmlMemory (dsml_replay.h), keyed by prompt text and tool-call ids.
+//
 // Thread contract: every method locks briefly; use from any thread.
 #pragma once
 #include <cstdint>

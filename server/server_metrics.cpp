@@ -80,6 +80,12 @@ void ServerMetrics::Connection(int delta) {
   if (delta > 0) totals_.connections_total += delta;
 }
 
+void ServerMetrics::Replays(int exact, int canonical) {
+  std::lock_guard<std::mutex> lk(mu_);
+  totals_.replay_exact += exact;
+  totals_.replay_canonical += canonical;
+}
+
 ServerMetrics::Totals ServerMetrics::totals() const {
   std::lock_guard<std::mutex> lk(mu_);
   return totals_;
@@ -100,6 +106,12 @@ std::string ServerMetrics::Render(const session::EngineMetrics& e) const {
     Metric(out, "cedar_http_connections_open", "gauge", "Open client connections.", double(totals_.connections_open));
     Metric(out, "cedar_http_connections_total", "counter", "Client connections accepted.",
            double(totals_.connections_total));
+    Metric(out, "cedar_replay_exact_total", "counter",
+           "Assistant messages of chat requests rendered as the exact ids the model sampled.",
+           double(totals_.replay_exact));
+    Metric(out, "cedar_replay_canonical_total", "counter",
+           "Assistant messages of chat requests re-rendered canonically (edited, scripted or not remembered).",
+           double(totals_.replay_canonical));
     Metric(out, "cedar_server_turns_total", "counter", "Turns the server answered (the usage it returned).",
            double(totals_.turns));
     Metric(out, "cedar_server_prompt_tokens_total", "counter", "usage.prompt_tokens summed over answered turns.",

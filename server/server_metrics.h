@@ -37,6 +37,9 @@ class ServerMetrics {
   // One finished turn as the client saw it.
   void Turn(const session::TurnAccounting& a, int64_t completion_tokens, const std::string& finish_reason);
   void Connection(int delta);  // +1 opened, -1 closed
+  // One chat request's assistant messages: `exact` rendered as the ids the model sampled (a
+  // remembered generation), `canonical` re-rendered from content and tool calls (the fallback).
+  void Replays(int exact, int canonical);
 
   // Prometheus text format 0.0.4.
   std::string Render(const session::EngineMetrics& engine) const;
@@ -44,6 +47,7 @@ class ServerMetrics {
   struct Totals {
     int64_t requests = 0, turns = 0, prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
     int64_t connections_open = 0, connections_total = 0;
+    int64_t replay_exact = 0, replay_canonical = 0;  // assistant messages, summed over requests
   };
   Totals totals() const;
 

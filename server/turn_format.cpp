@@ -1,7 +1,9 @@
 #include "server/turn_format.h"
 
 #include <algorithm>
+#include <optional>
 
+#include "tools_bridge/lib/dsml_parser.h"
 #include "tools_bridge/lib/openai_json.h"
 #include "server/api_error.h"
 #include "server/stop_strings.h"
@@ -34,22 +36,38 @@ class ChunkFormatter {
 class ChatChunks final : public ChunkFormatter {
  public:
   ChatChunks(const bridge::Tokenizer& tokenizer, const TurnMeta& meta, std::vector<std::string> stop)
-      : meta_(meta), parser_(tokenizer, meta.call_ids), holdback_(std::move(stop)) {}
+      : meta_(meta), holdback_(std::move(stop)) {
+    if (meta.dsml) {
+      decoder_.emplace(tokenizer, bridge::SpecialText::kName);
+      dsml_.emplace(meta.thinking, meta.call_ids);
+    } else {
+      parser_.emplace(tokenizer, meta.call_ids);
+    }
+  }
 
   std::string Start() override { return Chunk({{"role", "assistant"}, {"content", ""}}, nullptr); }
 
-  std::string Push(int32_t id) override { return Deltas(parser_.Push(id)); }
+  std::string Push(int32_t id) override {
+    if (parser_) return Deltas(parser_->Push(id));
+    return Deltas(dsml_->Push(decoder_->Push(id)));
+  }
 
   std::string Finish(const LiveTurn& turn) override {
     const session::TurnResult& result = turn.result();
     const std::string& matched_stop = turn.matched_stop();
-    std::string out = Deltas(parser_.Finish());
+    std::string out;
+    if (parser_) {
+      out = Deltas(parser_->Finish());
+    } else {
+      out = Deltas(dsml_->Push(decoder_->Finish()));
+      out += Deltas(dsml_->Finish());
+    }
     if (std::string rest = holdback_.Finish(matched_stop); !rest.empty()) out += Chunk({{"content", rest}}, nullptr);
     json last = Base(meta_, "chat.completion.chunk");
     last["choices"] = json::array({{{"index", 0},
                                     {"delta", json::object()},
                                     {"logprobs", nullptr},
-                                    {"finish_reason", FinishReasonOf(parser_.tool_call_count() > 0, matched_stop,
+                                    {"finish_reason", FinishReasonOf(tool_call_count() > 0, matched_stop,
                                                                      result.finish_reason)}}});
     last["cedar"] = CedarJson(result.accounting, meta_.session_id, turn.manager_ms());
     out += SseEvent(last);
@@ -67,6 +85,10 @@ class ChatChunks final : public ChunkFormatter {
   std::string Deltas(const std::vector<bridge::StreamDelta>& deltas) {
     std::string out;
     for (const bridge::StreamDelta& d : deltas) {
+      if (d.kind == bridge::StreamDelta::Kind::kReasoning) {  // before any content: no stop holdback
+        out += Chunk(bridge::DeltaJson(d), nullptr);
+        continue;
+      }
       if (d.kind == bridge::StreamDelta::Kind::kContent) {
         if (std::string shown = holdback_.Add(d.text); !shown.empty()) out += Chunk({{"content", shown}}, nullptr);
         continue;
@@ -78,8 +100,12 @@ class ChatChunks final : public ChunkFormatter {
     return out;
   }
 
+  int tool_call_count() const { return parser_ ? parser_->tool_call_count() : dsml_->tool_call_count(); }
+
   TurnMeta meta_;
-  bridge::ToolCallStreamParser parser_;
+  std::optional<bridge::ToolCallStreamParser> parser_;  // cedar format
+  std::optional<bridge::StreamDecoder> decoder_;        // deepseek_v41: ids -> text ...
+  std::optional<bridge::dsml::StreamParser> dsml_;      // ... -> deltas
   StopHoldback holdback_;
 };
 
@@ -209,7 +235,9 @@ std::string FinishReasonOf(bool has_tool_calls, const std::string& matched_stop,
 
 bridge::AssistantOutput ChatOutputOf(const bridge::Tokenizer& tokenizer, const std::vector<int32_t>& tokens,
                                      const TurnMeta& meta, const std::string& matched_stop) {
-  bridge::AssistantOutput out = bridge::ParseAssistantOutput(tokenizer, tokens, meta.call_ids);
+  bridge::AssistantOutput out =
+      meta.dsml ? bridge::dsml::ParseOutput(tokenizer.Decode(tokens, bridge::SpecialText::kName), meta.thinking, meta.call_ids)
+                : bridge::ParseAssistantOutput(tokenizer, tokens, meta.call_ids);
   out.content = StripStop(std::move(out.content), matched_stop);
   return out;
 }

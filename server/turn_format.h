@@ -28,6 +28,10 @@ struct TurnMeta {
   bool include_usage = false;  // streaming: send a usage chunk before [DONE]
   std::vector<int32_t> stop_ids;  // ids that end the turn (not shown as text)
   bridge::ToolCallIds call_ids;   // ids for the tool calls of this turn
+  // The model's chat format is deepseek_v41: the output is text in the released format, read
+  // by dsml::StreamParser / ParseOutput (else Cedar's own ids, read by ToolCallStreamParser).
+  bool dsml = false;
+  bool thinking = false;  // deepseek_v41: the prompt ended with "<think>" (output starts with reasoning)
 };
 
 nlohmann::json UsageJson(const session::TurnAccounting& a, int64_t completion_tokens);

