@@ -271,7 +271,7 @@ HttpResponse Api::CreateSession(const HttpRequest& request) {
     if (dsml_) {
       ChatRequest chat;
       chat.messages = bridge::MessagesFromJson(*it);
-      pin = RenderChat(body, request.body, chat, false).ids;
+      pin = RenderChat(body, request.body, chat, Scope(request.tenant, id), false).ids;
     } else {
       try {
         pin = template_->Render(bridge::MessagesFromJson(*it), tools);
