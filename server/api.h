@@ -88,6 +88,9 @@ class Api {
   // The prompt ids a /v1/chat/completions body renders to now (remembered generations
   // reattached), without running a turn or counting anything. For tests and benches.
   std::vector<int32_t> ChatPromptIds(const std::string& body);
+  // The key of `tenant`'s session `id` (or of its requests without a session, id ""): in the
+  // generation memory, so no tenant sees another's.
+  static std::string Scope(uint64_t tenant, const std::string& id);
   const bridge::Tokenizer& tokenizer() const { return tokenizer_; }
   const GenerationMemory& memory() const { return memory_; }
 
@@ -132,9 +135,6 @@ class Api {
   HttpResponse Metrics();
   HttpResponse Cache();
 
-  // The key of `tenant`'s session `id` (or of its requests without a session, id ""): in the
-  // generation memory, so no tenant sees another's.
-  static std::string Scope(uint64_t tenant, const std::string& id);
   // Runs f(manager_) unless the manager is detached (then 503). Not for waiting on turns.
   template <class F>
   auto WithManager(F f) -> decltype(f(std::declval<session::SessionManager&>()));

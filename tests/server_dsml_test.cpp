@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/api.h"
+#include "server/tenant.h"
 #include "session/session_manager.h"
 #include "tests/test_models.h"
 #include "tests/tokenizer_fixtures.h"
@@ -281,7 +282,7 @@ void AgentLoop(V41Server* s, bool thinking, int turns) {
     prev_prompt = prompt;
     prev_completion = completion;
     // What this turn sampled (without the end-of-sentence id), as the server remembered it.
-    const auto remembered = api.dsml()->memory().Entries(sid);
+    const auto remembered = api.dsml()->memory().Entries(server::Api::Scope(server::kOwnerTenant, sid));
     REQUIRE(!remembered.empty());
     prev_ids = remembered.front()->ids;
     CHECK(int64_t(prev_ids.size()) >= completion - 1);
