@@ -1,4 +1,5 @@
 #include "server/dsml_replay.h"
+#include "server/running_hash.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -39,34 +40,6 @@ bool Matches(const DsmlMemory::Entry& e, const bridge::Message& m) {
   return true;
 }
 
-// XXH3 over a growing text: the digest of what was added so far, without ending the stream.
-class RunningHash {
- public:
-  RunningHash() : state_(XXH3_createState()), probe_(XXH3_createState()) {
-    if (!state_ || !probe_) throw std::bad_alloc();
-    XXH3_64bits_reset(state_);
-  }
-  ~RunningHash() {
-    XXH3_freeState(state_);
-    XXH3_freeState(probe_);
-  }
-  RunningHash(const RunningHash&) = delete;
-  RunningHash& operator=(const RunningHash&) = delete;
-  void Add(std::string_view s) {
-    XXH3_64bits_update(state_, s.data(), s.size());
-    bytes_ += s.size();
-  }
-  uint64_t Digest() {
-    XXH3_copyState(probe_, state_);
-    return XXH3_64bits_digest(probe_);
-  }
-  size_t bytes() const { return bytes_; }
-
- private:
-  XXH3_state_t* state_;
-  XXH3_state_t* probe_;
-  size_t bytes_ = 0;
-};
 
 }  // namespace
 
@@ -265,14 +238,14 @@ DsmlPrompt DsmlPrompter::Render(const std::string& scope, std::vector<bridge::Me
           dropped = true;
         }
       }
-      h.Add(s.text);
+      h.Add(s.text.data(), s.text.size());
     }
     if (!dropped) break;
   }
   DsmlPrompt out;
   RunningHash whole;
   for (const bridge::dsml::Segment& s : rendered.segments) {
-    whole.Add(s.text);
+    whole.Add(s.text.data(), s.text.size());
     if (s.message >= 0 && chosen[size_t(s.message)]) {
       const auto& ids = chosen[size_t(s.message)]->ids;
       out.ids.insert(out.ids.end(), ids.begin(), ids.end());

@@ -1,4 +1,5 @@
 #include "server/generation_memory.h"
+#include "server/running_hash.h"
 
 #include <algorithm>
 #include <map>
@@ -14,31 +15,6 @@ bool SameAsShown(const bridge::Message& a, const bridge::Message& b) {
   return a.content == b.content && a.tool_calls == b.tool_calls;
 }
 
-// XXH3 over a growing id sequence: digest(prefix + one more id) without touching the running
-// state. Equal to XXH3_64bits over the same ids (the streaming and one-shot forms agree).
-class RunningHash {
- public:
-  RunningHash() : state_(XXH3_createState()), probe_(XXH3_createState()) {
-    if (!state_ || !probe_) throw std::bad_alloc();
-    XXH3_64bits_reset(state_);
-  }
-  ~RunningHash() {
-    XXH3_freeState(state_);
-    XXH3_freeState(probe_);
-  }
-  RunningHash(const RunningHash&) = delete;
-  RunningHash& operator=(const RunningHash&) = delete;
-  void Add(std::span<const int32_t> ids) { XXH3_64bits_update(state_, ids.data(), ids.size_bytes()); }
-  uint64_t DigestWith(int32_t last) {
-    XXH3_copyState(probe_, state_);
-    XXH3_64bits_update(probe_, &last, sizeof last);
-    return XXH3_64bits_digest(probe_);
-  }
-
- private:
-  XXH3_state_t* state_;
-  XXH3_state_t* probe_;
-};
 }  // namespace
 
 void GenerationMemory::Remember(const std::string& scope, std::span<const int32_t> gen_prompt,
@@ -85,12 +61,12 @@ int GenerationMemory::Reattach(const std::string& scope, const bridge::ChatTempl
   const int32_t assistant = chat_template.tokens().assistant;
   bridge::TokenIds ids = chat_template.RenderStart(tools);
   RunningHash hash;
-  hash.Add(ids);
+  hash.Add(ids.data(), ids.size() * sizeof(int32_t));
   int attached = 0;
   for (bridge::Message& m : messages) {
     if (m.role == bridge::Role::kAssistant && !m.generated) {
       if (auto found = by_len.find(ids.size() + 1); found != by_len.end()) {
-        const uint64_t h = hash.DigestWith(assistant);
+        const uint64_t h = hash.DigestWith(&assistant, sizeof assistant);
         for (const std::shared_ptr<const Entry>& e : found->second) {
           if (e->prompt_hash == h && SameAsShown(e->shown, m)) {
             m.generated = e->generated;
@@ -102,7 +78,10 @@ int GenerationMemory::Reattach(const std::string& scope, const bridge::ChatTempl
     }
     const size_t before = ids.size();
     chat_template.RenderAppend(m, ids);  // with the ids just attached, as the final rendering will
-    hash.Add(std::span<const int32_t>(ids).subspan(before));
+    {
+      const std::span<const int32_t> added = std::span<const int32_t>(ids).subspan(before);
+      hash.Add(added.data(), added.size_bytes());
+    }
   }
   return attached;
 }
