@@ -73,6 +73,8 @@ Result<std::unique_ptr<PrefixCache>> PrefixCache::Open(ModelFingerprint fingerpr
                                          c.sync_disk_writes);
     if (!store.ok()) return store.status();
     cache->disk_ = std::move(store).value();
+    cache->disk_resets_seen_ = cache->disk_->files_moved_aside();  // a file moved aside at open: the tree starts empty
+    const DiskResetSync sync(cache.get());  // damage found while rebuilding
     if (Status s = cache->RebuildFromDisk(); !s.ok()) return s;
   }
   return cache;
@@ -331,6 +333,7 @@ CacheSizes PrefixCache::Sizes() const {
 // ---- Mutations ----
 
 Result<PrefixHandle> PrefixCache::Acquire(std::span<const TokenId> tokens, TenantSalt salt) {
+  const DiskResetSync sync(this);
   ReleaseExpiredSoftPins();
   ++counters_.acquires;
   PathMatch m = Walk(tokens, salt);
@@ -373,6 +376,7 @@ Result<PrefixHandle> PrefixCache::Acquire(std::span<const TokenId> tokens, Tenan
 
 Result<InsertResult> PrefixCache::Insert(std::span<const TokenId> tokens, const PageProvider& provider,
                                          std::span<const SnapshotInput> snapshots, TenantSalt salt) {
+  const DiskResetSync sync(this);
   const size_t page = config_.page_tokens;
   const size_t whole = tokens.size() / page * page;  // only full pages are stored
   for (const SnapshotInput& s : snapshots) {
@@ -496,6 +500,7 @@ bool PrefixCache::SnapshotFits(const Node* node, const Payload& payload) const {
 
 Status PrefixCache::AddSnapshot(std::span<const TokenId> tokens_prefix, size_t position, Payload payload,
                                 TenantSalt salt) {
+  const DiskResetSync sync(this);
   if (position == 0 || position % config_.page_tokens != 0 || position > tokens_prefix.size() || !payload) {
     return Status::InvalidArgument("snapshot position must be a page multiple in (0, prefix length] with a payload");
   }
@@ -518,6 +523,7 @@ Status PrefixCache::AddSnapshot(std::span<const TokenId> tokens_prefix, size_t p
 
 Result<size_t> PrefixCache::SoftPin(std::span<const TokenId> tokens, TenantSalt salt,
                                     std::optional<std::chrono::milliseconds> ttl) {
+  const DiskResetSync sync(this);
   ReleaseExpiredSoftPins();
   PathMatch m = Walk(tokens, salt);
   Node* deepest = MaterializePath(m);
@@ -553,6 +559,7 @@ Result<size_t> PrefixCache::SoftPin(std::span<const TokenId> tokens, TenantSalt 
 }
 
 Status PrefixCache::SoftUnpin(std::span<const TokenId> tokens, TenantSalt salt) {
+  const DiskResetSync sync(this);
   ReleaseExpiredSoftPins();
   const PathMatch m = Walk(tokens, salt);
   if (m.full.empty()) return Status::NotFound("no cached prefix");
@@ -565,6 +572,7 @@ Status PrefixCache::SoftUnpin(std::span<const TokenId> tokens, TenantSalt salt) 
 }
 
 size_t PrefixCache::ReleaseExpiredSoftPins() {
+  const DiskResetSync sync(this);
   const auto now = config_.clock();
   size_t expired = 0;
   for (auto it = soft_pins_.begin(); it != soft_pins_.end();) {

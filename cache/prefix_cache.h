@@ -328,6 +328,22 @@ class PrefixCache {
   uint64_t SoftPinCap() const;
   bool EnforceSoftPinCap(const Node* keep);               // false: `keep` alone is over the cap
   void Settle();                                           // soft-pin cap, then RAM budget
+  // After the disk store replaced a damaged file with an empty one (DiskStore::files_moved_aside
+  // moved), nothing the tree has on disk is there any more: RAM pages and snapshots lose their
+  // disk flags, and nodes whose pages were only on disk are dropped with everything below them
+  // (never pinned: a pin keeps its whole path in RAM). Runs when the outermost public call that
+  // may touch the disk returns (DiskResetSync), never in the middle of one.
+  void SyncDiskReset();
+  void DropDiskOnlyChildren(Node* node);
+  struct DiskResetSync {
+    explicit DiskResetSync(PrefixCache* c) : cache(c) { ++cache->disk_call_depth_; }
+    ~DiskResetSync() {
+      if (--cache->disk_call_depth_ == 0) cache->SyncDiskReset();
+    }
+    DiskResetSync(const DiskResetSync&) = delete;
+    DiskResetSync& operator=(const DiskResetSync&) = delete;
+    PrefixCache* cache;
+  };
 
   // prefix_cache_check.cpp
   Status CheckNode(const Node* node) const;
@@ -356,6 +372,8 @@ class PrefixCache {
   // Totals kept by Index()/Unindex().
   uint64_t ram_used_ = 0;
   uint64_t ram_pinned_ = 0;
+  uint64_t disk_resets_seen_ = 0;  // DiskStore::files_moved_aside() the tree has caught up with
+  int disk_call_depth_ = 0;         // public calls in progress (DiskResetSync)
   uint64_t disk_used_ = 0;
   uint64_t disk_pinned_ = 0;
   uint64_t soft_pinned_ram_ = 0;

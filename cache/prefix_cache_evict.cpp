@@ -156,6 +156,7 @@ void PrefixCache::DropSubtree(Node* node) {
 // ---- RAM tier ----
 
 void PrefixCache::EvictRamTo(uint64_t target_bytes) {
+  const DiskResetSync sync(this);
   // 1. Snapshots of unpinned nodes, least recently used first: spilled or dropped.
   while (ram_used_ > target_bytes && !snapshot_lru_.empty()) SpillSnapshot(snapshot_lru_.begin()->node);
   // 2. Page payloads of unpinned RAM leaves, least recently used first.
@@ -230,6 +231,37 @@ Node* PrefixCache::LoadNode(Node* node) {
     Update(loaded, [&] { loaded->payloads = std::move(payloads); });
   }
   return loaded;
+}
+
+void PrefixCache::SyncDiskReset() {
+  if (!disk_ || disk_->files_moved_aside() == disk_resets_seen_) return;
+  disk_resets_seen_ = disk_->files_moved_aside();
+  std::vector<Node*> nodes;  // parents before children
+  for (auto& [salt, root] : roots_) nodes.push_back(root.get());
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (auto& [key, child] : nodes[i]->children) nodes.push_back(child.get());
+  }
+  for (Node* n : nodes) {
+    if (n->is_root() || (!n->on_disk && !n->snapshot_on_disk)) continue;
+    Update(n, [&] {
+      n->on_disk = false;
+      n->snapshot_on_disk = false;
+      if (!n->snapshot) n->snapshot_size = 0;
+    });
+  }
+  const uint64_t before = counters_.pages_dropped;
+  for (auto& [salt, root] : roots_) DropDiskOnlyChildren(root.get());
+  spdlog::info("prefix cache: the disk tier was replaced; prefixes that were only on disk are forgotten");
+  spdlog::debug("prefix cache: disk reset dropped {} RAM pages below disk-only nodes", counters_.pages_dropped - before);
+}
+
+void PrefixCache::DropDiskOnlyChildren(Node* node) {
+  std::vector<Node*> gone, kept;
+  for (auto& [key, child] : node->children) {
+    (child->in_ram() || child->pinned() ? kept : gone).push_back(child.get());
+  }
+  for (Node* n : gone) DropSubtree(n);  // no disk flags left: nothing is deleted from the store
+  for (Node* n : kept) DropDiskOnlyChildren(n);
 }
 
 // ---- Snapshots ----
@@ -406,6 +438,7 @@ Status PrefixCache::EvictDiskNode(Node* node) {
 }
 
 Status PrefixCache::Flush() {
+  const DiskResetSync sync(this);
   if (!disk_) return Status::Ok();
   ReleaseExpiredSoftPins();
   Status first_error;

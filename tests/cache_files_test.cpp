@@ -358,3 +358,46 @@ TEST_CASE("a value LMDB returns that reaches past the file's end is never read; 
 }
 
 }  // namespace cedar::cache
+
+namespace cedar::cache {
+namespace {
+using namespace testing;
+
+TEST_CASE("damage the cache finds at run time: the tree forgets what was only on disk and stays consistent") {
+  FilesTempDir dir;
+  const std::string data = WriteCache(dir.path, 12);  // flushed at close: after reopening, all of it is disk-only
+  auto cache = OpenOrFail(FilesConfig(dir.path));
+  REQUIRE(cache->Match(PrefixOf(3)).matched_tokens == PrefixOf(3).size());
+  // Another writer damages the main tree's root page under the open map (as in the store test
+  // above); the next disk read finds it and the store swaps in a fresh file.
+  const auto file = ReadFile(data);
+  const uint64_t root = MainRootPage(file);
+  REQUIRE(root >= 2);
+  const uint16_t overflow = 0x04;
+  PatchFile(data, root * LmdbPageSize(file) + 10, &overflow, sizeof(overflow));
+
+  WarningCapture capture;
+  auto h = cache->Acquire(PrefixOf(3));
+  REQUIRE(h.ok());
+  CHECK(h->tokens() == 0);  // nothing of it could be read
+  h->Release();
+  CHECK(!capture.warnings().empty());
+  CheckIntegrity(*cache);  // no node still claims an entry of the file that was moved aside
+  for (int i = 0; i < 12; ++i) CHECK(cache->Match(PrefixOf(i)).matched_tokens == 0);
+  // The fresh file stores and serves; a restart finds it good.
+  const auto t = PrefixOf(4242);
+  REQUIRE(cache->Insert(t, Provider(t)).ok());
+  REQUIRE(cache->Flush().ok());
+  CheckIntegrity(*cache);
+  cache.reset();
+  auto again = OpenOrFail(FilesConfig(dir.path));
+  auto h2 = again->Acquire(t);
+  REQUIRE(h2.ok());
+  CHECK(h2->tokens() == t.size());
+  CheckPayloads(*h2, t);
+  h2->Release();
+  CheckIntegrity(*again);
+}
+
+}  // namespace
+}  // namespace cedar::cache
