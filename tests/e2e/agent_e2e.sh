@@ -122,8 +122,10 @@ if [ -f "$V3TOK/tokenizer.json" ]; then
   start_server v41unix --socket "$SOCK"
   timeout 300 node "$TMP/agent/agent.mjs" --socket "$SOCK" --turns 5 --json >"$TMP/v41unix.jsonl" 2>"$TMP/v41unix.agent.err" ||
     { cat "$TMP/v41unix.agent.err" "$TMP/v41unix.err"; fail "v41: the agent over the Unix socket"; }
-  curl -s --unix-socket "$SOCK" http://cedar/metrics | grep -q '^cedar_replay_exact_total [1-9]' ||
-    fail "v41: no exact replays counted in /metrics"
+  # The body first, then grep: with pipefail, `curl | grep -q` fails whenever grep exits at its
+  # match before curl has written the rest (curl dies of SIGPIPE), which happened under CI load.
+  METRICS=$(curl -s --unix-socket "$SOCK" http://cedar/metrics) || fail "v41: GET /metrics failed"
+  grep -q '^cedar_replay_exact_total [1-9]' <<<"$METRICS" || fail "v41: no exact replays counted in /metrics"
   stop_server v41unix
   start_server v41tcp --socket none --host 127.0.0.1 --port 0
   PORT=$(node -e 'const l=require("fs").readFileSync(process.argv[1],"utf8").split("\n").find(x=>x.includes("listening"));console.log(JSON.parse(l).tcp.split(":").pop())' "$TMP/v41tcp.out")
