@@ -37,6 +37,7 @@ void Read(const nlohmann::json& j, const char* key, T* out, bool required) {
 
 bool ModelConfig::IsKvSource(int layer) const { return Contains(kv_source_layers, layer); }
 bool ModelConfig::IsIndexSource(int layer) const { return Contains(index_source_layers, layer); }
+bool ModelConfig::IsEngramLayer(int layer) const { return Contains(engram_layers, layer); }
 
 int ModelConfig::PoolOf(int layer) const {
   if (RatioOf(layer) == 0) return -1;
@@ -146,7 +147,35 @@ std::string ModelConfig::Validate() const {
   if (n_routed_experts < 0) bad("n_routed_experts", ">= 0", std::to_string(n_routed_experts));
   if (n_routed_experts > 0 && (experts_per_token <= 0 || experts_per_token > n_routed_experts))
     bad("experts_per_token", "in [1, n_routed_experts=" + std::to_string(n_routed_experts) + "]", std::to_string(experts_per_token));
+  ValidateReleasedParts(&err);
   return err.str();
+}
+
+void ModelConfig::ValidateReleasedParts(std::ostringstream* errp) const {
+  std::ostringstream& err = *errp;
+  auto bad = [&](const std::string& field, const std::string& expected, const std::string& found) {
+    err << field << ": expected " << expected << ", found " << found << "\n";
+  };
+  if (weight_layout != "cedar" && weight_layout != "deepseek_v41")
+    bad("weight_layout", "\"cedar\" or \"deepseek_v41\"", "\"" + weight_layout + "\"");
+  if (hc_mult < 1) bad("hc_mult", ">= 1", std::to_string(hc_mult));
+  if (hc_mult > 1 && hc_sinkhorn_iters < 1) bad("hc_sinkhorn_iters", ">= 1", std::to_string(hc_sinkhorn_iters));
+  if (hc_mult > 1 && !(hc_eps >= 0)) bad("hc_eps", ">= 0", std::to_string(hc_eps));
+  if (!(rope_factor >= 1)) bad("rope_factor", ">= 1 (1 = plain RoPE)", std::to_string(rope_factor));
+  if (rope_factor > 1 && rope_original_seq_len <= 0)
+    bad("rope_original_seq_len", "> 0 when rope_factor > 1", std::to_string(rope_original_seq_len));
+  if (score_func != "sqrtsoftplus" && score_func != "sigmoid" && score_func != "softmax")
+    bad("score_func", "\"sqrtsoftplus\", \"sigmoid\" or \"softmax\"", "\"" + score_func + "\"");
+  if (kv_dtype != "f32" && kv_dtype != "released") bad("kv_dtype", "\"f32\" or \"released\"", "\"" + kv_dtype + "\"");
+  if (engram_layers.size() != engram_table_rows.size())
+    bad("engram_table_rows", std::to_string(engram_layers.size()) + " entries (one per Engram layer)", std::to_string(engram_table_rows.size()));
+  for (int l : engram_layers)
+    if (l < 0 || l >= n_encoder_layers)
+      bad("engram_layers", "layers before E=" + std::to_string(n_encoder_layers) + " (decoder replay needs it)", std::to_string(l));
+  if (!engram_layers.empty() && (engram_max_ngram < 2 || engram_n_heads < 1 || engram_head_dim < 1))
+    bad("engram_max_ngram/engram_n_heads/engram_head_dim", ">= 2 / >= 1 / >= 1",
+        std::to_string(engram_max_ngram) + "/" + std::to_string(engram_n_heads) + "/" + std::to_string(engram_head_dim));
+  if (n_mtp_layers < 0) bad("n_mtp_layers", ">= 0", std::to_string(n_mtp_layers));
 }
 
 ModelConfig ConfigFromJson(const nlohmann::json& j) {
@@ -183,6 +212,26 @@ ModelConfig ConfigFromJson(const nlohmann::json& j) {
   Read(j, "norm_eps", &c.norm_eps, false);
   Read(j, "max_seq_len", &c.max_seq_len, false);
   Read(j, "chat_format", &c.chat_format, false);
+  Read(j, "weight_layout", &c.weight_layout, false);
+  Read(j, "hc_mult", &c.hc_mult, false);
+  Read(j, "hc_sinkhorn_iters", &c.hc_sinkhorn_iters, false);
+  Read(j, "hc_eps", &c.hc_eps, false);
+  Read(j, "rope_factor", &c.rope_factor, false);
+  Read(j, "rope_original_seq_len", &c.rope_original_seq_len, false);
+  Read(j, "rope_beta_fast", &c.rope_beta_fast, false);
+  Read(j, "rope_beta_slow", &c.rope_beta_slow, false);
+  Read(j, "score_func", &c.score_func, false);
+  Read(j, "norm_topk_prob", &c.norm_topk_prob, false);
+  Read(j, "kv_dtype", &c.kv_dtype, false);
+  Read(j, "engram_layers", &c.engram_layers, false);
+  Read(j, "engram_table_rows", &c.engram_table_rows, false);
+  Read(j, "engram_max_ngram", &c.engram_max_ngram, false);
+  Read(j, "engram_n_heads", &c.engram_n_heads, false);
+  Read(j, "engram_head_dim", &c.engram_head_dim, false);
+  Read(j, "engram_vocab_size", &c.engram_vocab_size, false);
+  Read(j, "engram_compressed_vocab", &c.engram_compressed_vocab, false);
+  Read(j, "engram_pad_id", &c.engram_pad_id, false);
+  Read(j, "n_mtp_layers", &c.n_mtp_layers, false);
   return c;
 }
 
@@ -204,6 +253,33 @@ nlohmann::json ConfigToJson(const ModelConfig& c) {
   // Written only when not the default, so existing models keep their config JSON (and with it
   // the model fingerprint that keys on-disk caches).
   if (c.chat_format != "cedar") j["chat_format"] = c.chat_format;
+  const ModelConfig def;
+  if (c.weight_layout != def.weight_layout) j["weight_layout"] = c.weight_layout;
+  if (c.hc_mult != def.hc_mult) {
+    j["hc_mult"] = c.hc_mult;
+    j["hc_sinkhorn_iters"] = c.hc_sinkhorn_iters;
+    j["hc_eps"] = c.hc_eps;
+  }
+  if (c.rope_factor != def.rope_factor) {
+    j["rope_factor"] = c.rope_factor;
+    j["rope_original_seq_len"] = c.rope_original_seq_len;
+    j["rope_beta_fast"] = c.rope_beta_fast;
+    j["rope_beta_slow"] = c.rope_beta_slow;
+  }
+  if (c.score_func != def.score_func) j["score_func"] = c.score_func;
+  if (c.norm_topk_prob != def.norm_topk_prob) j["norm_topk_prob"] = c.norm_topk_prob;
+  if (c.kv_dtype != def.kv_dtype) j["kv_dtype"] = c.kv_dtype;
+  if (!c.engram_layers.empty()) {
+    j["engram_layers"] = c.engram_layers;
+    j["engram_table_rows"] = c.engram_table_rows;
+    j["engram_max_ngram"] = c.engram_max_ngram;
+    j["engram_n_heads"] = c.engram_n_heads;
+    j["engram_head_dim"] = c.engram_head_dim;
+    j["engram_vocab_size"] = c.engram_vocab_size;
+    j["engram_compressed_vocab"] = c.engram_compressed_vocab;
+    j["engram_pad_id"] = c.engram_pad_id;
+  }
+  if (c.n_mtp_layers != def.n_mtp_layers) j["n_mtp_layers"] = c.n_mtp_layers;
   return j;
 }
 

@@ -3,6 +3,7 @@
 // its fields into globals.
 #pragma once
 #include <cstdint>
+#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,40 @@ struct ModelConfig {
   // tools_bridge/lib/dsml_encoding.h). Absent in config.json means "cedar".
   std::string chat_format = "cedar";
 
+  // ---- The released DeepSeek-V4.1 parts (issue 21, docs/v41-contract.md). The defaults give ----
+  // ---- our own family, and with them the forward is bit-identical to the one before these   ----
+  // ---- switches existed. A released checkpoint sets them from its config (engine/v41_*).    ----
+  // Where the weights come from: "cedar" = config.json (this struct's JSON) + one
+  // model.safetensors with our names, F32/BF16; "deepseek_v41" = the released layout (config.json
+  // in the released spelling, sharded safetensors + index, FP8/FP4 weights with E8M0 scales).
+  std::string weight_layout = "cedar";
+  int hc_mult = 1;               // mHC residual streams per token; 1 = one plain residual stream.
+  int hc_sinkhorn_iters = 20;    // Sinkhorn rounds of the comb matrix (used when hc_mult > 1).
+  float hc_eps = 1e-6f;          // mHC epsilon, added to pre and inside Sinkhorn (hc_mult > 1).
+  float rope_factor = 1.0f;      // YaRN stretch on compressed layers' RoPE; 1 = plain RoPE.
+  int64_t rope_original_seq_len = 0;  // YaRN original_max_position_embeddings (rope_factor > 1).
+  float rope_beta_fast = 32.0f;  // YaRN beta_fast (rope_factor > 1).
+  float rope_beta_slow = 1.0f;   // YaRN beta_slow (rope_factor > 1).
+  std::string score_func = "sqrtsoftplus";  // router score: sqrtsoftplus | sigmoid | softmax.
+  bool norm_topk_prob = true;    // routed weights divided by the sum of the chosen scores.
+  std::string kv_dtype = "f32";  // stored KV precision: "f32", or "released" (FP4/MXFP4/FP8 as released).
+  // Engram blocks, applied to the streams before the listed layers (empty = none; all < E).
+  std::vector<int> engram_layers;
+  std::vector<int64_t> engram_table_rows;  // per Engram layer: rows of its hashed table.
+  int engram_max_ngram = 0;      // n-gram orders 2..this.
+  int engram_n_heads = 0;        // hash heads per order.
+  int engram_head_dim = 0;       // width of one table row.
+  int64_t engram_vocab_size = 0;       // primes for the bucket ranges are drawn above this.
+  int64_t engram_compressed_vocab = 0; // classes of the token normalisation table.
+  int engram_pad_id = 0;         // token id that pads n-grams before position 0.
+  int n_mtp_layers = 0;          // DSpark draft blocks (mtp.N.*) in the checkpoint; 0 = none.
+
+  // Floats per token of the residual state: X [hc_mult, dim] followed, when hc_mult > 1, by the
+  // pre-mix a [hc_mult] the next sub-layer collapses X with (notes §2.1). What H_E, boundary
+  // snapshots and replay inputs store per row.
+  int ResidualWidth() const { return hc_mult == 1 ? dim : hc_mult * dim + hc_mult; }
+  bool IsEngramLayer(int layer) const;
+
   // Derived lookups (valid after Validate()).
   int RatioOf(int layer) const { return compress_ratios[layer]; }
   bool IsKvSource(int layer) const;
@@ -64,6 +99,8 @@ struct ModelConfig {
 
   // Returns "" when valid, else every problem found, one per line ("field: expected ..., found ...").
   std::string Validate() const;
+  // The checks of the released-model switches above (called by Validate).
+  void ValidateReleasedParts(std::ostringstream* err) const;
 };
 
 ModelConfig ConfigFromJson(const nlohmann::json& j);  // throws std::runtime_error on bad types

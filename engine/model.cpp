@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include <filesystem>
 #include <map>
 #include <sstream>
 #include <stdexcept>
@@ -103,6 +104,7 @@ Weight Model::Take(const std::string& name, std::vector<int64_t> shape) {
 }
 
 std::unique_ptr<const Model> Model::Load(const std::string& dir, const LoadOptions& options) {
+  if (std::filesystem::exists(dir + "/model.safetensors.index.json")) return LoadReleased(dir, options);
   std::unique_ptr<Model> m(new Model());
   m->dir_ = dir;
   m->config_ = LoadConfigFile(dir + "/config.json");

@@ -51,6 +51,14 @@ struct LayerWeights {
   std::vector<FfnWeights> experts;
   FfnWeights shared;  // present when n_shared_experts == 1
   FfnWeights dense;   // present when n_routed_experts == 0
+  // mHC (hc_mult > 1): the coefficients of the attention and FFN sub-layers (notes §2.1).
+  // Tensor names as released: layers.N.hc_{attn,ffn}_{fn,base,scale}.
+  Weight hc_attn_fn;     // [(2 + hc) * hc, hc * d]
+  Weight hc_attn_base;   // [(2 + hc) * hc]
+  Weight hc_attn_scale;  // [3]
+  Weight hc_ffn_fn;      // [(2 + hc) * hc, hc * d]
+  Weight hc_ffn_base;    // [(2 + hc) * hc]
+  Weight hc_ffn_scale;   // [3]
 };
 
 struct LoadOptions {
@@ -58,6 +66,10 @@ struct LoadOptions {
   // into the anonymous huge-page arena (WeightArena). Saves the copy's RAM and load time;
   // decode streams the weights 4-10% slower out of 4 KiB file pages.
   bool mmap_weights = false;
+  // Released layout only: the most bytes of weights to hold in RAM (0 = no limit). The dense
+  // part must fit (else a clear error naming both sizes); routed experts beyond it are read
+  // from the memory-mapped shards on demand.
+  int64_t max_ram_bytes = 0;
 };
 
 class Model {
@@ -65,6 +77,8 @@ class Model {
   // Loads DIR/config.json and DIR/model.safetensors (memory-mapped). Throws
   // std::runtime_error that names the file and, for tensors, the tensor with its expected and
   // found shape or dtype.
+  // A directory in the released DeepSeek-V4.1 layout (config.json in the released spelling and
+  // model.safetensors.index.json) is read by LoadReleased (engine/v41_load.cpp).
   static std::unique_ptr<const Model> Load(const std::string& dir, const LoadOptions& options = {});
 
   const ModelConfig& config() const { return config_; }
@@ -78,6 +92,9 @@ class Model {
 
  private:
   Model() = default;
+  // The released layout (engine/v41_load.cpp): config mapped onto ModelConfig, tensors renamed,
+  // FP8/FP4 weights dequantised with their E8M0 block scales.
+  static std::unique_ptr<const Model> LoadReleased(const std::string& dir, const LoadOptions& options);
   Weight Take(const std::string& name, std::vector<int64_t> shape);
   std::string dir_;
   ModelConfig config_;
