@@ -27,7 +27,10 @@ a vllm-gaudi test whose config, layers [1, 14] with 72 and 204 rows for vocab 5,
     rsqrt(mean key_i^2 + eps) * d^-1/2 (eps = rms_norm_eps); X_i += gate_i * value; the gate is 0
     for image tokens.
 """
+import json
+import os
 import re
+import sys
 import unicodedata
 
 import numpy as np
@@ -44,13 +47,14 @@ _SENTINEL = "\ue000"
 
 def normalise_token_text(text):
     """The released normaliser sequence of one token's decoded text, as a public transcription of
-    engram.py gives it (HF tokenizers normalizers): NFKC, NFD, strip accents (drop nonspacing marks,
-    category Mn), lowercase, runs of [ \\t\\r\\n] -> one space, a text that is exactly one space kept
+    engram.py gives it (HF tokenizers normalizers): NFKC, NFD, strip accents (drop every
+    General_Category=Mark character, Mn, Mc and Me: HF's StripAccents filters with
+    unicode_normalization's is_combining_mark, documented as General_Category=Mark), lowercase, runs of [ \\t\\r\\n] -> one space, a text that is exactly one space kept
     (through a private-use sentinel) while every other text is stripped of White_Space at both ends.
     [?] Python's str.lower stands in for Rust's to_lowercase (both apply Unicode's full mappings)."""
     t = unicodedata.normalize("NFKC", text)
     t = unicodedata.normalize("NFD", t)
-    t = "".join(ch for ch in t if unicodedata.category(ch) != "Mn")
+    t = "".join(ch for ch in t if not unicodedata.category(ch).startswith("M"))
     t = t.lower()
     t = re.sub(r"[ \t\r\n]+", " ", t)
     t = _SENTINEL if t == " " else t
@@ -172,3 +176,52 @@ def engram_apply(X, rows, wkv, q_weight, k_weight, eps, live=True):
     key, value = kv[:hc * d].reshape(hc, d), kv[hc * d:]
     g = engram_gates(X, key, q_weight, k_weight, eps)
     return X + g.unsqueeze(-1) * value.unsqueeze(0)
+
+
+def run_cases(spec):
+    """The reference on a checkpoint, for engine tests (tests/v41_engram_test.cpp). `spec`:
+    {"checkpoint": dir, "layer": L, "config": {dim, hc_mult, norm_eps, engram_layers,
+    engram_max_ngram, engram_n_heads, engram_head_dim, engram_vocab_size, engram_compressed_vocab,
+    engram_pad_id}, "token_class": [V], "cases": [{"tokens": [n] from position 0, "image": [n] 0/1
+    (optional), "x": [n][hc * d] streams before the Engram}]}. Per case: row_ids [n][K], x [n][hc * d]
+    after it, and per token what an error bound needs: dot [hc] (before the signed sqrt), key_norm
+    [hc] (||key_i||), kv_abs (max over wkv rows j of sum_k |wkv_jk r_k|), v_max (max |value|)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import checkpoint  # noqa: E402 (needs this folder on the path)
+    c, L = spec["config"], spec["layer"]
+    j = c["engram_layers"].index(L)
+    N, H, hd = c["engram_max_ngram"], c["engram_n_heads"], c["engram_head_dim"]
+    hc, d, eps = c["hc_mult"], c["dim"], c["norm_eps"]
+    primes = engram_primes(len(c["engram_layers"]), N, H, c["engram_vocab_size"])[j]
+    offsets = engram_offsets(primes)
+    mult = engram_multipliers(L, N, c["engram_compressed_vocab"])
+    ck = checkpoint.Checkpoint(spec["checkpoint"])
+    p = f"layers.{L}.engram."
+    wkv, qw, kw = ck.tensor(p + "wkv.weight"), ck.tensor(p + "q_weight"), ck.tensor(p + "k_weight")
+    out = {"primes": primes, "multipliers": mult, "cases": []}
+    for case in spec["cases"]:
+        ids = case["tokens"]
+        image = case.get("image") or [0] * len(ids)
+        row_ids = engram_row_ids(ids, image, spec["token_class"], c["engram_pad_id"], N, H, mult, primes, offsets)
+        res = {"row_ids": row_ids, "x": [], "dot": [], "key_norm": [], "kv_abs": [], "v_max": []}
+        for t, xs in enumerate(case.get("x", [])):
+            X = torch.tensor(xs, dtype=torch.float64).reshape(hc, d)
+            rows = ck.rows(p + "embed.weight", row_ids[t]).reshape(-1)
+            kv = wkv @ rows
+            key, value = kv[:hc * d].reshape(hc, d), kv[hc * d:]
+            rstd = torch.rsqrt(X.pow(2).mean(-1) + eps) * torch.rsqrt(key.pow(2).mean(-1) + eps)
+            res["dot"].append(((X * qw * kw * key).sum(-1) * rstd * d ** -0.5).tolist())
+            res["key_norm"].append(key.norm(dim=-1).tolist())
+            res["kv_abs"].append(float((wkv.abs() @ rows.abs()).max()))
+            res["v_max"].append(float(value.abs().max()))
+            res["x"].append(engram_apply(X, rows.reshape(-1, hd), wkv, qw, kw, eps, live=not image[t]).reshape(-1).tolist())
+        out["cases"].append(res)
+    return out
+
+
+if __name__ == "__main__":
+    # python3 engram.py SPEC.json  ->  JSON on stdout (see run_cases)
+    if len(sys.argv) != 2:
+        sys.exit("usage: engram.py SPEC.json")
+    with open(sys.argv[1], encoding="utf-8") as f:
+        json.dump(run_cases(json.load(f)), sys.stdout)
