@@ -21,6 +21,7 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/checkpoint_index.h"
+#include "engine/engram_classes.h"
 #include "engine/pcg64.h"
 #include "kernels/ops.h"
 #include "kernels/quant_formats.h"
@@ -322,6 +323,25 @@ EngramWeights LoadEngram(const Checkpoint& ck, const std::string& dir, const Mod
   spdlog::debug("engram layer {}: table {} rows x {} in {} (codes at {}, scales at {}), wkv [{}, {}], {} io threads", layer, rows, hd,
                 w.table.path, w.table.weight_offset, w.table.scale_offset, (hc + 1) * d, in, opt.io_threads);
   return w;
+}
+
+std::vector<EngramWeights> LoadAllEngrams(const Checkpoint& ck, const std::string& dir, const ModelConfig& cfg, const EngramOptions& opt) {
+  std::vector<EngramWeights> out;
+  if (cfg.engram_layers.empty()) return out;
+  const std::string tok = dir + "/tokenizer.json";
+  std::vector<int32_t> classes;
+  if (std::ifstream(tok).good()) {
+    int64_t n = 0;
+    classes = EngramClassesFromTokenizerJson(tok, cfg.vocab_size, cfg.engram_pad_id, &n);
+    spdlog::debug("engram: {} classes from {}", n, tok);
+  } else if (cfg.engram_compressed_vocab == cfg.vocab_size) {
+    classes = IdentityEngramClasses(cfg.vocab_size);
+  } else {
+    throw std::runtime_error(dir + ": expected tokenizer.json (the Engram class table is built from it: engram_compressed_vocab " +
+                             std::to_string(cfg.engram_compressed_vocab) + " != vocab_size " + std::to_string(cfg.vocab_size) + "), found none");
+  }
+  for (int layer : cfg.engram_layers) out.push_back(LoadEngram(ck, dir, cfg, layer, classes, opt));
+  return out;
 }
 
 // ---------------------------------------------------------------- lookup and update

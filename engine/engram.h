@@ -122,6 +122,13 @@ struct EngramWeights {
 EngramWeights LoadEngram(const Checkpoint& ck, const std::string& dir, const ModelConfig& cfg, int layer,
                          std::vector<int32_t> token_class, const EngramOptions& opt = {});
 
+// Every Engram layer of cfg, in engram_layers order, with the class table built once from
+// `dir`/tokenizer.json (the released tokenizer; engine/engram_classes.h). Without that file the
+// identity table is used when engram_compressed_vocab == vocab_size (models of our own, tests);
+// otherwise it throws naming the missing file.
+std::vector<EngramWeights> LoadAllEngrams(const Checkpoint& ck, const std::string& dir, const ModelConfig& cfg,
+                                          const EngramOptions& opt = {});
+
 // Reads and dequantises table rows: out [count, head_dim] = E4M3(code) * 2^(scale - 127).
 // Duplicate ids are read once; distinct rows are read in parallel on the IO pool.
 void EngramGatherRows(const EngramWeights& w, const int64_t* row_ids, int64_t count, float* out);

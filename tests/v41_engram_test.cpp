@@ -346,6 +346,8 @@ TEST_CASE("bad Engram input is refused with a message naming what was expected")
   bad.engram_table_rows[1] += 1;
   CHECK_THROWS_WITH_AS(LoadEngram(ck, f.dir, bad, kLayer, f.classes), doctest::Contains("engram_table_rows[1]"), std::runtime_error);
   CHECK_THROWS_AS(LoadEngram(ck, f.dir, f.cfg, 2, f.classes), std::runtime_error);  // not an Engram layer
+  // 25 classes over 40 ids need the tokenizer the table is built from.
+  CHECK_THROWS_WITH_AS(LoadAllEngrams(ck, f.dir, f.cfg), doctest::Contains("expected tokenizer.json"), std::runtime_error);
   const EngramWeights w = Load();
   const int32_t bad_tok[1] = {40};
   CHECK_THROWS_WITH_AS(EngramRowIds(w.hash, bad_tok, 0, 1, nullptr), doctest::Contains("expected 0..39, found 40"), std::invalid_argument);

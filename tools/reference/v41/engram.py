@@ -34,7 +34,6 @@ import sys
 import unicodedata
 
 import numpy as np
-import torch
 
 INT64_MAX = (1 << 63) - 1
 
@@ -51,11 +50,13 @@ def normalise_token_text(text):
     General_Category=Mark character, Mn, Mc and Me: HF's StripAccents filters with
     unicode_normalization's is_combining_mark, documented as General_Category=Mark), lowercase, runs of [ \\t\\r\\n] -> one space, a text that is exactly one space kept
     (through a private-use sentinel) while every other text is stripped of White_Space at both ends.
-    [?] Python's str.lower stands in for Rust's to_lowercase (both apply Unicode's full mappings)."""
+    Lowercase is per character (HF's NormalizedString::lowercase maps each char with Rust's
+    char::to_lowercase: full mappings, no context, so a final capital sigma becomes σ, not the ς
+    that Python's str.lower gives); Python's str.lower on one character applies the same mappings."""
     t = unicodedata.normalize("NFKC", text)
     t = unicodedata.normalize("NFD", t)
     t = "".join(ch for ch in t if not unicodedata.category(ch).startswith("M"))
-    t = t.lower()
+    t = "".join(ch.lower() for ch in t)  # per character, as Rust's char::to_lowercase: no final-sigma rule
     t = re.sub(r"[ \t\r\n]+", " ", t)
     t = _SENTINEL if t == " " else t
     t = t.strip(WHITE_SPACE)
@@ -71,6 +72,44 @@ def class_map(decoded, raw):
         key = tok if "\ufffd" in text else (normalise_token_text(text) or text)
         out.append(keys.setdefault(key, len(keys)))
     return out
+
+
+def byte_level_symbols():
+    """GPT-2's byte-level alphabet {symbol: byte}: printable bytes 33..126, 161..172, 174..255 as
+    themselves, the other 68 bytes as chr(256 + k) in byte order."""
+    keep = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    out, k = {}, 0
+    for b in range(256):
+        if b in keep:
+            out[chr(b)] = b
+        else:
+            out[chr(256 + k)] = b
+            k += 1
+    return out
+
+
+def class_map_from_tokenizer_json(path, vocab_size, pad_id):
+    """[vocab_size] classes of a byte-level tokenizer.json, as the released engram.py derives them
+    from decode([id]): a token made only of byte symbols decodes to those bytes, any other token
+    (added tokens) to itself; bytes decode with U+FFFD for invalid UTF-8; an id the file does not
+    name decodes to ""; ids past the file's largest (padding rows) take pad_id's class."""
+    with open(path, encoding="utf-8") as f:
+        j = json.load(f)
+    raw = {}
+    for tok, i in j["model"]["vocab"].items():
+        raw[i] = tok
+    for a in j.get("added_tokens", []):
+        raw[a["id"]] = a["content"]
+    n = max(raw) + 1
+    sym = byte_level_symbols()
+    raws, decoded = [], []
+    for i in range(n):
+        tok = raw.get(i, "")
+        b = bytes(sym[c] for c in tok) if all(c in sym for c in tok) else tok.encode("utf-8")
+        raws.append(tok)
+        decoded.append(b.decode("utf-8", errors="replace"))
+    cls = class_map(decoded, raws)
+    return cls + [cls[pad_id]] * (vocab_size - n), len(set(cls))
 
 
 def is_prime(n):
@@ -160,6 +199,7 @@ def engram_row_ids(ids, image, token_map, pad_id, max_ngram, heads, multipliers,
 
 def engram_gates(X, key, q_weight, k_weight, eps):
     """gate [hc]: sigmoid(sign(dot) sqrt(max(|dot|, 1e-6))), dot_i as in the header; X, key [hc, d]."""
+    import torch  # here, not at the top: the class-table and hash entry points need no torch
     d = X.shape[-1]
     rstd = torch.rsqrt(X.pow(2).mean(-1) + eps) * torch.rsqrt(key.pow(2).mean(-1) + eps)
     dot = (X * q_weight * k_weight * key).sum(-1) * rstd * d ** -0.5
@@ -186,6 +226,7 @@ def run_cases(spec):
     (optional), "x": [n][hc * d] streams before the Engram}]}. Per case: row_ids [n][K], x [n][hc * d]
     after it, and per token what an error bound needs: dot [hc] (before the signed sqrt), key_norm
     [hc] (||key_i||), kv_abs (max over wkv rows j of sum_k |wkv_jk r_k|), v_max (max |value|)."""
+    import torch
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import checkpoint  # noqa: E402 (needs this folder on the path)
     c, L = spec["config"], spec["layer"]
@@ -220,8 +261,18 @@ def run_cases(spec):
 
 
 if __name__ == "__main__":
-    # python3 engram.py SPEC.json  ->  JSON on stdout (see run_cases)
-    if len(sys.argv) != 2:
-        sys.exit("usage: engram.py SPEC.json")
-    with open(sys.argv[1], encoding="utf-8") as f:
-        json.dump(run_cases(json.load(f)), sys.stdout)
+    # python3 engram.py SPEC.json                          -> run_cases as JSON
+    # python3 engram.py --normalise TEXTS.json             -> [normalise_token_text(t) for t in TEXTS]
+    # python3 engram.py --classes TOKENIZER.json V PAD     -> {"classes": [V], "n_classes": n}
+    a = sys.argv[1:]
+    if len(a) == 1:
+        with open(a[0], encoding="utf-8") as f:
+            json.dump(run_cases(json.load(f)), sys.stdout)
+    elif len(a) == 2 and a[0] == "--normalise":
+        with open(a[1], encoding="utf-8") as f:
+            json.dump([normalise_token_text(t) for t in json.load(f)], sys.stdout)
+    elif len(a) == 4 and a[0] == "--classes":
+        cls, n = class_map_from_tokenizer_json(a[1], int(a[2]), int(a[3]))
+        json.dump({"classes": cls, "n_classes": n}, sys.stdout)
+    else:
+        sys.exit("usage: engram.py SPEC.json | --normalise TEXTS.json | --classes TOKENIZER.json VOCAB PAD_ID")
