@@ -145,6 +145,8 @@ class EngramIoPool {
   std::vector<std::thread> threads_;
 };
 
+std::shared_ptr<EngramIoPool> MakeEngramIoPool(int threads) { return std::make_shared<EngramIoPool>(std::max(1, threads)); }
+
 // ---------------------------------------------------------------- hashing
 
 std::vector<int64_t> EngramRowIds(const EngramHash& h, const int32_t* tokens, int64_t first_pos, int n, const int32_t* prev,
@@ -305,7 +307,7 @@ EngramWeights LoadEngram(const Checkpoint& ck, const std::string& dir, const Mod
   w.table.scale_cols = hd / 32;
   w.reader = opt.open_reader ? std::shared_ptr<const EngramFileReader>(opt.open_reader(w.table.path))
                              : std::shared_ptr<const EngramFileReader>(OpenPreadReader(w.table.path));
-  w.io = std::make_shared<EngramIoPool>(std::max(1, opt.io_threads));
+  w.io = MakeEngramIoPool(opt.io_threads);
 
   // The small tensors, dequantised once.
   auto expect_shape = [&](const std::string& name, std::vector<int64_t> want) {

@@ -99,6 +99,9 @@ struct EngramOptions {
 };
 
 class EngramIoPool;  // engram.cpp: persistent threads that issue one batch's reads
+// A pool of `threads` (the caller counts as one): LoadEngram makes one per layer; benches and
+// tools that fill an EngramWeights by hand use this.
+std::shared_ptr<EngramIoPool> MakeEngramIoPool(int threads);
 
 // One Engram layer. The table stays in the file; everything else is small and in memory.
 struct EngramWeights {
