@@ -32,6 +32,8 @@ namespace cedar {
 
 namespace {
 
+constexpr int kMaxEngramHeadDim = 1024;  // row buffers live on the IO threads' stacks (released: 256)
+
 class PreadReader final : public EngramFileReader {
  public:
   explicit PreadReader(const std::string& path) : path_(path) {
@@ -238,6 +240,7 @@ EngramWeights LoadEngram(const Checkpoint& ck, const std::string& dir, const Mod
   const size_t j = size_t(it - cfg.engram_layers.begin());
   const int N = cfg.engram_max_ngram, H = cfg.engram_n_heads, hd = cfg.engram_head_dim, d = cfg.dim, hc = cfg.hc_mult;
   const std::string p = "layers." + std::to_string(layer) + ".engram.";
+  if (hd > kMaxEngramHeadDim) throw std::runtime_error("engram_head_dim: expected at most " + std::to_string(kMaxEngramHeadDim) + ", found " + std::to_string(hd));
   if (hd % 32 != 0) throw std::runtime_error("engram_head_dim: expected a multiple of 32 (one E8M0 scale per 32 channels), found " + std::to_string(hd));
   if (cfg.engram_compressed_vocab < 1) throw std::runtime_error("engram_compressed_vocab: expected >= 1, found " + std::to_string(cfg.engram_compressed_vocab));
 
@@ -359,8 +362,7 @@ void EngramGatherRows(const EngramWeights& w, const int64_t* row_ids, int64_t co
                               std::to_string(w.table.rows) + " rows");
   std::vector<float> rows(uniq.size() * size_t(hd));
   w.io->Run(int64_t(uniq.size()), [&](int64_t u) {
-    uint8_t codes[1024], scales[32];
-    if (hd > 1024) throw std::runtime_error("engram_head_dim above 1024 is not supported");
+    uint8_t codes[kMaxEngramHeadDim], scales[kMaxEngramHeadDim / 32];
     const int64_t r = uniq[size_t(u)];
     w.reader->Read(codes, size_t(hd), w.table.weight_offset + uint64_t(r) * uint64_t(hd));
     w.reader->Read(scales, size_t(sc), w.table.scale_offset + uint64_t(r) * uint64_t(sc));
@@ -376,6 +378,7 @@ void EngramGatherRows(const EngramWeights& w, const int64_t* row_ids, int64_t co
 void EngramAdd(const EngramWeights& w, const ModelConfig& cfg, const int32_t* tokens, int64_t first_pos, int n, const int32_t* prev_tokens_ctx,
                float* x) {
   if (n <= 0) return;
+  if (first_pos < 0) throw std::invalid_argument("EngramAdd: first_pos: expected >= 0, found " + std::to_string(first_pos));
   const int hc = w.hc, d = w.dim, K = w.hash.Lookups(), hd = w.table.head_dim, stride = cfg.ResidualWidth();
   if (cfg.hc_mult != hc || cfg.dim != d)
     throw std::invalid_argument("EngramAdd: config hc_mult/dim " + std::to_string(cfg.hc_mult) + "/" + std::to_string(cfg.dim) +
