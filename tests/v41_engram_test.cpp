@@ -244,6 +244,52 @@ TEST_CASE("Engram hash constants and row ids match the float64 reference exactly
   MESSAGE("compared " << compared << " row ids; table rows " << w.table.rows);
 }
 
+TEST_CASE("row ids with the released constants (layers 1 and 14, 16M buckets, 99,092 classes) match the reference") {
+  F();  // python checked
+  ModelConfig c;
+  c.vocab_size = 129280;
+  c.engram_layers = {1, 14};
+  c.engram_max_ngram = 4;
+  c.engram_n_heads = 8;
+  c.engram_vocab_size = 16000000;
+  c.engram_compressed_vocab = 99092;
+  const EngramHashConstants k = ComputeEngramHashConstants(c.engram_layers, 4, 8, 16000000, 99092);
+  CHECK(k.table_rows == std::vector<int64_t>{384006168, 384016682});  // engram_num_embeddings as released
+  // A class table using the top classes (the largest products): id -> 99091 - id % 99092.
+  std::vector<int32_t> cls(size_t(c.vocab_size));
+  for (size_t t = 0; t < cls.size(); ++t) cls[t] = int32_t(99091 - int64_t(t) % 99092);
+  std::mt19937 rng(5);
+  std::vector<int32_t> toks(40);
+  for (auto& t : toks) t = int32_t(rng() % 129280);
+  toks[0] = 2;
+  toks[7] = 0;  // class 99091: the largest class times the largest multiplier
+  json spec = {{"layer", 14}, {"token_class", cls}};
+  spec["config"] = {{"dim", 1}, {"hc_mult", 1}, {"norm_eps", 1e-20}, {"engram_layers", c.engram_layers}, {"engram_max_ngram", 4},
+                    {"engram_n_heads", 8}, {"engram_head_dim", 256}, {"engram_vocab_size", 16000000},
+                    {"engram_compressed_vocab", 99092}, {"engram_pad_id", 2}};
+  spec["cases"] = json::array({{{"tokens", toks}}});
+  const std::string path = F().dir + "/spec_released.json";
+  std::ofstream(path) << spec.dump();
+  const json ref = json::parse(RunCapture("/usr/bin/python3 " + std::string(CEDAR_SOURCE_DIR) + "/tools/reference/v41/engram.py " + path));
+  std::remove(path.c_str());
+  EngramHash h;
+  h.max_ngram = 4;
+  h.n_heads = 8;
+  h.multipliers = k.multipliers[1];
+  int64_t acc = 0;
+  for (const auto& order : k.primes[1])
+    for (int64_t p : order) h.primes.push_back(p), h.offsets.push_back(acc), acc += p;
+  h.token_class = cls;
+  h.pad_class = cls[2];
+  CHECK(h.primes == ref["primes"].get<std::vector<int64_t>>());
+  CHECK(h.multipliers == ref["multipliers"].get<std::vector<int64_t>>());
+  const std::vector<int64_t> ids = EngramRowIds(h, toks.data(), 0, 40, nullptr);
+  const auto want = ref["cases"][0]["row_ids"].get<std::vector<std::vector<int64_t>>>();
+  for (int t = 0; t < 40; ++t)
+    for (int j = 0; j < 24; ++j) CHECK_MESSAGE(ids[size_t(t * 24 + j)] == want[size_t(t)][size_t(j)], "token " << t << " lookup " << j);
+  for (int64_t r : ids) CHECK((r >= 0 && r < 384016682));
+}
+
 TEST_CASE("EngramAdd matches the float64 reference within the float error bound") {
   const Fixture& f = F();
   const EngramWeights w = Load();

@@ -223,12 +223,10 @@ def run_cases(spec):
     {"checkpoint": dir, "layer": L, "config": {dim, hc_mult, norm_eps, engram_layers,
     engram_max_ngram, engram_n_heads, engram_head_dim, engram_vocab_size, engram_compressed_vocab,
     engram_pad_id}, "token_class": [V], "cases": [{"tokens": [n] from position 0, "image": [n] 0/1
-    (optional), "x": [n][hc * d] streams before the Engram}]}. Per case: row_ids [n][K], x [n][hc * d]
+    (optional), "x": [n][hc * d] streams before the Engram}]}; without "checkpoint" (and "x") only the
+    hashes are computed. Per case: row_ids [n][K], x [n][hc * d]
     after it, and per token what an error bound needs: dot [hc] (before the signed sqrt), key_norm
     [hc] (||key_i||), kv_abs (max over wkv rows j of sum_k |wkv_jk r_k|), v_max (max |value|)."""
-    import torch
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import checkpoint  # noqa: E402 (needs this folder on the path)
     c, L = spec["config"], spec["layer"]
     j = c["engram_layers"].index(L)
     N, H, hd = c["engram_max_ngram"], c["engram_n_heads"], c["engram_head_dim"]
@@ -236,9 +234,14 @@ def run_cases(spec):
     primes = engram_primes(len(c["engram_layers"]), N, H, c["engram_vocab_size"])[j]
     offsets = engram_offsets(primes)
     mult = engram_multipliers(L, N, c["engram_compressed_vocab"])
-    ck = checkpoint.Checkpoint(spec["checkpoint"])
+    ck = None  # without a checkpoint: hashes only (no torch needed)
     p = f"layers.{L}.engram."
-    wkv, qw, kw = ck.tensor(p + "wkv.weight"), ck.tensor(p + "q_weight"), ck.tensor(p + "k_weight")
+    if spec.get("checkpoint"):
+        import torch
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import checkpoint  # noqa: E402 (needs this folder on the path)
+        ck = checkpoint.Checkpoint(spec["checkpoint"])
+        wkv, qw, kw = ck.tensor(p + "wkv.weight"), ck.tensor(p + "q_weight"), ck.tensor(p + "k_weight")
     out = {"primes": primes, "multipliers": mult, "cases": []}
     for case in spec["cases"]:
         ids = case["tokens"]
