@@ -1,7 +1,7 @@
 // Engram (DeepSeek-V4.1-Flash's hashed n-gram memory), one self-contained component: the
 // weights of one Engram layer, the n-gram hashing, the table lookup (rows read from the file
 // on demand, never the whole table), and the gated update of the mHC streams. Facts and
-// sources: docs/v41-contract.md, "Engram". Float64 reference: tools/reference/v41/engram.py.
+// sources: docs/v41-contract.md section 8. Float64 reference: tools/reference/v41/engram.py.
 //
 // Per token t at absolute position p, for an Engram layer with index j in engram_layers:
 //   c_s      = class[token at p - s] for s = 0..N-1 (N = engram_max_ngram); once p - s < 0 the
@@ -14,6 +14,8 @@
 //   X_i     += sigmoid(sign(dot_i) sqrt(max(|dot_i|, 1e-6))) * v        (eps = norm_eps)
 //
 // HOW THE FORWARD MUST CALL IT (the call site is engine/forward.cpp's, wired by the lead):
+//   At load (Model::LoadReleased): engram = LoadAllEngrams(checkpoint, dir, cfg) (one per entry of
+//   cfg.engram_layers, in that order; the class table comes from dir/tokenizer.json).
 //   For every Engram layer L (ModelConfig::engram_layers, all < E), immediately BEFORE block L
 //   (before its attention sub-layer's mHC coefficients are computed, i.e. on the streams block
 //   L-1 produced; for L = 0 on the embedded streams):
@@ -26,7 +28,9 @@
 //   x         = the n residual rows [n, cfg.ResidualWidth()] (X [hc, d] then the pre-mix a [hc]);
 //               only X changes, a is left as it is.
 //   * Prefill in chunks: each chunk passes its own tokens, its first position and the N-1
-//     tokens before it; the result equals one whole prefill bit for bit (tested).
+//     tokens before it; the rows read equal one whole prefill's exactly, and X equals it up to
+//     the F32 rounding of the wkv product (sgemm for many rows, a dot product for one; tested
+//     within a derived bound, worst 9.5e-7 on the test Engram), like the rest of the forward.
 //   * Decode: n = 1, first_pos = the token's position, prev = the N-1 tokens before it.
 //   * Encoder replay ([max(0, P - W), P) re-run through layers 0..E-1): Engram layers are
 //     encoder layers, so the replay calls EngramAdd exactly like prefill for those rows, with
