@@ -150,6 +150,7 @@ def make_case(out_dir, cfg: Config, N, P, model_seed, data_seed, generator, min_
             tensors = write_released.encode(cfg, raw)[1]
         model = Model(cfg, tensors, torch.float64)
         gold, info = compute_golden(model, prompt, decode_tokens, P)
+        info["kv_margins"] = model.kv_margins
         if info["min_gap"] >= min_gap:
             break
         log(f"  model seed {seed}: closest decision margin {info['min_gap']:.2e} < {min_gap:.0e}, next seed")
@@ -199,6 +200,10 @@ def make_case(out_dir, cfg: Config, N, P, model_seed, data_seed, generator, min_
     if switches:  # only cases with released switches carry these (older goldens stay byte-identical)
         meta["released_switches"] = json.dumps(switches, sort_keys=True)
         meta["residual_width"] = cfg.residual_width()
+    if cfg.kv_released:
+        km = info["kv_margins"]
+        meta["kv_rounding_min_margin"] = f"{km.min:.3e}"
+        meta["kv_rounding_near_ties"] = f"{km.near} of {km.count} (margin < {km.NEAR:.0e})"
     safetensors_io.save(os.path.join(out_dir, "golden.safetensors"), gold, meta)
     return meta
 

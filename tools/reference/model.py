@@ -151,6 +151,56 @@ class PassCtx:
             self.min_gap = min(self.min_gap, g / max(scale, 1e-30))
 
 
+class RoundingMargins:
+    """How close the released KV rounding came to a tie (kv_dtype released). For every rounded value
+    the distance of x/s to the nearest rounding midpoint, in grid steps (0 = a tie, 0.5 = on the
+    grid), and for every block scale the distance of its input to a scale boundary (a power of two
+    for UE8M0 scales, in log2 units; an E4M3 midpoint for the FP4 scale, in E4M3 steps). An engine
+    computing in float32 (relative error ~1e-6) can round a value near a tie the other
+    way (a value holds up to 16 grid steps, so ~1e-4 steps); `near` counts those within 1e-4."""
+
+    NEAR = 1e-4
+
+    def __init__(self):
+        self.min = math.inf
+        self.near = 0
+        self.count = 0
+
+    @staticmethod
+    def _grid_margin(r, e2m1):
+        a = r.abs()
+        if e2m1:
+            step = torch.where(a < 2, torch.full_like(a, 0.5), torch.where(a < 4, torch.ones_like(a), torch.full_like(a, 2.0)))
+        else:
+            _, e = torch.frexp(torch.where(a > 0, a, torch.ones_like(a)))
+            step = torch.where(a >= 2.0 ** -6, torch.ldexp(torch.ones_like(a), (e - 4).to(torch.float64)),
+                               torch.full_like(a, 2.0 ** -9))
+        t = a / step
+        return ((t - torch.floor(t)) - 0.5).abs()
+
+    def note(self, x, qdq):
+        x = x.to(torch.float32).to(torch.float64)
+        if qdq is quant.qdq_fp8_ue8m0:
+            s, block, e2m1, amax_div = quant.fp8_ue8m0_scales(x), 32, False, 448.0
+        elif qdq is quant.qdq_mxfp4:
+            s, block, e2m1, amax_div = quant.mxfp4_scales(x), 32, True, 6.0
+        else:
+            s, block, e2m1, amax_div = quant.fp4_e4m3_scales(x), 16, True, None
+        g = x.reshape(*x.shape[:-1], -1, block)
+        r = g / s.unsqueeze(-1)
+        m = [self._grid_margin(r, e2m1).reshape(-1)]
+        amax = g.abs().amax(-1).reshape(-1)
+        if amax_div is None:   # E4M3 scale = e4m3(amax / 6): distance to an E4M3 midpoint
+            m.append(self._grid_margin(torch.clamp(amax, min=6 * 2.0 ** -9) / 6, False))
+        else:                  # power-of-two scale: distance of log2(amax / max) to an integer
+            lg = torch.log2(torch.clamp(amax, min=1e-30) / amax_div)
+            m.append((lg - torch.round(lg)).abs())
+        m = torch.cat(m)
+        self.min = min(self.min, float(m.min()))
+        self.near += int((m < self.NEAR).sum())
+        self.count += m.numel()
+
+
 # --------------------------------------------------------------------------------------------
 # The model
 # --------------------------------------------------------------------------------------------
@@ -166,6 +216,7 @@ class Model:
             raise NotImplementedError(f"model: Engram (engram_layers {r['engram_layers']}) is not modelled by "
                                       "this reference yet (v41/engram.py has the pieces)")
         self.hc = cfg.hc
+        self.kv_margins = RoundingMargins()
         # YaRN inverse frequencies of the compressed layers (None: plain RoPE everywhere)
         self.yarn_freq = None
         if r["rope_factor"] > 1:
@@ -190,7 +241,10 @@ class Model:
     # ---- KV as stored (kv_dtype) ----
     def _stored(self, x, qdq):
         """x as the KV store reads it back: itself (f32), or quantise-dequantise as released."""
-        return qdq(x).to(self.dtype) if self.cfg.kv_released else x
+        if not self.cfg.kv_released:
+            return x
+        self.kv_margins.note(x, qdq)
+        return qdq(x).to(self.dtype)
 
     def W_(self, name):
         return self.w[name]
