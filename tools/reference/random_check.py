@@ -15,7 +15,8 @@ configuration (so the cases without --v41 are exactly the ones before these swit
 hc_mult in {1, 2, 4} (Sinkhorn rounds 1, 3 or 20), YaRN on or off (factor 2..16, original length
 16..64), score_func sqrtsoftplus / sigmoid / softmax, norm_topk_prob on or off, kv_dtype f32 or
 released (head_dim and index_head_dim then 32), and sometimes (MoE configs) the released file
-layout (v41/write_released.py: FP8/FP4/BF16 shards, dim and moe_inter_dim 32).
+layout (v41/write_released.py: FP8/FP4/BF16 shards, dim and moe_inter_dim 32; only where the cut
+E = n_layers / 2, see tools/reference/README.md).
 """
 import argparse
 import json
@@ -48,7 +49,9 @@ def released_switches(rng: random.Random, cfg: dict):
     if rng.random() < 0.5:
         cfg["kv_dtype"] = "released"
         cfg["head_dim"], cfg["index_head_dim"] = 32, 32
-    if cfg["n_routed_experts"] > 0 and rng.random() < 0.3:
+    # the released layout has no n_encoder_layers key: the reference takes the last kv source as the
+    # cut, `cedar info` prints num_hidden_layers / 2; draw it only where both readings agree
+    if cfg["n_routed_experts"] > 0 and cfg["n_encoder_layers"] == cfg["n_layers"] // 2 and rng.random() < 0.3:
         cfg["weight_layout"] = "deepseek_v41"
         cfg["dim"], cfg["moe_inter_dim"] = 32, 32
     return cfg

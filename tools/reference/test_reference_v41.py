@@ -165,6 +165,39 @@ def test_modes(name, cfgd):
     check(f"[{name}] encoder replay with P <= W regenerates exactly", d <= TOL, f"{d:.1e}")
 
 
+def test_mhc_wiring_against_run_stack():
+    """model.py's stream bookkeeping (which pre collapses which input, what the head reads) against
+    v41/mhc.run_stack (checked there against a hand computation), on a one-token prompt where each
+    layer's attention is a plain function of its own input: ratio-2 pools show no entry at p = 0,
+    the ratio-1 cut layer E reads its own entry 0, the decoder layer after it has ratio 0."""
+    import mhc
+    cfgd = dict(MINI, n_layers=4, n_encoder_layers=2, compress_ratios=[0, 2, 1, 0], kv_source_layers=[1, 2],
+                index_source_layers=[1, 2], candidate_source_layer=0, candidate_blocks=0, candidate_block_size=0,
+                hc_mult=4, rope_factor=4.0, rope_original_seq_len=16, kv_dtype="released")
+    cfg, model, toks = setup(cfgd, n=1)
+
+    def attn(l):
+        def f(u):
+            e = model.window_entry(l, u, 0)
+            _, q = model.query(l, u, 0)
+            entries = [e] + ([model.main_entry(model.compress_m1(l, u), 0, 1)] if l == cfg.E else [])
+            o = model.unrotate(l, model.sink_attention(q, entries, model.lw(l, "attn.sink")), 0)
+            return model.grouped_output(l, o)
+        return f
+
+    blocks = [{"attn": attn(l), "ffn": (lambda l: lambda u: model.ffn(l, u, PassCtx()))(l),
+               "attn_norm": model.lw(l, "attn_norm.weight"), "ffn_norm": model.lw(l, "ffn_norm.weight"),
+               "hc_attn": tuple(model.lw(l, f"hc_attn_{k}") for k in ("fn", "scale", "base")),
+               "hc_ffn": tuple(model.lw(l, f"hc_ffn_{k}") for k in ("fn", "scale", "base"))} for l in range(cfg.L)]
+    r = cfg.released
+    h = mhc.run_stack(model.w["embed.weight"][toks[0]], blocks, model.w["norm.weight"], cfg.hc,
+                      r["hc_sinkhorn_iters"], r["hc_eps"], cfg.norm_eps)
+    want = model.w["head.weight"] @ h
+    got = model.prefill_full(SeqState(cfg), toks)
+    check("mHC wiring of model.py = v41/mhc.run_stack (one token, 4 layers, hc 4)", maxdiff(got, want) <= 1e-12,
+          f"{maxdiff(got, want):.1e}")
+
+
 def test_switches_change_the_model():
     """Each switch is live: turning it on changes the logits (a switch that does nothing is a bug)."""
     base = dict(MINI, hc_mult=2)
@@ -259,6 +292,7 @@ def main():
     t0 = time.time()
     test_validation()
     test_released_round_trip()
+    test_mhc_wiring_against_run_stack()
     test_switches_change_the_model()
     for name, cfgd in SWITCHED:
         test_modes(name, cfgd)

@@ -132,8 +132,11 @@ def released_config(cfg):
         "engram_layer_ids": [], "engram_num_embeddings": [], "num_nextn_predict_layers": 0,
         "dspark_target_layer_ids": [],
     })
+    # without YaRN (factor 1) the original length is any positive value (YaRN with factor 1 is plain RoPE);
+    # the released parser wants one >= 1: max_position_embeddings
+    original = r["rope_original_seq_len"] if r["rope_factor"] > 1 else t["max_position_embeddings"]
     t["rope_scaling"] = {"rope_type": "yarn", "factor": r["rope_factor"], "beta_fast": r["rope_beta_fast"],
-                         "beta_slow": r["rope_beta_slow"], "original_max_position_embeddings": r["rope_original_seq_len"]}
+                         "beta_slow": r["rope_beta_slow"], "original_max_position_embeddings": original}
     return j
 
 
