@@ -689,8 +689,13 @@ def expected_shapes(c: Config):
 
 
 def load_model(model_dir, dtype=torch.float64):
-    import os
+    """A model folder in our layout (config.json + model.safetensors) or in the released layout
+    (model.safetensors.index.json: read through v41/write_released.load_released, dequantised)."""
     import safetensors_io
+    if os.path.isfile(os.path.join(model_dir, "model.safetensors.index.json")):
+        import write_released
+        cfg, tensors = write_released.load_released(model_dir)
+        return Model(cfg, tensors, dtype)
     cfg = Config.load(os.path.join(model_dir, "config.json"))
     tensors, _ = safetensors_io.load(os.path.join(model_dir, "model.safetensors"))
     return Model(cfg, tensors, dtype)

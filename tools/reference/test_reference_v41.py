@@ -120,6 +120,20 @@ def test_committed_goldens():
               json.dumps(model.cfg.to_dict(), indent=1) + "\n" == text)
 
 
+def test_committed_v41_tiny():
+    """The committed released-layout case loads through load_model (index.json -> checkpoint.py) and
+    its full prefill logits are the committed ones, bit for bit (the golden is current)."""
+    d = os.path.join(REPO, "tests", "golden", "v41_tiny")
+    if not os.path.isdir(d):
+        check("committed v41_tiny golden present", False, d)
+        return
+    gold, _ = safetensors_io.load(os.path.join(d, "golden.safetensors"))
+    model = load_model(d)
+    got = f32(model.prefill_full(SeqState(model.cfg), gold["prompt"].tolist()))
+    check("committed v41_tiny: released files load; full prefill logits bit for bit",
+          model.cfg.released["weight_layout"] == "deepseek_v41" and torch.equal(got, gold["full.prefill_logits"]))
+
+
 # ---------------------------------------------------------------- 2. the modes with switches on
 
 def test_modes(name, cfgd):
@@ -297,6 +311,7 @@ def main():
     for name, cfgd in SWITCHED:
         test_modes(name, cfgd)
     test_committed_goldens()
+    test_committed_v41_tiny()
     print(f"{'all passed' if not FAILS else f'{len(FAILS)} failed'} in {time.time() - t0:.1f} s")
     sys.exit(1 if FAILS else 0)
 
