@@ -29,14 +29,14 @@ RELEASED = {
     "score_func": "sqrtsoftplus",   # router score: sqrtsoftplus | sigmoid | softmax
     "norm_topk_prob": True,         # routed weights divided by the sum of the chosen scores
     "kv_dtype": "f32",              # stored KV: "f32" | "released" (FP8 window, FP4 main, MXFP4 index K/Q)
-    "engram_layers": [],            # Engram blocks (not modelled by this reference yet: must be empty)
-    "engram_table_rows": [],
-    "engram_max_ngram": 0,
-    "engram_n_heads": 0,
-    "engram_head_dim": 0,
-    "engram_vocab_size": 0,
-    "engram_compressed_vocab": 0,
-    "engram_pad_id": 0,
+    "engram_layers": [],            # Engram before these layers (all < E); empty = none
+    "engram_table_rows": [],        # per Engram layer: rows of its hashed table (= sum of its primes)
+    "engram_max_ngram": 0,          # n-gram orders 2..this
+    "engram_n_heads": 0,            # hash heads per order
+    "engram_head_dim": 0,           # width of one table row
+    "engram_vocab_size": 0,         # the bucket primes are drawn above this - 1
+    "engram_compressed_vocab": 0,   # classes of the token table (= vocab_size: identity, no tokenizer)
+    "engram_pad_id": 0,             # token whose class pads the look-back before position 0
     "n_mtp_layers": 0,              # DSpark draft blocks (ignored: they never change the logits)
 }
 
@@ -273,4 +273,10 @@ class Config:
              f"engram_table_rows: expected {len(r['engram_layers'])} entries, found {len(r['engram_table_rows'])}")
         need(all(0 <= l < self.n_encoder_layers for l in r["engram_layers"]),
              f"engram_layers: expected layers before E={self.n_encoder_layers}, found {r['engram_layers']}")
+        if r["engram_layers"]:
+            need(r["engram_max_ngram"] >= 2 and r["engram_n_heads"] >= 1 and r["engram_head_dim"] >= 1,
+                 f"engram_max_ngram/engram_n_heads/engram_head_dim: expected >= 2 / >= 1 / >= 1, found "
+                 f"{r['engram_max_ngram']}/{r['engram_n_heads']}/{r['engram_head_dim']}")
+            need(0 <= r["engram_pad_id"] < self.vocab_size,
+                 f"engram_pad_id: expected a token id below {self.vocab_size}, found {r['engram_pad_id']}")
         need(r["n_mtp_layers"] >= 0, f"n_mtp_layers: expected >= 0, found {r['n_mtp_layers']}")

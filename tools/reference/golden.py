@@ -61,10 +61,14 @@ TINY_HC_KV = dict(TINY, index_head_dim=32, hc_mult=4, rope_factor=4.0, rope_orig
 # `v41_tiny`: written in the RELEASED file layout (v41/write_released.py: released config.json,
 # FP8/FP4/BF16/F32 shards + index); the reference reads it back through v41/checkpoint.py. The
 # released defaults otherwise: sqrtsoftplus, norm_topk_prob, rms_norm_eps 1e-20, KV as released;
-# candidate blocks small enough to be active (3 blocks of 4 over 45 decoder-pool entries).
+# candidate blocks small enough to be active (3 blocks of 4 over 45 decoder-pool entries); Engram
+# before layer 1 (orders 2..3 x 2 heads of 32, primes above 99: 101 + 103 + 107 + 109 = 420 rows,
+# the identity class table: engram_compressed_vocab = vocab_size 512, pad id 2).
 V41_TINY = dict(TINY, index_head_dim=32, candidate_blocks=3, candidate_block_size=4, hc_mult=4,
                 rope_factor=4.0, rope_original_seq_len=64, norm_eps=1e-20, weight_layout="deepseek_v41",
-                kv_dtype="released")
+                kv_dtype="released", engram_layers=[1], engram_table_rows=[420], engram_max_ngram=3,
+                engram_n_heads=2, engram_head_dim=32, engram_vocab_size=100, engram_compressed_vocab=512,
+                engram_pad_id=2)
 
 CASES = {
     # name: (config, prompt length N, replay prefix P, model seed, data seed)

@@ -21,6 +21,9 @@ v41/: mhc.py, rope.py, quant.py) and with their defaults nothing below changes:
                de-rotation, pool entries, index keys and queries); ratio-0 layers keep plain RoPE.
   score_func, norm_topk_prob  the router's score (sqrtsoftplus | sigmoid | softmax) and whether
                the chosen weights are divided by their sum.
+  engram_*     Engram before the listed (encoder) layers: n-gram hashes of the tokens by absolute
+               position (identity class table: engram_compressed_vocab == vocab_size), table rows
+               `layers.N.engram.embed.weight`, gated per stream into X (v41/engram.py).
   kv_dtype "released"  what is stored is read back as released (v41/quant.py, the whole vector,
                RoPE dims included, after the rotation, float32 before rounding): window entries FP8
                E4M3 with a UE8M0 scale per 32; main pool entries FP4 E2M1 with an E4M3 scale per
@@ -39,6 +42,7 @@ from config import Config
 
 # v41/ goes last on the path: its config.py must not shadow this folder's config.py
 sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "v41"))
+import engram as v41engram  # noqa: E402
 import mhc  # noqa: E402
 import quant  # noqa: E402
 import rope as v41rope  # noqa: E402
@@ -212,9 +216,7 @@ class Model:
         self.w = {k: v.to(dtype) for k, v in tensors.items()}
         self._check_tensors()
         r = cfg.released
-        if r["engram_layers"]:
-            raise NotImplementedError(f"model: Engram (engram_layers {r['engram_layers']}) is not modelled by "
-                                      "this reference yet (v41/engram.py has the pieces)")
+        self._engram_setup()
         self.hc = cfg.hc
         self.kv_margins = RoundingMargins()
         # YaRN inverse frequencies of the compressed layers (None: plain RoPE everywhere)
@@ -223,6 +225,46 @@ class Model:
             self.yarn_freq = v41rope.yarn_inv_freq(cfg.rope_dim, cfg.compress_rope_theta, r["rope_factor"],
                                                    r["rope_original_seq_len"], r["rope_beta_fast"],
                                                    r["rope_beta_slow"])
+
+    # ---- Engram (v41/engram.py; docs/v41-contract.md §8) ----
+    def _engram_setup(self):
+        """Hash constants of the Engram layers. The token -> class table is the identity: without the
+        tokenizer only engram_compressed_vocab == vocab_size is defined (contract §8.2)."""
+        c, r = self.cfg, self.cfg.released
+        self.engram = {}
+        if not r["engram_layers"]:
+            return
+        if r["engram_compressed_vocab"] != c.vocab_size:
+            raise NotImplementedError(f"model: Engram needs the tokenizer's class table unless engram_compressed_vocab "
+                                      f"== vocab_size ({c.vocab_size}); found {r['engram_compressed_vocab']}")
+        N, heads = r["engram_max_ngram"], r["engram_n_heads"]
+        primes = v41engram.engram_primes(len(r["engram_layers"]), N, heads, r["engram_vocab_size"])
+        for i, l in enumerate(r["engram_layers"]):
+            if sum(primes[i]) != r["engram_table_rows"][i]:
+                raise ValueError(f"model: engram_table_rows[{i}]: expected {sum(primes[i])} (the primes of layer {l}), "
+                                 f"found {r['engram_table_rows'][i]}")
+            self.engram[l] = (primes[i], v41engram.engram_offsets(primes[i]),
+                              v41engram.engram_multipliers(l, N, r["engram_compressed_vocab"]))
+
+    def engram_add(self, st, l, h, rows):
+        """Before block l (an Engram layer): X_i += gate_i * value for every row, from the table rows
+        its n-grams hash to (history by absolute position: st.tokens); the pre-mix a is untouched."""
+        c, r = self.cfg, self.cfg.released
+        primes, offsets, mult = self.engram[l]
+        upto = max(rows) + 1
+        ids = v41engram.engram_row_ids(st.tokens[:upto], [False] * upto, range(c.vocab_size), r["engram_pad_id"],
+                                       r["engram_max_ngram"], r["engram_n_heads"], mult, primes, offsets)
+        pre = f"layers.{l}.engram."
+        for p in rows:
+            table = self.w[pre + "embed.weight"][ids[p]]                  # [(N-1)*heads, head_dim]
+            if self.hc > 1:
+                X, a = self.split(h[p])
+            else:
+                X, a = h[p].unsqueeze(0), None
+            X = v41engram.engram_apply(X, table, self.w[pre + "wkv.weight"], self.w[pre + "q_weight"],
+                                       self.w[pre + "k_weight"], c.norm_eps)
+            h[p] = self.join(X, a) if self.hc > 1 else X[0]
+        return h
 
     # ---- RoPE per layer (reading 4; YaRN on compressed layers when rope_factor > 1) ----
     def rope(self, x, pos, l):
@@ -555,6 +597,8 @@ class Model:
     def _encoder(self, st, rows, h, floor, ctx, pool=True):
         """Layers 0..E-1 for rows; stores H_E of the rows; returns H_E dict of the rows."""
         for l in range(self.cfg.E):
+            if l in self.engram:
+                h = self.engram_add(st, l, dict(h), rows)
             self.layer_write(st, l, h, rows, pool=pool)
             h = self.layer_attend(st, l, h, rows, floor, ctx)
         for p in rows:
@@ -571,6 +615,8 @@ class Model:
             if l == c.E:
                 for p in rows:
                     st.H_E[p] = h[p]
+            if l in self.engram:
+                h = self.engram_add(st, l, dict(h), rows)
             self.layer_write(st, l, h, rows)
             h = self.layer_attend(st, l, h, rows, 0, ctx)
         return self.logits(h[rows[-1]])
@@ -670,6 +716,13 @@ def expected_shapes(c: Config):
         if c.is_index_source(l):
             s[p + "attn.indexer.wq_b.weight"] = [c.index_heads * c.index_head_dim, c.q_lora_rank]
             s[p + "attn.indexer.weights_proj.weight"] = [c.index_heads, d]
+        if l in c.released["engram_layers"]:  # released names (contract §8.1); table F32 rows here
+            r, hc = c.released, c.hc
+            k = r["engram_table_rows"][r["engram_layers"].index(l)]
+            s[p + "engram.embed.weight"] = [k, r["engram_head_dim"]]
+            s[p + "engram.q_weight"] = [hc, d]
+            s[p + "engram.k_weight"] = [hc, d]
+            s[p + "engram.wkv.weight"] = [(hc + 1) * d, (r["engram_max_ngram"] - 1) * r["engram_n_heads"] * r["engram_head_dim"]]
         I = c.moe_inter_dim
         if c.n_routed_experts == 0:
             s[p + "ffn.w1.weight"] = [I, d]

@@ -14,7 +14,8 @@ Exits non-zero if any check fails, printing the failing configuration.
 configuration (so the cases without --v41 are exactly the ones before these switches existed):
 hc_mult in {1, 2, 4} (Sinkhorn rounds 1, 3 or 20), YaRN on or off (factor 2..16, original length
 16..64), score_func sqrtsoftplus / sigmoid / softmax, norm_topk_prob on or off, kv_dtype f32 or
-released (head_dim and index_head_dim then 32), and sometimes (MoE configs) the released file
+released (head_dim and index_head_dim then 32), Engram before one or two encoder layers (orders
+2..4, 1..3 heads of 32, identity class table), and sometimes (MoE configs) the released file
 layout (v41/write_released.py: FP8/FP4/BF16 shards, dim and moe_inter_dim 32; only where the cut
 E = n_layers / 2, see tools/reference/README.md).
 """
@@ -49,6 +50,15 @@ def released_switches(rng: random.Random, cfg: dict):
     if rng.random() < 0.5:
         cfg["kv_dtype"] = "released"
         cfg["head_dim"], cfg["index_head_dim"] = 32, 32
+    if cfg["n_encoder_layers"] >= 1 and rng.random() < 0.4:   # Engram before 1 or 2 encoder layers
+        sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "v41"))
+        import engram as v41engram
+        layers = sorted(rng.sample(range(cfg["n_encoder_layers"]), min(cfg["n_encoder_layers"], rng.choice([1, 2]))))
+        N, heads, base = rng.randint(2, 4), rng.randint(1, 3), rng.randint(20, 300)
+        primes = v41engram.engram_primes(len(layers), N, heads, base)
+        cfg.update({"engram_layers": layers, "engram_table_rows": [sum(p) for p in primes], "engram_max_ngram": N,
+                    "engram_n_heads": heads, "engram_head_dim": 32, "engram_vocab_size": base,
+                    "engram_compressed_vocab": cfg["vocab_size"], "engram_pad_id": rng.randrange(cfg["vocab_size"])})
     # the released layout has no n_encoder_layers key: the reference takes the last kv source as the
     # cut, `cedar info` prints num_hidden_layers / 2; draw it only where both readings agree
     if cfg["n_routed_experts"] > 0 and cfg["n_encoder_layers"] == cfg["n_layers"] // 2 and rng.random() < 0.3:
@@ -171,7 +181,8 @@ def main():
         if a.v41:
             r = cfg.released
             desc += (f" hc={r['hc_mult']}/{r['hc_sinkhorn_iters']} yarn={r['rope_factor']}/{r['rope_original_seq_len']} "
-                     f"score={r['score_func']} norm={r['norm_topk_prob']} kv={r['kv_dtype']} layout={r['weight_layout']}")
+                     f"score={r['score_func']} norm={r['norm_topk_prob']} kv={r['kv_dtype']} layout={r['weight_layout']} "
+                     f"engram={r['engram_layers']}/{r['engram_max_ngram']}x{r['engram_n_heads']}")
         if a.skip_cedar:
             print(f"gen   {desc}  -> {d}")
             continue

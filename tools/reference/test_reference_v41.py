@@ -5,7 +5,7 @@
 1. With hc_mult 1 and every switch at its default, the reference reproduces the committed `tiny`
    and `pool` goldens bit for bit (from their committed weights), and their config.json.
 2. With the switches on (4 mHC streams, YaRN, sigmoid / softmax scores with and without
-   norm_topk_prob, KV as released), on a small config: `full` prefill is chunk-independent (logits
+   norm_topk_prob, KV as released, Engram before layer 1), on a small config: `full` prefill is chunk-independent (logits
    and all state, H_E rows hc*d + hc wide), the staircase (`exact`) equals `full` and decoding
    continues identically, `bounded` is chunk-independent and keeps the pools of `full`, Encoder SWA
    Bounded Replay with P <= W regenerates exactly.
@@ -51,9 +51,11 @@ MINI = {"vocab_size": 64, "dim": 32, "n_layers": 6, "n_encoder_layers": 3, "n_he
         "candidate_blocks": 3, "candidate_block_size": 2, "n_routed_experts": 4, "n_shared_experts": 1,
         "experts_per_token": 2, "moe_inter_dim": 32, "route_scale": 1.5, "swiglu_limit": 10.0,
         "rope_theta": 10000.0, "compress_rope_theta": 160000.0, "norm_eps": 1e-6, "max_seq_len": 4096}
+ENGRAM = {"engram_layers": [1], "engram_table_rows": [420], "engram_max_ngram": 3, "engram_n_heads": 2,
+          "engram_head_dim": 32, "engram_vocab_size": 100, "engram_compressed_vocab": 64, "engram_pad_id": 2}
 SWITCHED = [
-    ("hc4+yarn+sigmoid+released KV", dict(MINI, hc_mult=4, rope_factor=4.0, rope_original_seq_len=16,
-                                          score_func="sigmoid", kv_dtype="released")),
+    ("hc4+yarn+sigmoid+released KV+Engram", dict(MINI, hc_mult=4, rope_factor=4.0, rope_original_seq_len=16,
+                                                 score_func="sigmoid", kv_dtype="released", **ENGRAM)),
     ("hc2+softmax unnormalised, f32 KV", dict(MINI, hc_mult=2, score_func="softmax", norm_topk_prob=False)),
 ]
 
@@ -225,6 +227,15 @@ def test_switches_change_the_model():
         cfg = Config.from_dict(d)
         m = Model(cfg, random_weights(Config.from_dict(base), 7), torch.float64)
         check(f"switch {key}={val!r} changes the logits", maxdiff(m.prefill_full(SeqState(cfg), toks), ref) > 1e-6)
+    cfg = Config.from_dict(dict(base, **ENGRAM))
+    w = random_weights(cfg, 7)
+    with_e = Model(cfg, w).prefill_full(SeqState(cfg), toks)
+    w["layers.1.engram.wkv.weight"] = w["layers.1.engram.wkv.weight"] * 0   # value 0: Engram adds nothing
+    zero = Model(cfg, w).prefill_full(SeqState(cfg), toks)
+    bcfg = Config.from_dict(base)
+    without = Model(bcfg, w).prefill_full(SeqState(bcfg), toks)   # the same weights, no Engram layer
+    check("Engram changes the logits; with a zero value projection it adds nothing",
+          maxdiff(with_e, zero) > 1e-6 and maxdiff(zero, without) == 0.0)
 
 
 # ---------------------------------------------------------------- 3. released layout round trip
@@ -280,7 +291,9 @@ def test_validation():
     bad = [({"kv_dtype": "released"}, "index_head_dim"),          # MINI's index_head_dim 32 ok, head_dim 16 below
            ({"score_func": "relu"}, "score_func"), ({"rope_factor": 4.0}, "rope_original_seq_len"),
            ({"hc_mult": 0}, "hc_mult"), ({"kv_dtype": "fp8"}, "kv_dtype"),
-           ({"engram_layers": [1], "engram_table_rows": [7]}, None)]
+           ({"engram_layers": [1], "engram_table_rows": [7]}, "engram_max_ngram"),
+           ({"engram_layers": [1], "engram_table_rows": [7], "engram_max_ngram": 3, "engram_n_heads": 2,
+             "engram_head_dim": 32, "engram_vocab_size": 100, "engram_compressed_vocab": 64}, None)]
     ok = True
     for upd, key in bad:
         d = dict(MINI, **upd)
@@ -288,17 +301,17 @@ def test_validation():
             d["index_head_dim"] = 16
         try:
             cfg = Config.from_dict(d)
-            if key is None:  # a valid config the reference cannot run: refused by the model
+            if key is None:  # a valid config whose table height is not the sum of its primes (420)
                 try:
                     Model(cfg, random_weights(cfg, 1))
                     ok = False
-                except NotImplementedError:
-                    pass
+                except ValueError as e:
+                    ok &= "engram_table_rows" in str(e) and "420" in str(e)
             else:
                 ok = False
         except ConfigError as e:
             ok &= key is not None and key in str(e)
-    check("new keys validated, errors name the key; Engram refused by the model", ok)
+    check("new keys validated, errors name the key; a wrong Engram table height refused by the model", ok)
 
 
 def main():

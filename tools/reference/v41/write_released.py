@@ -22,8 +22,10 @@ Mapping of the released config onto our ModelConfig keys (the reading the refere
 n_encoder_layers = the last kv source (notes §3: the cut is layer 20, the last KV source);
 candidate_source_layer_id -1 -> 0 (off); compress_ratios cut to num_hidden_layers (DSpark entries
 dropped); kv_dtype "released" (the released forward stores its KV quantised); weight_layout
-"deepseek_v41". Not written: Engram tables and DSpark blocks (engram_layer_ids [],
-num_nextn_predict_layers 0): the reference does not model them yet.
+"deepseek_v41". Engram (contract §8.1): `layers.N.engram.embed.weight` F8_E4M3 rows with
+`embed.scale` F8_E8M0 [rows, head_dim/32], `q_weight` / `k_weight` BF16 [hc, d], `wkv` FP8 blocks;
+the class table is the identity (engram_compressed_vocab_size = vocab_size, no tokenizer). Not
+written: DSpark blocks (num_nextn_predict_layers 0).
 """
 import argparse
 import copy
@@ -95,6 +97,11 @@ def name_map(cfg):
         if cfg.n_shared_experts:
             for w in ("w1", "w2", "w3"):
                 out.append((p + f"ffn.shared.{w}.weight", p + f"ffn.shared_experts.{w}.weight", "fp8", l + 1))
+        if l in cfg.released["engram_layers"]:  # contract §8.1: the table FP8 with one UE8M0 per 32 of a row
+            out += [(p + "engram.embed.weight", p + "engram.embed.weight", "fp8row", l + 1),
+                    (p + "engram.q_weight", p + "engram.q_weight", "bf16", l + 1),
+                    (p + "engram.k_weight", p + "engram.k_weight", "bf16", l + 1),
+                    (p + "engram.wkv.weight", p + "engram.wkv.weight", "fp8", l + 1)]
     return out
 
 
@@ -110,8 +117,8 @@ def released_config(cfg):
     if cfg.E != max(cfg.kv_source_layers):
         raise ValueError(f"released layout: the cut is the last kv source; expected n_encoder_layers "
                          f"{max(cfg.kv_source_layers)}, found {cfg.E}")
-    if r["engram_layers"] or r["n_mtp_layers"]:
-        raise ValueError("released layout: Engram and DSpark are not written by this reference")
+    if r["n_mtp_layers"]:
+        raise ValueError("released layout: DSpark blocks are not written by this reference")
     t = j["text_config"]
     t.update({
         "vocab_size": cfg.vocab_size, "hidden_size": cfg.dim, "moe_intermediate_size": cfg.moe_inter_dim,
@@ -129,9 +136,13 @@ def released_config(cfg):
         "candidate_source_layer_id": cfg.candidate_source_layer if cfg.candidate_source_layer else -1,
         "candidate_topk_blocks": cfg.candidate_blocks, "candidate_block_size": cfg.candidate_block_size,
         "hc_mult": r["hc_mult"], "hc_sinkhorn_iters": r["hc_sinkhorn_iters"], "hc_eps": r["hc_eps"],
-        "engram_layer_ids": [], "engram_num_embeddings": [], "num_nextn_predict_layers": 0,
-        "dspark_target_layer_ids": [],
+        "engram_layer_ids": list(r["engram_layers"]), "engram_num_embeddings": list(r["engram_table_rows"]),
+        "num_nextn_predict_layers": 0, "dspark_target_layer_ids": [],
     })
+    if r["engram_layers"]:
+        t.update({"engram_max_ngram_size": r["engram_max_ngram"], "engram_vocab_size": r["engram_vocab_size"],
+                  "engram_n_heads": r["engram_n_heads"], "engram_head_dim": r["engram_head_dim"],
+                  "engram_pad_token_id": r["engram_pad_id"], "engram_compressed_vocab_size": r["engram_compressed_vocab"]})
     # without YaRN (factor 1) the original length is any positive value (YaRN with factor 1 is plain RoPE);
     # the released parser wants one >= 1: max_position_embeddings
     original = r["rope_original_seq_len"] if r["rope_factor"] > 1 else t["max_position_embeddings"]
@@ -144,8 +155,8 @@ def config_from_released(j):
     """Our Config for a released config.json dict (the mapping in the module docstring)."""
     t, roles = v41config.from_dict(j)
     L = int(t["num_hidden_layers"])
-    if t["engram_layer_ids"] or int(t["num_nextn_predict_layers"]):
-        raise NotImplementedError("released config: Engram layers and DSpark blocks are not modelled by the reference")
+    if int(t["num_nextn_predict_layers"]):
+        raise NotImplementedError("released config: DSpark blocks are not modelled by the reference")
     kv = [int(x) for x in t["kv_source_layer_ids"]]
     if not kv:
         raise ValueError("released config: expected kv_source_layer_ids, found none (no cut layer)")
@@ -170,6 +181,12 @@ def config_from_released(j):
         "rope_beta_fast": rs["beta_fast"], "rope_beta_slow": rs["beta_slow"], "score_func": t["scoring_func"],
         "norm_topk_prob": t["norm_topk_prob"], "kv_dtype": "released",
     }
+    if t["engram_layer_ids"]:
+        d.update({"engram_layers": [int(x) for x in t["engram_layer_ids"]],
+                  "engram_table_rows": [int(x) for x in t["engram_num_embeddings"]],
+                  "engram_max_ngram": t["engram_max_ngram_size"], "engram_n_heads": t["engram_n_heads"],
+                  "engram_head_dim": t["engram_head_dim"], "engram_vocab_size": t["engram_vocab_size"],
+                  "engram_compressed_vocab": t["engram_compressed_vocab_size"], "engram_pad_id": t["engram_pad_token_id"]})
     if float(rs["factor"]) <= 1:
         d["rope_factor"], d["rope_original_seq_len"] = 1.0, 0
     return Config.from_dict(d)
@@ -208,6 +225,17 @@ def quantise_fp8_block(w, block=32):
     return codes, scodes, r * sfull
 
 
+def quantise_fp8_rows(w, block=32):
+    """Engram table w [rows, n] -> (E4M3 codes [rows, n], UE8M0 codes [rows, n/32], dequantised): one
+    power-of-two scale per 32 channels of a row, 2^ceil(log2(max(amax, 1e-4) / 448))."""
+    s = quant.fp8_ue8m0_scales(w, block)                                   # [rows, n/32]
+    sfull = s.repeat_interleave(block, 1)
+    r = quant.round_e4m3(torch.clamp(w.to(torch.float32).to(torch.float64) / sfull, -448, 448))
+    codes = _codes(r.numpy(), _E4M3_POS, 0x80)
+    scodes = np.array([[quant.encode_ue8m0(float(x)) for x in row] for row in s], dtype=np.uint8)
+    return codes, scodes, r * sfull
+
+
 def quantise_fp4_rows(w, block=32):
     """w [out, in] float64 -> (packed bytes uint8 [out, in/2], UE8M0 codes [out, in/32], dequantised)."""
     o, i = w.shape
@@ -239,8 +267,8 @@ def encode(cfg, tensors):
         if ours.endswith("attn.wo_a.weight"):
             w = w.reshape(-1, w.shape[-1])
         items = []
-        if kind == "fp8":
-            codes, sc, v = quantise_fp8_block(w)
+        if kind in ("fp8", "fp8row"):
+            codes, sc, v = quantise_fp8_block(w) if kind == "fp8" else quantise_fp8_rows(w)
             items += [(rel, "F8_E4M3", list(codes.shape), codes.tobytes()),
                       (rel[:-len(".weight")] + ".scale", "F8_E8M0", list(sc.shape), sc.tobytes())]
         elif kind == "fp4":
