@@ -14,6 +14,32 @@ FIELDS = [
 # fields that may be absent (0 = off)
 OPTIONAL = {"candidate_source_layer": 0, "candidate_blocks": 0, "candidate_block_size": 0}
 
+# The released DeepSeek-V4.1 switches (issue 21), with the JSON keys of the engine's ModelConfig
+# (engine/config.h). The defaults are our own family: with them the reference computes exactly what
+# it computed before these switches existed. Written to config.json only when not the default.
+RELEASED = {
+    "weight_layout": "cedar",       # "cedar" (our names, one model.safetensors) | "deepseek_v41" (released files)
+    "hc_mult": 1,                   # mHC residual streams per token; 1 = one plain residual stream
+    "hc_sinkhorn_iters": 20,        # Sinkhorn rounds of the comb matrix (hc_mult > 1)
+    "hc_eps": 1e-6,                 # mHC epsilon: added to pre and inside Sinkhorn (hc_mult > 1)
+    "rope_factor": 1.0,             # YaRN factor on compressed layers; 1 = plain RoPE
+    "rope_original_seq_len": 0,     # YaRN original_max_position_embeddings (rope_factor > 1)
+    "rope_beta_fast": 32.0,         # YaRN beta_fast
+    "rope_beta_slow": 1.0,          # YaRN beta_slow
+    "score_func": "sqrtsoftplus",   # router score: sqrtsoftplus | sigmoid | softmax
+    "norm_topk_prob": True,         # routed weights divided by the sum of the chosen scores
+    "kv_dtype": "f32",              # stored KV: "f32" | "released" (FP8 window, FP4 main, MXFP4 index K/Q)
+    "engram_layers": [],            # Engram before these layers (all < E); empty = none
+    "engram_table_rows": [],        # per Engram layer: rows of its hashed table (= sum of its primes)
+    "engram_max_ngram": 0,          # n-gram orders 2..this
+    "engram_n_heads": 0,            # hash heads per order
+    "engram_head_dim": 0,           # width of one table row
+    "engram_vocab_size": 0,         # the bucket primes are drawn above this - 1
+    "engram_compressed_vocab": 0,   # classes of the token table (= vocab_size: identity, no tokenizer)
+    "engram_pad_id": 0,             # token whose class pads the look-back before position 0
+    "n_mtp_layers": 0,              # DSpark draft blocks (ignored: they never change the logits)
+}
+
 
 class ConfigError(ValueError):
     pass
@@ -50,6 +76,7 @@ class Config:
     rope_theta: float
     compress_rope_theta: float
     norm_eps: float
+    released: dict = field(default_factory=lambda: dict(RELEASED))  # the switches above, by key
     extra: dict = field(default_factory=dict)  # unknown fields (e.g. max_seq_len), kept for writing
 
     # ---- loading / writing ----
@@ -70,7 +97,17 @@ class Config:
             kw[f] = [int(x) for x in kw[f]]
         for f in ("route_scale", "swiglu_limit", "rope_theta", "compress_rope_theta", "norm_eps"):
             kw[f] = float(kw[f])
-        cfg = Config(**kw, extra=d)
+        rel = dict(RELEASED)
+        for k in RELEASED:
+            if k in d:
+                rel[k] = d.pop(k)
+        for k in ("hc_mult", "hc_sinkhorn_iters", "rope_original_seq_len", "engram_max_ngram", "engram_n_heads",
+                  "engram_head_dim", "engram_vocab_size", "engram_compressed_vocab", "engram_pad_id", "n_mtp_layers"):
+            rel[k] = int(rel[k])
+        for k in ("hc_eps", "rope_factor", "rope_beta_fast", "rope_beta_slow"):
+            rel[k] = float(rel[k])
+        rel["norm_topk_prob"] = bool(rel["norm_topk_prob"])
+        cfg = Config(**kw, released=rel, extra=d)
         if validate:
             cfg.validate()
         return cfg
@@ -82,6 +119,7 @@ class Config:
 
     def to_dict(self):
         d = {f: getattr(self, f) for f in FIELDS}
+        d.update({k: v for k, v in self.released.items() if v != RELEASED[k]})
         d.update(self.extra)
         return d
 
@@ -89,6 +127,23 @@ class Config:
         with open(path, "w") as f:
             json.dump(self.to_dict(), f, indent=1)
             f.write("\n")
+
+    # ---- the released switches ----
+    @property
+    def hc(self):
+        return self.released["hc_mult"]
+
+    @property
+    def kv_released(self):
+        return self.released["kv_dtype"] == "released"
+
+    def yarn(self, l):
+        """YaRN applies on compressed layers (ratio > 0) when rope_factor > 1 (notes §1.1, contract §7.2)."""
+        return self.compress_ratios[l] > 0 and self.released["rope_factor"] > 1
+
+    def residual_width(self):
+        """Floats per row of H_E / a replay input: d, or X [hc, d] then the pre-mix a [hc]."""
+        return self.dim if self.hc == 1 else self.hc * self.dim + self.hc
 
     # ---- derived ----
     @property
@@ -188,7 +243,40 @@ class Config:
         need(self.n_shared_experts in (0, 1), "n_shared_experts must be 0 or 1")
         need(self.window >= 1, "window must be >= 1")
         need(self.index_topk >= 1, "index_topk must be >= 1")
+        self._validate_released(need)
         if self.n_routed_experts > 0:
             need(1 <= self.experts_per_token <= self.n_routed_experts,
                  "experts_per_token must be in [1, n_routed_experts]")
         return self
+
+    def _validate_released(self, need):
+        r = self.released
+        need(r["weight_layout"] in ("cedar", "deepseek_v41"),
+             f"weight_layout: expected \"cedar\" or \"deepseek_v41\", found {r['weight_layout']!r}")
+        need(r["hc_mult"] >= 1, f"hc_mult: expected >= 1, found {r['hc_mult']}")
+        if r["hc_mult"] > 1:
+            need(r["hc_sinkhorn_iters"] >= 1, f"hc_sinkhorn_iters: expected >= 1, found {r['hc_sinkhorn_iters']}")
+            need(r["hc_eps"] >= 0, f"hc_eps: expected >= 0, found {r['hc_eps']}")
+        need(r["rope_factor"] >= 1, f"rope_factor: expected >= 1 (1 = plain RoPE), found {r['rope_factor']}")
+        if r["rope_factor"] > 1:
+            need(r["rope_original_seq_len"] > 0,
+                 f"rope_original_seq_len: expected > 0 when rope_factor > 1, found {r['rope_original_seq_len']}")
+        need(r["score_func"] in ("sqrtsoftplus", "sigmoid", "softmax"),
+             f"score_func: expected sqrtsoftplus, sigmoid or softmax, found {r['score_func']!r}")
+        need(r["kv_dtype"] in ("f32", "released"), f"kv_dtype: expected \"f32\" or \"released\", found {r['kv_dtype']!r}")
+        if r["kv_dtype"] == "released":
+            # FP8 / MXFP4 blocks of 32 along the entry, FP4 blocks of 16
+            need(self.head_dim % 32 == 0, f"head_dim: expected a multiple of 32 with kv_dtype released, found {self.head_dim}")
+            need(self.index_head_dim % 32 == 0,
+                 f"index_head_dim: expected a multiple of 32 with kv_dtype released, found {self.index_head_dim}")
+        need(len(r["engram_layers"]) == len(r["engram_table_rows"]),
+             f"engram_table_rows: expected {len(r['engram_layers'])} entries, found {len(r['engram_table_rows'])}")
+        need(all(0 <= l < self.n_encoder_layers for l in r["engram_layers"]),
+             f"engram_layers: expected layers before E={self.n_encoder_layers}, found {r['engram_layers']}")
+        if r["engram_layers"]:
+            need(r["engram_max_ngram"] >= 2 and r["engram_n_heads"] >= 1 and r["engram_head_dim"] >= 1,
+                 f"engram_max_ngram/engram_n_heads/engram_head_dim: expected >= 2 / >= 1 / >= 1, found "
+                 f"{r['engram_max_ngram']}/{r['engram_n_heads']}/{r['engram_head_dim']}")
+            need(0 <= r["engram_pad_id"] < self.vocab_size,
+                 f"engram_pad_id: expected a token id below {self.vocab_size}, found {r['engram_pad_id']}")
+        need(r["n_mtp_layers"] >= 0, f"n_mtp_layers: expected >= 0, found {r['n_mtp_layers']}")

@@ -3,6 +3,10 @@
 Scales keep activations sane across layers: linear weights ~ N(0, 1/fan_in), norm weights
 ~ 1 + N(0, 0.1^2), output projections (attn wo_b, FFN w2) further scaled by 1/sqrt(2L),
 sinks ~ N(0, 0.1^2), gate bias ~ N(0, 0.1^2), embedding ~ N(0, 1).
+mHC (hc_mult > 1; F32 `layers.N.hc_{attn,ffn}_{fn,base,scale}`, no `.weight`): fn ~ N(0, 1/fan_in)
+(the mixes then have unit size: fn meets the RMS-normalised streams), base ~ N(0, 0.5^2) (pre and
+post away from 0 and 1 but not saturated), scale ~ 0.5 + 0.1 N(0, 1) (each of pre, post, comb).
+Engram: table rows ~ N(0, 1), q_weight / k_weight ~ 1 + 0.1 N(0, 1), wkv ~ N(0, 1/fan_in).
 """
 import argparse
 import json
@@ -30,6 +34,14 @@ def random_weights(cfg: Config, seed: int):
             t = 0.1 * torch.randn(shape, generator=g, dtype=torch.float64)
         elif name.endswith("gate.bias"):
             t = 0.1 * torch.randn(shape, generator=g, dtype=torch.float64)
+        elif name.endswith("engram.embed.weight"):
+            t = torch.randn(shape, generator=g, dtype=torch.float64)
+        elif name.endswith("engram.q_weight") or name.endswith("engram.k_weight"):
+            t = 1.0 + 0.1 * torch.randn(shape, generator=g, dtype=torch.float64)
+        elif name.endswith("_base") and ".hc_" in name:
+            t = 0.5 * torch.randn(shape, generator=g, dtype=torch.float64)
+        elif name.endswith("_scale") and ".hc_" in name:
+            t = 0.5 + 0.1 * torch.randn(shape, generator=g, dtype=torch.float64)
         else:
             fan_in = shape[-1]
             t = torch.randn(shape, generator=g, dtype=torch.float64) / math.sqrt(fan_in)

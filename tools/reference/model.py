@@ -9,13 +9,43 @@ Per-sequence state is explicit (`SeqState`):
   pools[l]   : for each kv-source layer l, a `Pool` (main entries ĉ_j, index keys k_j, pending half)
   H_E        : dict absolute position -> residual stream entering layer E
   tokens     : the token ids fed so far (needed by Encoder SWA Bounded Replay)
+
+The released DeepSeek-V4.1 parts are config switches (config.RELEASED; their equations live in
+v41/: mhc.py, rope.py, quant.py) and with their defaults nothing below changes:
+  hc_mult > 1  single-pass mHC: a row's residual state (h[p], H_E[p]) is the flat vector
+               X [hc, d] followed by the pre-mix a [hc] the next sub-layer collapses X with
+               (width hc*d + hc); the embedding fills every stream, a = (1, 0, ..); the head reads
+               RMSNorm_final(sum_i a_i X_i) with the last FFN's pre.
+  rope_factor > 1  YaRN (factor, rope_original_seq_len, beta_fast, beta_slow) over
+               compress_rope_theta on every rotation of a compressed layer (query, window entry,
+               de-rotation, pool entries, index keys and queries); ratio-0 layers keep plain RoPE.
+  score_func, norm_topk_prob  the router's score (sqrtsoftplus | sigmoid | softmax) and whether
+               the chosen weights are divided by their sum.
+  engram_*     Engram before the listed (encoder) layers: n-gram hashes of the tokens by absolute
+               position (identity class table: engram_compressed_vocab == vocab_size), table rows
+               `layers.N.engram.embed.weight`, gated per stream into X (v41/engram.py).
+  kv_dtype "released"  what is stored is read back as released (v41/quant.py, the whole vector,
+               RoPE dims included, after the rotation, float32 before rounding): window entries FP8
+               E4M3 with a UE8M0 scale per 32; main pool entries FP4 E2M1 with an E4M3 scale per
+               16; index keys and index queries MXFP4 (E2M1, UE8M0 per 32). The pending half group
+               of a ratio-2 pool (C, Z) stays unquantised, as the released compressor state.
 """
 import math
+
+import os
+import sys
 
 import torch
 import torch.nn.functional as F
 
 from config import Config
+
+# v41/ goes last on the path: its config.py must not shadow this folder's config.py
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "v41"))
+import engram as v41engram  # noqa: E402
+import mhc  # noqa: E402
+import quant  # noqa: E402
+import rope as v41rope  # noqa: E402
 
 
 # --------------------------------------------------------------------------------------------
@@ -125,6 +155,56 @@ class PassCtx:
             self.min_gap = min(self.min_gap, g / max(scale, 1e-30))
 
 
+class RoundingMargins:
+    """How close the released KV rounding came to a tie (kv_dtype released). For every rounded value
+    the distance of x/s to the nearest rounding midpoint, in grid steps (0 = a tie, 0.5 = on the
+    grid), and for every block scale the distance of its input to a scale boundary (a power of two
+    for UE8M0 scales, in log2 units; an E4M3 midpoint for the FP4 scale, in E4M3 steps). An engine
+    computing in float32 (relative error ~1e-6) can round a value near a tie the other
+    way (a value holds up to 16 grid steps, so ~1e-4 steps); `near` counts those within 1e-4."""
+
+    NEAR = 1e-4
+
+    def __init__(self):
+        self.min = math.inf
+        self.near = 0
+        self.count = 0
+
+    @staticmethod
+    def _grid_margin(r, e2m1):
+        a = r.abs()
+        if e2m1:
+            step = torch.where(a < 2, torch.full_like(a, 0.5), torch.where(a < 4, torch.ones_like(a), torch.full_like(a, 2.0)))
+        else:
+            _, e = torch.frexp(torch.where(a > 0, a, torch.ones_like(a)))
+            step = torch.where(a >= 2.0 ** -6, torch.ldexp(torch.ones_like(a), (e - 4).to(torch.float64)),
+                               torch.full_like(a, 2.0 ** -9))
+        t = a / step
+        return ((t - torch.floor(t)) - 0.5).abs()
+
+    def note(self, x, qdq):
+        x = x.to(torch.float32).to(torch.float64)
+        if qdq is quant.qdq_fp8_ue8m0:
+            s, block, e2m1, amax_div = quant.fp8_ue8m0_scales(x), 32, False, 448.0
+        elif qdq is quant.qdq_mxfp4:
+            s, block, e2m1, amax_div = quant.mxfp4_scales(x), 32, True, 6.0
+        else:
+            s, block, e2m1, amax_div = quant.fp4_e4m3_scales(x), 16, True, None
+        g = x.reshape(*x.shape[:-1], -1, block)
+        r = g / s.unsqueeze(-1)
+        m = [self._grid_margin(r, e2m1).reshape(-1)]
+        amax = g.abs().amax(-1).reshape(-1)
+        if amax_div is None:   # E4M3 scale = e4m3(amax / 6): distance to an E4M3 midpoint
+            m.append(self._grid_margin(torch.clamp(amax, min=6 * 2.0 ** -9) / 6, False))
+        else:                  # power-of-two scale: distance of log2(amax / max) to an integer
+            lg = torch.log2(torch.clamp(amax, min=1e-30) / amax_div)
+            m.append((lg - torch.round(lg)).abs())
+        m = torch.cat(m)
+        self.min = min(self.min, float(m.min()))
+        self.near += int((m < self.NEAR).sum())
+        self.count += m.numel()
+
+
 # --------------------------------------------------------------------------------------------
 # The model
 # --------------------------------------------------------------------------------------------
@@ -135,6 +215,78 @@ class Model:
         self.dtype = dtype
         self.w = {k: v.to(dtype) for k, v in tensors.items()}
         self._check_tensors()
+        r = cfg.released
+        self._engram_setup()
+        self.hc = cfg.hc
+        self.kv_margins = RoundingMargins()
+        # YaRN inverse frequencies of the compressed layers (None: plain RoPE everywhere)
+        self.yarn_freq = None
+        if r["rope_factor"] > 1:
+            self.yarn_freq = v41rope.yarn_inv_freq(cfg.rope_dim, cfg.compress_rope_theta, r["rope_factor"],
+                                                   r["rope_original_seq_len"], r["rope_beta_fast"],
+                                                   r["rope_beta_slow"])
+
+    # ---- Engram (v41/engram.py; docs/v41-contract.md §8) ----
+    def _engram_setup(self):
+        """Hash constants of the Engram layers. The token -> class table is the identity: without the
+        tokenizer only engram_compressed_vocab == vocab_size is defined (contract §8.2)."""
+        c, r = self.cfg, self.cfg.released
+        self.engram = {}
+        if not r["engram_layers"]:
+            return
+        if r["engram_compressed_vocab"] != c.vocab_size:
+            raise NotImplementedError(f"model: Engram needs the tokenizer's class table unless engram_compressed_vocab "
+                                      f"== vocab_size ({c.vocab_size}); found {r['engram_compressed_vocab']}")
+        N, heads = r["engram_max_ngram"], r["engram_n_heads"]
+        primes = v41engram.engram_primes(len(r["engram_layers"]), N, heads, r["engram_vocab_size"])
+        for i, l in enumerate(r["engram_layers"]):
+            if sum(primes[i]) != r["engram_table_rows"][i]:
+                raise ValueError(f"model: engram_table_rows[{i}]: expected {sum(primes[i])} (the primes of layer {l}), "
+                                 f"found {r['engram_table_rows'][i]}")
+            self.engram[l] = (primes[i], v41engram.engram_offsets(primes[i]),
+                              v41engram.engram_multipliers(l, N, r["engram_compressed_vocab"]))
+
+    def engram_add(self, st, l, h, rows):
+        """Before block l (an Engram layer): X_i += gate_i * value for every row, from the table rows
+        its n-grams hash to (history by absolute position: st.tokens); the pre-mix a is untouched."""
+        c, r = self.cfg, self.cfg.released
+        primes, offsets, mult = self.engram[l]
+        upto = max(rows) + 1
+        ids = v41engram.engram_row_ids(st.tokens[:upto], [False] * upto, range(c.vocab_size), r["engram_pad_id"],
+                                       r["engram_max_ngram"], r["engram_n_heads"], mult, primes, offsets)
+        pre = f"layers.{l}.engram."
+        for p in rows:
+            table = self.w[pre + "embed.weight"][ids[p]]                  # [(N-1)*heads, head_dim]
+            if self.hc > 1:
+                X, a = self.split(h[p])
+            else:
+                X, a = h[p].unsqueeze(0), None
+            X = v41engram.engram_apply(X, table, self.w[pre + "wkv.weight"], self.w[pre + "q_weight"],
+                                       self.w[pre + "k_weight"], c.norm_eps)
+            h[p] = self.join(X, a) if self.hc > 1 else X[0]
+        return h
+
+    # ---- RoPE per layer (reading 4; YaRN on compressed layers when rope_factor > 1) ----
+    def rope(self, x, pos, l):
+        """Rot(pos) with layer l's table: plain over rope_base(l), or YaRN over compress_rope_theta."""
+        c = self.cfg
+        if self.yarn_freq is not None and c.ratio(l) > 0:
+            return v41rope.rotate(x, pos, self.yarn_freq)
+        return rot(x, pos, c.rope_dim, c.rope_base(l))
+
+    def rope_compressed(self, x, pos):
+        """The table of compressed layers: pool entries, index keys, index queries."""
+        if self.yarn_freq is not None:
+            return v41rope.rotate(x, pos, self.yarn_freq)
+        return rot(x, pos, self.cfg.rope_dim, self.cfg.compress_rope_theta)
+
+    # ---- KV as stored (kv_dtype) ----
+    def _stored(self, x, qdq):
+        """x as the KV store reads it back: itself (f32), or quantise-dequantise as released."""
+        if not self.cfg.kv_released:
+            return x
+        self.kv_margins.note(x, qdq)
+        return qdq(x).to(self.dtype)
 
     def W_(self, name):
         return self.w[name]
@@ -154,15 +306,15 @@ class Model:
         c = self.cfg
         cq = rms_norm(self.lw(l, "attn.wq_a.weight") @ u, self.lw(l, "attn.q_norm.weight"), c.norm_eps)
         q = (self.lw(l, "attn.wq_b.weight") @ cq).view(c.n_heads, c.head_dim)
-        q = rot(q, p, c.rope_dim, c.rope_base(l))
+        q = self.rope(q, p, l)
         return cq, q
 
     # ---- §3.2 window entry ----
     def window_entry(self, l, u, p):
-        """e_t = Rot(p)(RMSNorm_kv(Wkv u))."""
+        """e_t = Rot(p)(RMSNorm_kv(Wkv u)); kv_dtype released: FP8 E4M3, UE8M0 per 32, after the rotation."""
         c = self.cfg
         e = rms_norm(self.lw(l, "attn.wkv.weight") @ u, self.lw(l, "attn.kv_norm.weight"), c.norm_eps)
-        return rot(e, p, c.rope_dim, c.rope_base(l))
+        return self._stored(self.rope(e, p, l), quant.qdq_fp8_ue8m0)
 
     # ---- §3.3 compressor ----
     def compress_m1(self, l, u):
@@ -182,15 +334,15 @@ class Model:
         return rms_norm(S[0] * C0 + S[1] * C1, self.lw(l, "attn.compressor.norm.weight"), self.cfg.norm_eps)
 
     def index_key(self, l, cj, j, m):
-        """k_j = Rot(j m)(RMSNorm_k(Wi_k c_j)) with compress_rope_theta."""
+        """k_j = Rot(j m)(RMSNorm_k(Wi_k c_j)) with compress_rope_theta; released: MXFP4 after the rotation."""
         c = self.cfg
         k = rms_norm(self.lw(l, "attn.indexer.wk.weight") @ cj, self.lw(l, "attn.indexer.k_norm.weight"), c.norm_eps)
-        return rot(k, j * m, c.rope_dim, c.compress_rope_theta)
+        return self._stored(self.rope_compressed(k, j * m), quant.qdq_mxfp4)
 
     def main_entry(self, cj, j, m):
-        """ĉ_j = Rot(j m)(c_j) with compress_rope_theta (an entry's position is its group's first token)."""
-        c = self.cfg
-        return rot(cj, j * m, c.rope_dim, c.compress_rope_theta)
+        """ĉ_j = Rot(j m)(c_j) with compress_rope_theta (an entry's position is its group's first token);
+        released: FP4 E2M1 with an E4M3 scale per 16, after the rotation."""
+        return self._stored(self.rope_compressed(cj, j * m), quant.qdq_fp4_e4m3)
 
     def pool_feed(self, l, pool, u, p):
         """Feed row p (input u of kv-source layer l) to its pool; appends an entry when one completes."""
@@ -224,7 +376,7 @@ class Model:
         if len(keys) == 0:
             return torch.zeros(0, dtype=self.dtype)
         qi = (self.lw(l, "attn.indexer.wq_b.weight") @ cq).view(c.index_heads, c.index_head_dim)
-        qi = rot(qi, p, c.rope_dim, c.compress_rope_theta)
+        qi = self._stored(self.rope_compressed(qi, p), quant.qdq_mxfp4)   # released: MXFP4 per head
         w = (self.lw(l, "attn.indexer.weights_proj.weight") @ u) / math.sqrt(c.index_head_dim * c.index_heads)
         K = torch.stack(keys)                       # [n, dI]
         return (F.relu(qi @ K.T) * w[:, None]).sum(0)  # [n]
@@ -285,7 +437,7 @@ class Model:
     # ---- §3.7 un-rotation ----
     def unrotate(self, l, o, p):
         """o_h[c-r:] = Rot(-p)(o_h[c-r:])."""
-        return rot(o, -p, self.cfg.rope_dim, self.cfg.rope_base(l))
+        return self.rope(o, -p, l)
 
     # ---- §3.8 grouped output ----
     def grouped_output(self, l, o):
@@ -308,12 +460,20 @@ class Model:
         return self.w[prefix + "w2.weight"] @ (F.silu(a) * b)
 
     def ffn(self, l, u, ctx):
-        """Router s = sqrt(softplus(Wg u)); experts = top-k of s + bias; weights route_scale s_e / Σ s."""
+        """Router s = sqrt(softplus(Wg u)) (score_func: or sigmoid, softmax); experts = top-k of s + bias;
+        weights route_scale s_e / Σ s (norm_topk_prob; without it route_scale s_e)."""
         c = self.cfg
         pre = f"layers.{l}.ffn."
         if c.n_routed_experts == 0:
             return self.swiglu(pre, u)
-        s = torch.sqrt(F.softplus(self.w[pre + "gate.weight"] @ u))
+        z = self.w[pre + "gate.weight"] @ u
+        sf = c.released["score_func"]
+        if sf == "sqrtsoftplus":
+            s = torch.sqrt(F.softplus(z))
+        elif sf == "sigmoid":
+            s = torch.sigmoid(z)
+        else:
+            s = torch.softmax(z, dim=0)
         choose = s + self.w[pre + "gate.bias"]
         order = sorted(range(c.n_routed_experts), key=lambda e: (-float(choose[e]), e))
         chosen = order[:c.experts_per_token]
@@ -321,20 +481,52 @@ class Model:
             ctx.gap(float(choose[order[c.experts_per_token - 1]] - choose[order[c.experts_per_token]]),
                     float(choose.abs().max()))
         tot = sum(s[e] for e in chosen)
+        norm = c.released["norm_topk_prob"]
         y = torch.zeros_like(u)
         for e in chosen:
-            y = y + (c.route_scale * s[e] / tot) * self.swiglu(pre + f"experts.{e}.", u)
+            omega = c.route_scale * s[e] / tot if norm else c.route_scale * s[e]
+            y = y + omega * self.swiglu(pre + f"experts.{e}.", u)
         if c.n_shared_experts:
             y = y + self.swiglu(pre + "shared.", u)
         return y
 
     # ---- final ----
     def embed(self, tok):
-        return self.w["embed.weight"][tok]
+        """A row's residual state after the embedding: e, or (hc > 1) e in every stream, a = (1, 0, ..)."""
+        e = self.w["embed.weight"][tok]
+        if self.hc == 1:
+            return e
+        return self.join(*mhc.embed_streams(e, self.hc))
 
     def logits(self, h):
-        """logits = W_head RMSNorm_final(h)."""
+        """logits = W_head RMSNorm_final(h); hc > 1: of the streams collapsed with the last pre."""
+        if self.hc > 1:
+            X, a = self.split(h)
+            h = mhc.collapse(X, a)
         return self.w["head.weight"] @ rms_norm(h, self.w["norm.weight"], self.cfg.norm_eps)
+
+    # ---- mHC residual state (hc > 1): flat [hc*d + hc] = X [hc, d] then a [hc] ----
+    def split(self, h):
+        n = self.hc * self.cfg.dim
+        return h[:n].reshape(self.hc, self.cfg.dim), h[n:]
+
+    @staticmethod
+    def join(X, a):
+        return torch.cat([X.reshape(-1), a])
+
+    def attn_input(self, l, h):
+        """u = RMSNorm_attn of the row's state (hc > 1: the streams collapsed with the carried pre-mix)."""
+        if self.hc > 1:
+            X, a = self.split(h)
+            h = mhc.collapse(X, a)
+        return rms_norm(h, self.lw(l, "attn_norm.weight"), self.cfg.norm_eps)
+
+    def hc_coeffs(self, l, X, which):
+        """(pre, post, comb) of layer l's `attn` or `ffn` sub-layer from the streams X entering it."""
+        c, r = self.cfg, self.cfg.released
+        return mhc.hc_coeffs(X, self.lw(l, f"hc_{which}_fn"), self.lw(l, f"hc_{which}_scale"),
+                             self.lw(l, f"hc_{which}_base"), self.hc, r["hc_sinkhorn_iters"], r["hc_eps"],
+                             c.norm_eps)
 
     # --------------------------------------------------------------------------------------------
     # One layer over a set of rows (layer-major)
@@ -344,7 +536,7 @@ class Model:
         """Write what rows contribute to layer l's state: window entries and (kv source) pool entries."""
         c = self.cfg
         for p in rows:
-            u = rms_norm(h[p], self.lw(l, "attn_norm.weight"), c.norm_eps)
+            u = self.attn_input(l, h[p])
             if window:
                 st.window[l][p] = self.window_entry(l, u, p)
             if pool and c.is_kv_source(l):
@@ -365,7 +557,10 @@ class Model:
         ctx.units += len(rows)
         for p in rows:
             x = h[p]
-            u = rms_norm(x, self.lw(l, "attn_norm.weight"), c.norm_eps)
+            if self.hc > 1:
+                X, a = self.split(x)
+                pre, post, comb = self.hc_coeffs(l, X, "attn")
+            u = self.attn_input(l, x)
             cq, q = self.query(l, u, p)
             entries = self.window_of(st, l, p, floor)
             if c.ratio(l) > 0:
@@ -374,9 +569,17 @@ class Model:
                 entries = entries + [pool.entries[j] for j in sel]
             o = self.sink_attention(q, entries, self.lw(l, "attn.sink"))
             o = self.unrotate(l, o, p)
-            x = x + self.grouped_output(l, o)
-            x = x + self.ffn(l, rms_norm(x, self.lw(l, "ffn_norm.weight"), c.norm_eps), ctx)
-            out[p] = x
+            if self.hc == 1:
+                x = x + self.grouped_output(l, o)
+                x = x + self.ffn(l, rms_norm(x, self.lw(l, "ffn_norm.weight"), c.norm_eps), ctx)
+                out[p] = x
+                continue
+            # single-pass mHC (v41/mhc.py): the FFN's input collapses the streams with the
+            # attention's pre; the FFN's own pre is carried to the next layer's attention
+            X = mhc.stream_update(X, self.grouped_output(l, o), post, comb)
+            pre_f, post_f, comb_f = self.hc_coeffs(l, X, "ffn")
+            y = self.ffn(l, rms_norm(mhc.collapse(X, pre), self.lw(l, "ffn_norm.weight"), c.norm_eps), ctx)
+            out[p] = self.join(mhc.stream_update(X, y, post_f, comb_f), pre_f)
         return out
 
     # --------------------------------------------------------------------------------------------
@@ -394,6 +597,8 @@ class Model:
     def _encoder(self, st, rows, h, floor, ctx, pool=True):
         """Layers 0..E-1 for rows; stores H_E of the rows; returns H_E dict of the rows."""
         for l in range(self.cfg.E):
+            if l in self.engram:
+                h = self.engram_add(st, l, dict(h), rows)
             self.layer_write(st, l, h, rows, pool=pool)
             h = self.layer_attend(st, l, h, rows, floor, ctx)
         for p in rows:
@@ -410,6 +615,8 @@ class Model:
             if l == c.E:
                 for p in rows:
                     st.H_E[p] = h[p]
+            if l in self.engram:
+                h = self.engram_add(st, l, dict(h), rows)
             self.layer_write(st, l, h, rows)
             h = self.layer_attend(st, l, h, rows, 0, ctx)
         return self.logits(h[rows[-1]])
@@ -493,6 +700,12 @@ def expected_shapes(c: Config):
         s[p + "attn.sink"] = [c.n_heads]
         s[p + "attn.wo_a.weight"] = [c.o_groups, c.o_group_rank, (c.n_heads // c.o_groups) * cdim]
         s[p + "attn.wo_b.weight"] = [d, c.o_groups * c.o_group_rank]
+        if c.hc > 1:  # mHC coefficients (F32, no .weight suffix, as released)
+            hc = c.hc
+            for which in ("attn", "ffn"):
+                s[p + f"hc_{which}_fn"] = [(2 + hc) * hc, hc * d]
+                s[p + f"hc_{which}_base"] = [(2 + hc) * hc]
+                s[p + f"hc_{which}_scale"] = [3]
         if c.is_kv_source(l):
             s[p + "attn.compressor.wkv.weight"] = [cdim, d]
             if c.ratio(l) == 2:
@@ -503,6 +716,13 @@ def expected_shapes(c: Config):
         if c.is_index_source(l):
             s[p + "attn.indexer.wq_b.weight"] = [c.index_heads * c.index_head_dim, c.q_lora_rank]
             s[p + "attn.indexer.weights_proj.weight"] = [c.index_heads, d]
+        if l in c.released["engram_layers"]:  # released names (contract §8.1); table F32 rows here
+            r, hc = c.released, c.hc
+            k = r["engram_table_rows"][r["engram_layers"].index(l)]
+            s[p + "engram.embed.weight"] = [k, r["engram_head_dim"]]
+            s[p + "engram.q_weight"] = [hc, d]
+            s[p + "engram.k_weight"] = [hc, d]
+            s[p + "engram.wkv.weight"] = [(hc + 1) * d, (r["engram_max_ngram"] - 1) * r["engram_n_heads"] * r["engram_head_dim"]]
         I = c.moe_inter_dim
         if c.n_routed_experts == 0:
             s[p + "ffn.w1.weight"] = [I, d]
@@ -522,8 +742,13 @@ def expected_shapes(c: Config):
 
 
 def load_model(model_dir, dtype=torch.float64):
-    import os
+    """A model folder in our layout (config.json + model.safetensors) or in the released layout
+    (model.safetensors.index.json: read through v41/write_released.load_released, dequantised)."""
     import safetensors_io
+    if os.path.isfile(os.path.join(model_dir, "model.safetensors.index.json")):
+        import write_released
+        cfg, tensors = write_released.load_released(model_dir)
+        return Model(cfg, tensors, dtype)
     cfg = Config.load(os.path.join(model_dir, "config.json"))
     tensors, _ = safetensors_io.load(os.path.join(model_dir, "model.safetensors"))
     return Model(cfg, tensors, dtype)

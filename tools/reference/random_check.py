@@ -1,7 +1,7 @@
 """Random-configuration cross-check of the C++ engine against the reference.
 
     /usr/bin/python3 tools/reference/random_check.py [-K 4] [--seed 0] [--cedar build/cedar]
-                                                     [--keep DIR] [--skip-cedar]
+                                                     [--keep DIR] [--skip-cedar] [--v41]
 
 Makes K random valid CED configurations (random dims, compress ratios, pool layouts, odd/even
 W, with/without candidate pool, dense FFN sometimes, BF16 weights sometimes, short prompts
@@ -9,6 +9,15 @@ sometimes), writes for each a
 model folder with config.json, model.safetensors and golden.safetensors (same format as
 tests/golden/), then runs `CEDAR check-golden --model DIR --golden DIR/golden.safetensors`.
 Exits non-zero if any check fails, printing the failing configuration.
+
+--v41 adds the released DeepSeek-V4.1 switches, drawn from a second generator after the base
+configuration (so the cases without --v41 are exactly the ones before these switches existed):
+hc_mult in {1, 2, 4} (Sinkhorn rounds 1, 3 or 20), YaRN on or off (factor 2..16, original length
+16..64), score_func sqrtsoftplus / sigmoid / softmax, norm_topk_prob on or off, kv_dtype f32 or
+released (head_dim and index_head_dim then 32), Engram before one or two encoder layers (orders
+2..4, 1..3 heads of 32, identity class table), and sometimes (MoE configs) the released file
+layout (v41/write_released.py: FP8/FP4/BF16 shards, dim and moe_inter_dim 32; only where the cut
+E = n_layers / 2, see tools/reference/README.md).
 """
 import argparse
 import json
@@ -27,7 +36,38 @@ from config import Config  # noqa: E402
 from golden import make_case  # noqa: E402
 
 
-def random_config(rng: random.Random):
+def released_switches(rng: random.Random, cfg: dict):
+    """The V4.1 switches drawn onto a base configuration dict (in place)."""
+    hc = rng.choice([1, 2, 4])
+    cfg["hc_mult"] = hc
+    if hc > 1:
+        cfg["hc_sinkhorn_iters"] = rng.choice([1, 3, 20])
+    if rng.random() < 0.5:
+        cfg["rope_factor"] = rng.choice([2.0, 4.0, 16.0])
+        cfg["rope_original_seq_len"] = rng.choice([16, 32, 64])
+    cfg["score_func"] = rng.choice(["sqrtsoftplus", "sigmoid", "softmax"])
+    cfg["norm_topk_prob"] = rng.random() < 0.6
+    if rng.random() < 0.5:
+        cfg["kv_dtype"] = "released"
+        cfg["head_dim"], cfg["index_head_dim"] = 32, 32
+    if cfg["n_encoder_layers"] >= 1 and rng.random() < 0.4:   # Engram before 1 or 2 encoder layers
+        sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "v41"))
+        import engram as v41engram
+        layers = sorted(rng.sample(range(cfg["n_encoder_layers"]), min(cfg["n_encoder_layers"], rng.choice([1, 2]))))
+        N, heads, base = rng.randint(2, 4), rng.randint(1, 3), rng.randint(20, 300)
+        primes = v41engram.engram_primes(len(layers), N, heads, base)
+        cfg.update({"engram_layers": layers, "engram_table_rows": [sum(p) for p in primes], "engram_max_ngram": N,
+                    "engram_n_heads": heads, "engram_head_dim": 32, "engram_vocab_size": base,
+                    "engram_compressed_vocab": cfg["vocab_size"], "engram_pad_id": rng.randrange(cfg["vocab_size"])})
+    # the released layout has no n_encoder_layers key: the reference takes the last kv source as the
+    # cut, `cedar info` prints num_hidden_layers / 2; draw it only where both readings agree
+    if cfg["n_routed_experts"] > 0 and cfg["n_encoder_layers"] == cfg["n_layers"] // 2 and rng.random() < 0.3:
+        cfg["weight_layout"] = "deepseek_v41"
+        cfg["dim"], cfg["moe_inter_dim"] = 32, 32
+    return cfg
+
+
+def random_config(rng: random.Random, v41_rng=None):
     L = rng.randint(3, 8)
     E = rng.randint(1, L - 1)
     ratios = [0] * L
@@ -91,6 +131,8 @@ def random_config(rng: random.Random):
         "norm_eps": 1e-6,
         "max_seq_len": 4096,
     }
+    if v41_rng is not None:
+        released_switches(v41_rng, cfg)
     return Config.from_dict(cfg)  # validates
 
 
@@ -101,6 +143,7 @@ def main():
     ap.add_argument("--cedar", default="build/cedar", help="path of the cedar binary")
     ap.add_argument("--skip-cedar", action="store_true", help="only generate (Python side end to end)")
     ap.add_argument("--keep", help="write the cases into this folder (kept) instead of a temp dir")
+    ap.add_argument("--v41", action="store_true", help="also draw the released V4.1 switches (see above)")
     a = ap.parse_args()
     torch.set_num_threads(1)
     if not a.skip_cedar and not os.path.exists(a.cedar):
@@ -111,8 +154,10 @@ def main():
     failures = []
     for i in range(a.K):
         rng = random.Random(a.seed * 1000 + i)
+        v41_rng = random.Random(a.seed * 1000 + i + 500000) if a.v41 else None
         for _ in range(20):  # (re)draw until a model seed with comfortable decision margins exists
-            cfg = random_config(rng)
+            cfg = random_config(rng, v41_rng)
+            released_layout = cfg.released["weight_layout"] == "deepseek_v41"
             # mostly prompts longer than W; sometimes short ones (N <= W + 2, bounded ~ full)
             N = rng.randint(2, cfg.W + 2) if rng.random() < 0.25 else rng.randint(cfg.W + 3, 70)
             P = rng.randrange(1, N, 2)
@@ -120,7 +165,7 @@ def main():
             gen = f"tools/reference/random_check.py --seed {a.seed} (case {i})"
             try:
                 meta = make_case(d, cfg, N, P, 100 + i * 997, 5 + i, gen, max_tries=10,
-                                 log=lambda *_: None, bf16=(i % 3 == 2))
+                                 log=lambda *_: None, bf16=(i % 3 == 2 and not released_layout))
                 break
             except RuntimeError:
                 continue
@@ -133,6 +178,11 @@ def main():
                 f"cand=({cfg.candidate_source_layer},{cfg.candidate_blocks},{cfg.candidate_block_size}) "
                 f"experts={cfg.n_routed_experts}/{cfg.experts_per_token}+{cfg.n_shared_experts} "
                 f"weights={meta['weights_dtype']} margin={meta['min_decision_margin']}")
+        if a.v41:
+            r = cfg.released
+            desc += (f" hc={r['hc_mult']}/{r['hc_sinkhorn_iters']} yarn={r['rope_factor']}/{r['rope_original_seq_len']} "
+                     f"score={r['score_func']} norm={r['norm_topk_prob']} kv={r['kv_dtype']} layout={r['weight_layout']} "
+                     f"engram={r['engram_layers']}/{r['engram_max_ngram']}x{r['engram_n_heads']}")
         if a.skip_cedar:
             print(f"gen   {desc}  -> {d}")
             continue
