@@ -3,3 +3,7 @@ cedar_add_test(engine_test model cedar_engine
   ${CMAKE_CURRENT_SOURCE_DIR}/engine_modes_test.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/model_files_test.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/test_models.cpp)
+# Issue 21: today's models give bit-identical logits and state with the released switches off.
+cedar_add_test(engine_bit_identity_test model cedar_engine
+  ${CMAKE_CURRENT_SOURCE_DIR}/engine_bit_identity_test.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/test_models.cpp)
