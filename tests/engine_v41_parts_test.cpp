@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/backend.h"
 #include "engine/layer_parts.h"
 #include "engine/mhc.h"
 #include "engine/rope.h"
@@ -251,4 +252,28 @@ TEST_CASE("MoE: sqrtsoftplus, sigmoid and softmax routers, with and without norm
       CHECK(err / mag < 1e-5);
     }
   }
+}
+
+TEST_CASE("the CUDA engine refuses the released switches it does not run, naming each field; auto falls back to the CPU") {
+  ModelConfig c;
+  REQUIRE(PresetConfig("tiny", &c));
+  CHECK(CudaRefusal(c) == "");
+  REQUIRE(PresetConfig("tiny-hc", &c));
+  const std::string why = CudaRefusal(c);
+  for (const char* field : {"hc_mult 4", "rope_factor", "score_func \"sigmoid\""}) CHECK(why.find(field) != std::string::npos);
+  c.kv_dtype = "released";
+  c.norm_topk_prob = false;
+  CHECK(CudaRefusal(c).find("kv_dtype") != std::string::npos);
+  CHECK(CudaRefusal(c).find("norm_topk_prob") != std::string::npos);
+  const Model& m = PresetModel("tiny-hc");
+  BackendOptions o;
+  o.device = "cuda";
+  try {
+    MakeBackend(m, o);
+    FAIL("--device cuda accepted a model with hc_mult 4");
+  } catch (const std::runtime_error& e) {
+    CHECK(std::string(e.what()).find("hc_mult 4") != std::string::npos);
+  }
+  o.device = "auto";
+  CHECK(std::string(MakeBackend(m, o)->name()) == "cpu");
 }
