@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <sstream>
 #include <stdexcept>
 
 namespace cedar {
@@ -73,7 +74,11 @@ std::string CudaRefusal(const ModelConfig& c) {
     why += (why.empty() ? "" : "; ") + field + " " + found + " (the CUDA engine runs only " + runs + ")";
   };
   if (c.hc_mult != 1) no("hc_mult", std::to_string(c.hc_mult), "hc_mult 1");
-  if (c.rope_factor != 1.0f) no("rope_factor", std::to_string(c.rope_factor), "plain RoPE, rope_factor 1");
+  if (c.rope_factor != 1.0f) {
+    std::ostringstream f;
+    f << c.rope_factor;
+    no("rope_factor", f.str(), "plain RoPE, rope_factor 1");
+  }
   if (c.score_func != def.score_func) no("score_func", "\"" + c.score_func + "\"", "\"" + def.score_func + "\"");
   if (c.norm_topk_prob != def.norm_topk_prob) no("norm_topk_prob", "false", "true");
   if (c.kv_dtype != def.kv_dtype) no("kv_dtype", "\"" + c.kv_dtype + "\"", "\"" + def.kv_dtype + "\"");
@@ -85,7 +90,7 @@ std::string CudaRefusal(const ModelConfig& c) {
 std::unique_ptr<Backend> MakeBackend(const Model& m, const BackendOptions& opt) {
   const std::string refusal = CudaRefusal(m.config());
   if (opt.device == "auto" && !refusal.empty()) {
-    spdlog::info("--device auto: cpu ({})", refusal);
+    spdlog::debug("--device auto: cpu ({})", refusal);
     return std::make_unique<CpuBackend>(m);
   }
   const std::string device = ResolveDevice(opt.device);
