@@ -97,7 +97,7 @@ Result<Payload> EncodeSnapshot(const ModelConfig& c, const SequenceState& st, in
   SnapshotHeader h;
   h.position = position;
   h.n_layers = E;
-  h.dim = c.dim;
+  h.dim = c.ResidualWidth();  // H_E rows: the residual state (X and a with mHC)
   h.head_dim = c.head_dim;
   h.tail = int32_t(tail.kind);
   std::vector<uint8_t> out;
@@ -170,7 +170,7 @@ Status ApplySnapshot(const ModelConfig& c, const Payload& snapshot, SequenceStat
   SnapshotHeader h;
   if (!r.Get(&h, sizeof h) || h.magic != kSnapshotMagic || h.version != kSnapshotVersion)
     return Status::Corruption("snapshot: bad header");
-  if (h.position != st.pos || h.n_layers != c.n_encoder_layers || h.dim != c.dim || h.head_dim != c.head_dim)
+  if (h.position != st.pos || h.n_layers != c.n_encoder_layers || h.dim != c.ResidualWidth() || h.head_dim != c.head_dim)
     return Status::Corruption("snapshot: header does not match the state (position " + std::to_string(h.position) + " vs " +
                               std::to_string(st.pos) + ")");
   for (int l = 0; l < h.n_layers; ++l)

@@ -2,6 +2,9 @@
 // device choice (backend.h).
 #include "engine/backend.h"
 
+#include <spdlog/spdlog.h>
+
+#include <sstream>
 #include <stdexcept>
 
 namespace cedar {
@@ -64,9 +67,35 @@ std::string ResolveDevice(const std::string& device) {
   throw std::invalid_argument("--device: expected cpu, cuda or auto, found " + device);
 }
 
+std::string CudaRefusal(const ModelConfig& c) {
+  const ModelConfig def;
+  std::string why;
+  auto no = [&](const std::string& field, const std::string& found, const std::string& runs) {
+    why += (why.empty() ? "" : "; ") + field + " " + found + " (the CUDA engine runs only " + runs + ")";
+  };
+  if (c.hc_mult != 1) no("hc_mult", std::to_string(c.hc_mult), "hc_mult 1");
+  if (c.rope_factor != 1.0f) {
+    std::ostringstream f;
+    f << c.rope_factor;
+    no("rope_factor", f.str(), "plain RoPE, rope_factor 1");
+  }
+  if (c.score_func != def.score_func) no("score_func", "\"" + c.score_func + "\"", "\"" + def.score_func + "\"");
+  if (c.norm_topk_prob != def.norm_topk_prob) no("norm_topk_prob", "false", "true");
+  if (c.kv_dtype != def.kv_dtype) no("kv_dtype", "\"" + c.kv_dtype + "\"", "\"" + def.kv_dtype + "\"");
+  if (!c.engram_layers.empty()) no("engram_layers", "non-empty", "models without Engram");
+  if (c.weight_layout != def.weight_layout) no("weight_layout", "\"" + c.weight_layout + "\"", "\"" + def.weight_layout + "\"");
+  return why.empty() ? "" : "the CUDA engine cannot run this model: " + why + "; use --device cpu";
+}
+
 std::unique_ptr<Backend> MakeBackend(const Model& m, const BackendOptions& opt) {
+  const std::string refusal = CudaRefusal(m.config());
+  if (opt.device == "auto" && !refusal.empty()) {
+    spdlog::debug("--device auto: cpu ({})", refusal);
+    return std::make_unique<CpuBackend>(m);
+  }
   const std::string device = ResolveDevice(opt.device);
   if (device == "cpu") return std::make_unique<CpuBackend>(m);
+  if (!refusal.empty()) throw std::runtime_error("--device cuda: " + refusal);
   std::string why;
   if (!CudaAvailable(&why)) throw std::runtime_error("--device cuda: " + why);
 #ifdef CEDAR_HAVE_CUDA

@@ -86,8 +86,13 @@ bool CudaAvailable(std::string* why = nullptr);
 // but cpu, cuda or auto.
 std::string ResolveDevice(const std::string& device);
 // The backend for opt.device. An explicit "cuda" without a device (or in a build without
-// CUDA) throws std::runtime_error saying which.
+// CUDA) throws std::runtime_error saying which; so does an explicit "cuda" for a model the CUDA
+// engine cannot run (CudaRefusal), while "auto" then picks the CPU.
 std::unique_ptr<Backend> MakeBackend(const Model& m, const BackendOptions& opt);
+// "" when the CUDA engine can run `c`, else why not, naming the config field(s): it does not
+// implement the released parts of issue 21 yet (mHC, YaRN, other router scores, released KV
+// precision, Engram, the released weight layout), and refuses them rather than compute them wrong.
+std::string CudaRefusal(const ModelConfig& c);
 
 namespace gpu {
 // Defined in engine/cuda/cuda_backend.cpp (CEDAR_CUDA builds only).

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "engine/layer_parts.h"
+#include "engine/rope.h"
 #include "kernels/ops.h"
 
 namespace cedar {
@@ -62,9 +63,9 @@ void CompressRows(const Model& m, int l, Pool& pool, const float* u, int64_t fir
   k::RmsNorm(keys.data(), w.idx_k_norm.data, keys.data(), n_new, ihd, c.norm_eps);
   std::vector<int64_t> pos(static_cast<size_t>(n_new));
   for (int j = 0; j < n_new; ++j) pos[size_t(j)] = (first_entry + j) * pool.ratio;
-  const float base = c.compress_rope_theta;
-  k::Rope(keys.data(), n_new, 1, ihd, c.rope_dim, pos.data(), base, 1);
-  k::Rope(fresh.data(), n_new, 1, cd, c.rope_dim, pos.data(), base, 1);
+  // The kv source's table: compress_rope_theta (YaRN when rope_factor > 1).
+  RopeLayer(c, l, keys.data(), n_new, 1, ihd, pos.data(), 1);
+  RopeLayer(c, l, fresh.data(), n_new, 1, cd, pos.data(), 1);
   pool.entries.insert(pool.entries.end(), fresh.begin(), fresh.end());
   pool.keys.insert(pool.keys.end(), keys.begin(), keys.end());
 }

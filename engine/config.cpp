@@ -303,11 +303,21 @@ ModelConfig LoadConfigFile(const std::string& path) {
   return c;
 }
 
-std::vector<std::string> PresetNames() { return {"tiny", "small", "medium", "flash"}; }
+std::vector<std::string> PresetNames() { return {"tiny", "tiny-hc", "small", "medium", "flash"}; }
 
 bool PresetConfig(const std::string& name, ModelConfig* out) {
   ModelConfig c;
-  if (name == "tiny") {
+  if (name == "tiny-hc") {
+    // tiny with the released architecture's switches (issue 21): 4 mHC streams, YaRN on the
+    // compressed layers (factor 4; with r = 8 and 1024 original positions the ramp runs over
+    // pairs 0..2: pair 0 keeps its frequency, pair 1 is blended (x0.625), pairs 2, 3 divided by 4),
+    // sigmoid router scores.
+    PresetConfig("tiny", &c);
+    c.hc_mult = 4;
+    c.rope_factor = 4.0f;
+    c.rope_original_seq_len = 1024;
+    c.score_func = "sigmoid";
+  } else if (name == "tiny") {
     // Every test runs on it in seconds: W = 8, top-k 8, candidate pool active past 96 entries.
     c.vocab_size = 512; c.dim = 64; c.n_layers = 8; c.n_encoder_layers = 4;
     c.n_heads = 4; c.head_dim = 32; c.rope_dim = 8; c.q_lora_rank = 32;

@@ -67,6 +67,7 @@ void TrimState(const ModelConfig& c, SequenceState& st) {
 // staircase above the live decoder state; bounded: the last R rows).
 void RunDecoderPhase(const Model& m, SequenceState& st, PrefillMode mode, PassContext& ctx, std::vector<float>* last_h) {
   const ModelConfig& c = m.config();
+  const int rw = c.ResidualWidth();  // floats per residual row (H_E, h)
   const int E = c.n_encoder_layers, L = c.n_layers;
   const int64_t N = st.pos;
   const std::vector<int64_t> a = DecoderPhaseStarts(c, mode, N, st.decoder_pos, st.h_e.lo());  // a[l]: first row passing layer l
@@ -74,19 +75,20 @@ void RunDecoderPhase(const Model& m, SequenceState& st, PrefillMode mode, PassCo
   Rows h;
   h.first = a[size_t(E)];
   h.n = int(N - h.first);
-  h.h.assign(st.h_e.Row(h.first), st.h_e.Row(h.first) + size_t(h.n) * c.dim);
+  h.h.assign(st.h_e.Row(h.first), st.h_e.Row(h.first) + size_t(h.n) * rw);
   for (int l = E; l < L; ++l) {
     const int64_t floor = DecoderPhaseFloor(c, mode, l, N);
     spdlog::debug("decoder layer {}: rows [{}, {}) floor {}", l, a[size_t(l)], N, floor);
     RunLayer(m, st, l, h, a[size_t(l)], floor, ctx);
   }
-  last_h->assign(h.h.end() - c.dim, h.h.end());
+  last_h->assign(h.h.end() - rw, h.h.end());
 }
 
 }  // namespace
 
 PrefillResult Prefill(const Model& m, SequenceState& st, std::span<const int32_t> tokens, const PrefillOptions& opt) {
   const ModelConfig& c = m.config();
+  const int rw = c.ResidualWidth();  // floats per residual row (H_E, h)
   CheckTokens(m, st, tokens);
   PrefillResult res;
   res.stats.tokens = int64_t(tokens.size());
@@ -105,7 +107,7 @@ PrefillResult Prefill(const Model& m, SequenceState& st, std::span<const int32_t
     Rows h = Embed(m, tokens.data() + c0, len, st.pos);
     const int64_t first = st.pos;
     for (int l = 0; l < E; ++l) RunLayer(m, st, l, h, first, 0, ctx);
-    for (int r = 0; r < len; ++r) std::copy(h.h.begin() + size_t(r) * c.dim, h.h.begin() + size_t(r + 1) * c.dim, st.h_e.Append(first + r));
+    for (int r = 0; r < len; ++r) std::copy(h.h.begin() + size_t(r) * rw, h.h.begin() + size_t(r + 1) * rw, st.h_e.Append(first + r));
     // Layer E's window entries and the decoder pool are projections of H_E: every row gets them.
     RunLayer(m, st, E, h, full ? first : first + len, 0, ctx);
     if (full)
@@ -114,7 +116,7 @@ PrefillResult Prefill(const Model& m, SequenceState& st, std::span<const int32_t
     st.tokens.insert(st.tokens.end(), tokens.begin() + c0, tokens.begin() + c0 + len);
     for (int l = 0; l < E; ++l) st.windows[size_t(l)].DropBefore(WindowKeepFrom(c, l, st.pos, st.keep_extra_rows));
     if (full) {
-      last_h.assign(h.h.end() - c.dim, h.h.end());
+      last_h.assign(h.h.end() - rw, h.h.end());
       st.decoder_pos = st.pos;
       TrimState(c, st);
     }
@@ -144,28 +146,28 @@ std::vector<float> DecodeStep(const Model& m, SequenceState& st, int32_t token, 
 std::vector<std::vector<float>> DecodeBatch(const Model& m, std::span<SequenceState* const> states,
                                             std::span<const int32_t> tokens, std::vector<StepStats>* stats) {
   const ModelConfig& c = m.config();
+  const int rw = c.ResidualWidth();  // floats per residual row (H_E, h)
   const size_t B = states.size();
   if (tokens.size() != B) throw std::invalid_argument("DecodeBatch: one token per state");
   for (size_t i = 0; i < B; ++i) CheckTokens(m, *states[i], tokens.subspan(i, 1));
   std::vector<PassContext> ctx(B);
   std::vector<Segment> segs(B);
-  std::vector<float> h(B * size_t(c.dim));
+  std::vector<float> h(B * size_t(rw));
   for (size_t i = 0; i < B; ++i) {
     SequenceState& st = *states[i];
-    const float* e = m.embed().data + size_t(tokens[i]) * c.dim;
-    std::copy(e, e + c.dim, h.begin() + i * size_t(c.dim));
+    EmbedRow(m, tokens[i], h.data() + i * size_t(rw));
     segs[i] = Segment{&st, &ctx[i], st.pos, 1, st.pos, 0};
   }
   for (int l = 0; l < c.n_layers; ++l) {
     if (l == c.n_encoder_layers)
-      for (size_t i = 0; i < B; ++i) std::copy(h.begin() + i * size_t(c.dim), h.begin() + (i + 1) * size_t(c.dim), states[i]->h_e.Append(states[i]->pos));
+      for (size_t i = 0; i < B; ++i) std::copy(h.begin() + i * size_t(rw), h.begin() + (i + 1) * size_t(rw), states[i]->h_e.Append(states[i]->pos));
     RunLayerSegments(m, l, segs, h);
   }
   std::vector<std::vector<float>> logits(B);
   if (stats) stats->assign(B, StepStats{});
   for (size_t i = 0; i < B; ++i) {
     SequenceState& st = *states[i];
-    logits[i] = ComputeLogits(m, h.data() + i * size_t(c.dim));
+    logits[i] = ComputeLogits(m, h.data() + i * size_t(rw));
     st.tokens.push_back(tokens[i]);
     st.pos += 1;
     st.decoder_pos = st.pos;  // as DecodeStep (a full-mode prefill of one token)
@@ -196,6 +198,7 @@ void RebuildLayerEWindow(const Model& m, SequenceState& st) {
 
 StepStats EncoderReplay(const Model& m, SequenceState& st) {
   const ModelConfig& c = m.config();
+  const int rw = c.ResidualWidth();  // floats per residual row (H_E, h)
   const int E = c.n_encoder_layers;
   const int64_t P = st.pos, R = std::min<int64_t>(c.window, P);
   if (int64_t(st.tokens.size()) != P) throw std::invalid_argument("EncoderReplay: the state's tokens do not cover its position");
@@ -206,7 +209,7 @@ StepStats EncoderReplay(const Model& m, SequenceState& st) {
   PassContext ctx;
   Rows h = Embed(m, st.tokens.data() + (P - R), int(R), P - R);
   for (int l = 0; l < E; ++l) RunLayer(m, st, l, h, P - R, P - R, ctx);
-  for (int r = 0; r < int(R); ++r) std::copy(h.h.begin() + size_t(r) * c.dim, h.h.begin() + size_t(r + 1) * c.dim, st.h_e.Append(P - R + r));
+  for (int r = 0; r < int(R); ++r) std::copy(h.h.begin() + size_t(r) * rw, h.h.begin() + size_t(r + 1) * rw, st.h_e.Append(P - R + r));
   RunLayer(m, st, E, h, P, 0, ctx);  // layer E's window entries from the regenerated H_E
   s.replay_rows = R;
   if (!st.replayed) st.replayed_at = P;
@@ -226,6 +229,7 @@ int64_t ExactRestoreRows(const ModelConfig& c, int64_t P, int64_t keep_h_e_rows,
 
 StepStats ExactEncoderRestore(const Model& m, SequenceState& st) {
   const ModelConfig& c = m.config();
+  const int rw = c.ResidualWidth();  // floats per residual row (H_E, h)
   const int E = c.n_encoder_layers;
   const int64_t P = st.pos;
   if (int64_t(st.tokens.size()) != P) throw std::invalid_argument("ExactEncoderRestore: the state's tokens do not cover its position");
@@ -238,7 +242,7 @@ StepStats ExactEncoderRestore(const Model& m, SequenceState& st) {
   PassContext ctx;
   Rows h = Embed(m, st.tokens.data() + floor, int(R), floor);
   for (int l = 0; l < E; ++l) RunLayer(m, st, l, h, floor, floor, ctx);
-  for (int r = 0; r < int(R); ++r) std::copy(h.h.begin() + size_t(r) * c.dim, h.h.begin() + size_t(r + 1) * c.dim, st.h_e.Append(floor + r));
+  for (int r = 0; r < int(R); ++r) std::copy(h.h.begin() + size_t(r) * rw, h.h.begin() + size_t(r + 1) * rw, st.h_e.Append(floor + r));
   RunLayer(m, st, E, h, P, 0, ctx);  // layer E's window entries from H_E
   // Rows near the floor saw truncated windows; from the staircase on, every window was whole.
   for (int l = 0; l <= E; ++l) st.windows[size_t(l)].DropBefore(ExactFrontier(c, l, floor));

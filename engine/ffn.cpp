@@ -1,8 +1,11 @@
-// FFN sub-layer (spec §3, FFN): routed experts with a sqrt-softplus router, a shared expert,
-// or one dense SwiGLU FFN. Rows routed to one expert are gathered and run as one matmul.
+// FFN sub-layer (spec §3, FFN): routed experts with a sqrt-softplus router (or, as released
+// models allow, sigmoid or softmax: ModelConfig::score_func; tools/reference/v41/moe.py), a
+// shared expert, or one dense SwiGLU FFN (the kernels' SwiGLU is the released clamped one:
+// min(W1 x, limit), clamp(W3 x, -limit, limit)). Rows routed to one expert are gathered and run as one matmul.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <string>
 
 #include "engine/layer_parts.h"
 #include "kernels/ops.h"
@@ -32,6 +35,20 @@ void RunFfn(const ModelConfig& c, const FfnWeights& f, const float* x, int n, co
 
 float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
+// Router scores s [ne] in place from the gate logits of one row.
+void Scores(const std::string& func, float* s, int ne) {
+  if (func == "sigmoid") {
+    for (int e = 0; e < ne; ++e) s[e] = 1.0f / (1.0f + std::exp(-s[e]));
+  } else if (func == "softmax") {
+    const float mx = *std::max_element(s, s + ne);
+    double sum = 0;
+    for (int e = 0; e < ne; ++e) sum += (s[e] = std::exp(s[e] - mx));
+    for (int e = 0; e < ne; ++e) s[e] = float(s[e] / sum);
+  } else {  // sqrtsoftplus
+    for (int e = 0; e < ne; ++e) s[e] = std::sqrt(Softplus(s[e]));
+  }
+}
+
 }  // namespace
 
 void FfnAdd(const Model& m, int l, const float* x, float* h, int n) {
@@ -51,10 +68,8 @@ void FfnAdd(const Model& m, int l, const float* x, float* h, int n) {
   std::vector<int32_t> order(static_cast<size_t>(ne));
   for (int r = 0; r < n; ++r) {
     float* sr = s.data() + size_t(r) * ne;
-    for (int e = 0; e < ne; ++e) {
-      sr[e] = std::sqrt(Softplus(sr[e]));
-      choice[size_t(e)] = sr[e] + w.gate_bias.data[e];
-    }
+    Scores(c.score_func, sr, ne);
+    for (int e = 0; e < ne; ++e) choice[size_t(e)] = sr[e] + w.gate_bias.data[e];
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return choice[size_t(a)] > choice[size_t(b)]; });
     float sum = 0.0f;
@@ -62,7 +77,11 @@ void FfnAdd(const Model& m, int l, const float* x, float* h, int n) {
     for (int j = 0; j < kk; ++j) {
       const int e = order[size_t(j)];
       rows_of[size_t(e)].push_back(r);
-      weight_of[size_t(e)].push_back(c.route_scale * sr[e] / sum);
+      // norm_topk_prob: route_scale s_e / (sum of the chosen s + 1e-20) as moe.py (the 1e-20 only
+      // guards a zero sum: it leaves any sum above ~1e-13 unchanged in float). With k = 1 it
+      // still divides (s_e / s_e = 1: our family's spec; moe.py's V4.1 port would not divide,
+      // the V4 code would; the released model has k = 6). Without it route_scale s_e.
+      weight_of[size_t(e)].push_back(c.norm_topk_prob ? c.route_scale * sr[e] / (sum + 1e-20f) : c.route_scale * sr[e]);
     }
   }
   // Every expert used (and the shared one) at once: the W1 and W3 products of all of them in

@@ -8,6 +8,8 @@
 
 #include "engine/attention.h"
 #include "engine/layer_parts.h"
+#include "engine/mhc.h"
+#include "engine/rope.h"
 #include "kernels/ops.h"
 #include "kernels/thread_pool.h"
 
@@ -15,23 +17,32 @@ namespace cedar {
 
 namespace k = kernels;
 
+void EmbedRow(const Model& m, int32_t token, float* row) {
+  const ModelConfig& c = m.config();
+  const float* e = m.embed().data + size_t(token) * c.dim;
+  if (c.hc_mult > 1) HcEmbedRow(e, c.hc_mult, c.dim, row);
+  else std::copy(e, e + c.dim, row);
+}
+
 Rows Embed(const Model& m, const int32_t* tokens, int n, int64_t first) {
-  const int d = m.config().dim;
+  const int rw = m.config().ResidualWidth();
   Rows r;
   r.first = first;
   r.n = n;
-  r.h.resize(size_t(n) * d);
-  for (int i = 0; i < n; ++i) {
-    const float* e = m.embed().data + size_t(tokens[i]) * d;
-    std::copy(e, e + d, r.h.begin() + size_t(i) * d);
-  }
+  r.h.resize(size_t(n) * rw);
+  for (int i = 0; i < n; ++i) EmbedRow(m, tokens[i], r.h.data() + size_t(i) * rw);
   return r;
 }
 
 std::vector<float> ComputeLogits(const Model& m, const float* h_row) {
   const ModelConfig& c = m.config();
   std::vector<float> x(size_t(c.dim)), logits(size_t(c.vocab_size));
-  k::RmsNorm(h_row, m.norm().data, x.data(), 1, c.dim, c.norm_eps);
+  if (c.hc_mult > 1) {  // RMSNorm_final(sum_i a[i] X_i) with the last FFN's pre (notes §2.1)
+    HcCollapseRows(h_row, 1, c.hc_mult, c.dim, x.data());
+    k::RmsNorm(x.data(), m.norm().data, x.data(), 1, c.dim, c.norm_eps);
+  } else {
+    k::RmsNorm(h_row, m.norm().data, x.data(), 1, c.dim, c.norm_eps);
+  }
   k::Matmul(x.data(), m.head().data, logits.data(), 1, c.dim, c.vocab_size);
   return logits;
 }
@@ -51,8 +62,27 @@ void AppendWindowEntries(const Model& m, int l, RowStore& store, const float* u,
   k::RmsNorm(e.data(), w.kv_norm.data, e.data(), rows, cd, c.norm_eps);
   std::vector<int64_t> pos(static_cast<size_t>(rows));
   for (int r = 0; r < rows; ++r) pos[size_t(r)] = start + r;
-  k::Rope(e.data(), rows, 1, cd, c.rope_dim, pos.data(), c.RopeBaseOf(l), 1);
+  RopeLayer(c, l, e.data(), rows, 1, cd, pos.data(), 1);
   for (int r = 0; r < rows; ++r) std::copy(e.begin() + size_t(r) * cd, e.begin() + size_t(r + 1) * cd, store.Append(start + r));
+}
+
+// With mHC (hc_mult > 1), from the attention output y [n, d] on: the attention sub-layer's
+// stream update, then the whole FFN sub-layer, on residual rows [n, hc*d + hc] (notes §2.1).
+void MhcSubLayerTails(const Model& m, int l, float* rows, int n, const float* y) {
+  const ModelConfig& c = m.config();
+  const LayerWeights& w = m.layer(l);
+  const int hc = c.hc_mult, d = c.dim;
+  HcCoeffs k_attn, k_ffn;
+  // Coefficients from X as it entered the layer, then X' = post y + comb^T X, a' = pre_attn.
+  HcCoefficients(c, HcParams{w.hc_attn_fn, w.hc_attn_base, w.hc_attn_scale}, rows, n, &k_attn);
+  HcUpdateRows(rows, n, hc, d, y, k_attn);
+  // FFN: coefficients from X'; input RMSNorm_ffn(sum_i pre_attn[i] X'_i); X'' and a'' = pre_ffn.
+  HcCoefficients(c, HcParams{w.hc_ffn_fn, w.hc_ffn_base, w.hc_ffn_scale}, rows, n, &k_ffn);
+  std::vector<float> x(size_t(n) * d), f(size_t(n) * d, 0.0f);
+  HcCollapseRows(rows, n, hc, d, x.data());
+  k::RmsNorm(x.data(), w.ffn_norm.data, x.data(), n, d, c.norm_eps);
+  FfnAdd(m, l, x.data(), f.data(), n);
+  HcUpdateRows(rows, n, hc, d, f.data(), k_ffn);
 }
 
 }  // namespace
@@ -61,14 +91,21 @@ void RunLayerSegments(const Model& m, int l, std::vector<Segment>& segs, std::ve
   const ModelConfig& c = m.config();
   const LayerWeights& w = m.layer(l);
   const int d = c.dim, cd = c.head_dim, H = c.n_heads, qr = c.q_lora_rank;
+  // Residual rows are rw floats: h [d] with one stream, [X (hc*d) | a (hc)] with mHC (mhc.h).
+  const int hc = c.hc_mult, rw = c.ResidualWidth();
   int n_in = 0;
   for (const Segment& sg : segs) {
     if (sg.out_from < sg.first) throw std::logic_error("RunLayer: out_from before the first row");
     n_in += sg.n;
   }
-  // u = RMSNorm_attn(h): [n_in, d]
-  std::vector<float> u(h.size());
-  k::RmsNorm(h.data(), w.attn_norm.data, u.data(), n_in, d, c.norm_eps);
+  // u = RMSNorm_attn(h), or RMSNorm_attn(sum_i a[i] X_i) with mHC: [n_in, d]
+  std::vector<float> u(size_t(n_in) * d);
+  if (hc > 1) {
+    HcCollapseRows(h.data(), n_in, hc, d, u.data());
+    k::RmsNorm(u.data(), w.attn_norm.data, u.data(), n_in, d, c.norm_eps);
+  } else {
+    k::RmsNorm(h.data(), w.attn_norm.data, u.data(), n_in, d, c.norm_eps);
+  }
   // Per segment: window entries, compressor; and where each segment's output rows start.
   std::vector<int> in_off(segs.size()), out_off(segs.size());
   int n = 0;  // output rows over all segments
@@ -81,14 +118,14 @@ void RunLayerSegments(const Model& m, int l, std::vector<Segment>& segs, std::ve
     out_off[i] = n;
     n += sg.n - int(std::min<int64_t>(sg.out_from - sg.first, sg.n));
   }
-  std::vector<float> uo(size_t(n) * d), out(size_t(n) * d);  // output rows: [n, d]
+  std::vector<float> uo(size_t(n) * d), out(size_t(n) * rw);  // output rows: [n, d], residuals [n, rw]
   std::vector<int64_t> pos(static_cast<size_t>(n));
   std::vector<int32_t> seg_of(static_cast<size_t>(n));
   for (size_t i = 0; i < segs.size(); ++i) {
     const Segment& sg = segs[i];
     const int off = int(std::min<int64_t>(sg.out_from - sg.first, sg.n)), cnt = sg.n - off;
     std::copy(u.begin() + size_t(in_off[i] + off) * d, u.begin() + size_t(in_off[i] + sg.n) * d, uo.begin() + size_t(out_off[i]) * d);
-    std::copy(h.begin() + size_t(in_off[i] + off) * d, h.begin() + size_t(in_off[i] + sg.n) * d, out.begin() + size_t(out_off[i]) * d);
+    std::copy(h.begin() + size_t(in_off[i] + off) * rw, h.begin() + size_t(in_off[i] + sg.n) * rw, out.begin() + size_t(out_off[i]) * rw);
     for (int r = 0; r < cnt; ++r) {
       pos[size_t(out_off[i] + r)] = sg.out_from + r;
       seg_of[size_t(out_off[i] + r)] = int32_t(i);
@@ -100,8 +137,7 @@ void RunLayerSegments(const Model& m, int l, std::vector<Segment>& segs, std::ve
     k::Matmul(uo.data(), w.wq_a.data, cq.data(), n, d, qr);
     k::RmsNorm(cq.data(), w.q_norm.data, cq.data(), n, qr, c.norm_eps);
     k::Matmul(cq.data(), w.wq_b.data, q.data(), n, qr, H * cd);
-    const float base = c.RopeBaseOf(l);
-    k::Rope(q.data(), n, H, cd, c.rope_dim, pos.data(), base, 1);
+    RopeLayer(c, l, q.data(), n, H, cd, pos.data(), 1);
 
     const int ratio = c.RatioOf(l);
     std::vector<const Selection*> sel(segs.size(), nullptr);
@@ -133,7 +169,7 @@ void RunLayerSegments(const Model& m, int l, std::vector<Segment>& segs, std::ve
       a.n_sel = sel[i] ? sel[i]->Count(t) : 0;
     }
     AttendRows(c, rows, q.data(), w.sink.data, 1.0f / std::sqrt(float(cd)), o.data());
-    k::Rope(o.data(), n, H, cd, c.rope_dim, pos.data(), base, -1);
+    RopeLayer(c, l, o.data(), n, H, cd, pos.data(), -1);
 
     // Grouped output: g_k = Wo_a[k] concat(o of group k) [n, R]; y = Wo_b concat(g) [n, d]
     const int G = c.o_groups, R = c.o_group_rank, gw = (H / G) * cd;
@@ -147,11 +183,15 @@ void RunLayerSegments(const Model& m, int l, std::vector<Segment>& segs, std::ve
     }
     k::Matmul(g.data(), w.wo_b.data, y.data(), n, G * R, d);
 
-    // h <- h + y on the output rows; then the FFN sub-layer.
-    for (size_t i = 0; i < out.size(); ++i) out[i] += y[i];
-    std::vector<float> x(out.size());
-    k::RmsNorm(out.data(), w.ffn_norm.data, x.data(), n, d, c.norm_eps);
-    FfnAdd(m, l, x.data(), out.data(), n);
+    if (hc > 1) {
+      MhcSubLayerTails(m, l, out.data(), n, y.data());
+    } else {
+      // h <- h + y on the output rows; then the FFN sub-layer.
+      for (size_t i = 0; i < out.size(); ++i) out[i] += y[i];
+      std::vector<float> x(out.size());
+      k::RmsNorm(out.data(), w.ffn_norm.data, x.data(), n, d, c.norm_eps);
+      FfnAdd(m, l, x.data(), out.data(), n);
+    }
   }
   for (size_t i = 0; i < segs.size(); ++i) {
     Segment& sg = segs[i];

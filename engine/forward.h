@@ -14,7 +14,7 @@ namespace cedar {
 struct Rows {
   int64_t first = 0;
   int n = 0;
-  std::vector<float> h;  // [n, d]
+  std::vector<float> h;  // [n, ResidualWidth()]: h [d], or with mHC X [hc, d] then a [hc] (engine/mhc.h)
   int64_t end() const { return first + n; }
 };
 
@@ -64,15 +64,19 @@ struct Segment {
 };
 
 // RunLayer over several sequences at once: h holds the rows of every segment, in order
-// ([sum n, d]); the weight products run once over all of them (what makes batched decode
+// ([sum n, ResidualWidth()]); the weight products run once over all of them (what makes batched decode
 // cheaper than one sequence at a time), the window, pool, indexer and attention per segment.
 // Afterwards h holds the output rows of every segment and each segment describes its own.
 void RunLayerSegments(const Model& m, int l, std::vector<Segment>& segs, std::vector<float>& h);
 
-// logits[V] = head * RMSNorm_final(h_row)
+// logits[V] = head * RMSNorm_final(h_row), h_row [ResidualWidth()]; with mHC the norm reads
+// sum_i a[i] X_i (the last FFN's pre).
 std::vector<float> ComputeLogits(const Model& m, const float* h_row);
 
 // Embedding rows of `tokens` starting at position `first`.
 Rows Embed(const Model& m, const int32_t* tokens, int n, int64_t first);
+// One token's embedding as a residual row [ResidualWidth()]: e, or with mHC e in every stream
+// and the pre-mix a = (1, 0, ..., 0).
+void EmbedRow(const Model& m, int32_t token, float* row);
 
 }  // namespace cedar

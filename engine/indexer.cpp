@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "engine/layer_parts.h"
+#include "engine/rope.h"
 #include "kernels/ops.h"
 #include "kernels/thread_pool.h"
 
@@ -49,7 +50,7 @@ void SelectEntries(const Model& m, const SequenceState& st, int l, const float* 
   k::Matmul(cq, w.idx_wq_b.data, q.data(), n, c.q_lora_rank, H * hd);
   std::vector<int64_t> pos(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) pos[size_t(r)] = first + r;
-  k::Rope(q.data(), n, H, hd, c.rope_dim, pos.data(), c.RopeBaseOf(l), 1);
+  RopeLayer(c, l, q.data(), n, H, hd, pos.data(), 1);
   k::Matmul(u, w.idx_wproj.data, wts.data(), n, c.dim, H);
   const float wscale = 1.0f / std::sqrt(float(hd) * float(H));
   for (float& x : wts) x *= wscale;

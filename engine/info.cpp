@@ -46,7 +46,7 @@ ModelInfo ComputeInfo(const ModelConfig& c) {
     info.pool_bytes_per_token.push_back({s, b});
     info.cached_bytes_per_token += b;
   }
-  info.boundary_window_bytes = (int64_t(E) * c.window * c.head_dim + int64_t(c.window) * c.dim) * 4;
+  info.boundary_window_bytes = (int64_t(E) * c.window * c.head_dim + int64_t(c.window) * c.ResidualWidth()) * 4;
   info.live_decoder_window_bytes = int64_t(c.n_layers - E) * c.window * c.head_dim * 4;
   info.decoder_only_bytes_per_token = double(c.n_layers) * c.head_dim * 4.0;
   return info;

@@ -35,6 +35,16 @@ std::vector<float> RandomTensor(const ModelConfig& c, const TensorSpec& t, uint6
     return v;
   }
   double stddev;
+  std::mt19937_64 rng(seed ^ XXH3_64bits(name.data(), name.size()));
+  if (name.find(".hc_") != std::string::npos && !EndsWith(name, "_fn")) {
+    // mHC base ~ N(0, 0.5^2): pre and post away from 0 and 1 without saturating, comb near
+    // uniform; scale ~ 0.5 + N(0, 0.1^2) (as tools/reference/init.py).
+    const bool base = EndsWith(name, "_base");
+    std::normal_distribution<float> dist(base ? 0.0f : 0.5f, base ? 0.5f : 0.1f);
+    for (float& x : v) x = dist(rng);
+    return v;
+  }
+  // (mHC fn falls through to N(0, 1/fan_in): it meets RMS-normalised streams, mixes of unit size.)
   if (name == "embed.weight") stddev = 1.0;
   else if (EndsWith(name, "gate.bias")) stddev = 0.01;
   else {
@@ -42,7 +52,6 @@ std::vector<float> RandomTensor(const ModelConfig& c, const TensorSpec& t, uint6
     stddev = 1.0 / std::sqrt(double(fan_in));
     if (EndsWith(name, "wo_b.weight") || EndsWith(name, "w2.weight")) stddev /= std::sqrt(2.0 * c.n_layers);
   }
-  std::mt19937_64 rng(seed ^ XXH3_64bits(name.data(), name.size()));
   std::normal_distribution<float> dist(0.0f, float(stddev));
   for (float& x : v) x = dist(rng);
   return v;

@@ -47,6 +47,14 @@ std::vector<TensorSpec> RequiredTensors(const ModelConfig& c) {
     t.push_back({p + "attn.sink", {c.n_heads}});
     t.push_back({p + "attn.wo_a.weight", {c.o_groups, c.o_group_rank, hc / c.o_groups}});
     t.push_back({p + "attn.wo_b.weight", {d, int64_t(c.o_groups) * c.o_group_rank}});
+    if (c.hc_mult > 1) {  // mHC coefficients: F32, released names without ".weight" (notes §2.1)
+      const int64_t m = c.hc_mult, mix = (2 + m) * m;
+      for (const char* s : {"attn", "ffn"}) {
+        t.push_back({p + "hc_" + s + "_fn", {mix, m * d}});
+        t.push_back({p + "hc_" + s + "_base", {mix}});
+        t.push_back({p + "hc_" + s + "_scale", {3}});
+      }
+    }
     if (c.IsKvSource(l)) {
       t.push_back({p + "attn.compressor.wkv.weight", {c.head_dim, d}});
       if (c.RatioOf(l) == 2) t.push_back({p + "attn.compressor.wz.weight", {c.head_dim, d}});
@@ -137,6 +145,14 @@ std::unique_ptr<const Model> Model::Load(const std::string& dir, const LoadOptio
     w.sink = take(p + "attn.sink");
     w.wo_a = take(p + "attn.wo_a.weight");
     w.wo_b = take(p + "attn.wo_b.weight");
+    if (c.hc_mult > 1) {
+      w.hc_attn_fn = take(p + "hc_attn_fn");
+      w.hc_attn_base = take(p + "hc_attn_base");
+      w.hc_attn_scale = take(p + "hc_attn_scale");
+      w.hc_ffn_fn = take(p + "hc_ffn_fn");
+      w.hc_ffn_base = take(p + "hc_ffn_base");
+      w.hc_ffn_scale = take(p + "hc_ffn_scale");
+    }
     if (c.IsKvSource(l)) {
       w.comp_wkv = take(p + "attn.compressor.wkv.weight");
       if (c.RatioOf(l) == 2) w.comp_wz = take(p + "attn.compressor.wz.weight");

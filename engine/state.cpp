@@ -53,7 +53,7 @@ void RowStore::Assign(int64_t lo, std::vector<float> rows) {
   data_ = std::move(rows);
 }
 
-SequenceState::SequenceState(const ModelConfig& c) : h_e(c.dim) {
+SequenceState::SequenceState(const ModelConfig& c) : h_e(c.ResidualWidth()) {
   for (int l = 0; l < c.n_layers; ++l) windows.emplace_back(c.head_dim);
   for (int s : c.kv_source_layers) {
     Pool p;

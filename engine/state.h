@@ -60,7 +60,7 @@ struct SequenceState {
   int64_t decoder_pos = 0;  // rows [0, decoder_pos) have decoder window entries (live state)
   std::vector<RowStore> windows;  // per layer: window entries [*, c] by position
   std::vector<Pool> pools;        // one per kv-source layer, in layer order
-  RowStore h_e;                   // residual stream entering layer E, [*, d] by position
+  RowStore h_e;                   // residual state entering layer E, [*, ResidualWidth()] by position
   std::vector<int32_t> tokens;    // every token consumed, in order
   // History kept after each call beyond what the next call needs (default: none). The session
   // layer keeps a page of slack so a snapshot can be cut at the last page boundary, and a

@@ -21,8 +21,8 @@ PrefillResult Run(const Model& m, SequenceState& st, std::span<const int32_t> t,
 }
 }  // namespace
 
-TEST_CASE("bounded differs from full, by less than a last-W-tokens-only prompt, and keeps layer E's pool bit-identical") {
-  const Model& m = TinyModel();
+TEST_CASE_TEMPLATE("bounded differs from full, by less than a last-W-tokens-only prompt, and keeps layer E's pool bit-identical", V, CEDAR_MODEL_VARIANTS) {
+  const Model& m = cedar::test::PresetModel(V::kName);
   const ModelConfig& c = m.config();
   const int W = c.window;
   int lengths = 0, wins = 0;
@@ -50,8 +50,8 @@ TEST_CASE("bounded differs from full, by less than a last-W-tokens-only prompt, 
   CHECK(wins == lengths);
 }
 
-TEST_CASE("bounded equals full when the prompt fits in the window") {
-  const Model& m = TinyModel();
+TEST_CASE_TEMPLATE("bounded equals full when the prompt fits in the window", V, CEDAR_MODEL_VARIANTS) {
+  const Model& m = cedar::test::PresetModel(V::kName);
   const ModelConfig& c = m.config();
   for (int n = 1; n <= c.window; ++n) {
     auto t = RandomTokens(n, c.vocab_size, 600 + n);
@@ -60,8 +60,8 @@ TEST_CASE("bounded equals full when the prompt fits in the window") {
   }
 }
 
-TEST_CASE("encoder replay never rewrites pools, is exact for P <= W, and is a small approximation past W") {
-  const Model& m = TinyModel();
+TEST_CASE_TEMPLATE("encoder replay never rewrites pools, is exact for P <= W, and is a small approximation past W", V, CEDAR_MODEL_VARIANTS) {
+  const Model& m = cedar::test::PresetModel(V::kName);
   const ModelConfig& c = m.config();
   const int E = c.n_encoder_layers;
   for (int P : {3, 8, 21, 40, 77}) {
@@ -109,8 +109,8 @@ double StoreErrorOver(const RowStore& a, const RowStore& b) {
 }
 }  // namespace
 
-TEST_CASE("exact encoder restore rebuilds the window state from the pools alone, equal to a full prefill") {
-  const Model& m = TinyModel();
+TEST_CASE_TEMPLATE("exact encoder restore rebuilds the window state from the pools alone, equal to a full prefill", V, CEDAR_MODEL_VARIANTS) {
+  const Model& m = cedar::test::PresetModel(V::kName);
   const ModelConfig& c = m.config();
   const int E = c.n_encoder_layers;
   for (int P : {3, 8, 30, 77, 150, 301}) {

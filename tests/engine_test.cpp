@@ -30,8 +30,8 @@ const int kLengths[] = {1, 2, 7, 8, 9, 15, 16, 17, 28, 29, 30, 31, 45, 64, 97, 1
 
 }  // namespace
 
-TEST_CASE("exact equals full in logits and every piece of state, around and past W and the staircase") {
-  const Model& m = TinyModel();
+TEST_CASE_TEMPLATE("exact equals full in logits and every piece of state, around and past W and the staircase", V, CEDAR_MODEL_VARIANTS) {
+  const Model& m = cedar::test::PresetModel(V::kName);
   const ModelConfig& c = m.config();
   REQUIRE(c.StaircaseLength() == 29);
   for (int n : kLengths) {
@@ -48,8 +48,8 @@ TEST_CASE("exact equals full in logits and every piece of state, around and past
   }
 }
 
-TEST_CASE("chunked prefill with any chunk size equals one-shot prefill in full and exact") {
-  const Model& m = TinyModel();
+TEST_CASE_TEMPLATE("chunked prefill with any chunk size equals one-shot prefill in full and exact", V, CEDAR_MODEL_VARIANTS) {
+  const Model& m = cedar::test::PresetModel(V::kName);
   const ModelConfig& c = m.config();
   for (int n : {45, 101}) {
     auto t = RandomTokens(n, c.vocab_size, 200 + n);
@@ -70,8 +70,8 @@ TEST_CASE("chunked prefill with any chunk size equals one-shot prefill in full a
   }
 }
 
-TEST_CASE("prefill of N tokens then decode of K equals prefill of N+K in full mode") {
-  const Model& m = TinyModel();
+TEST_CASE_TEMPLATE("prefill of N tokens then decode of K equals prefill of N+K in full mode", V, CEDAR_MODEL_VARIANTS) {
+  const Model& m = cedar::test::PresetModel(V::kName);
   const ModelConfig& c = m.config();
   for (int n : {1, 9, 30, 60}) {
     const int K = 12;
@@ -89,7 +89,7 @@ TEST_CASE("prefill of N tokens then decode of K equals prefill of N+K in full mo
 }
 
 TEST_CASE("layer-token units of every mode equal the formulas") {
-  const Model& m = TinyModel();
+  const Model& m = TinyModel();  // the schedule: the same whatever the layer computes
   const ModelConfig& c = m.config();
   const int64_t L = c.n_layers, E = c.n_encoder_layers, W = c.window;
   for (int n : kLengths) {
@@ -114,8 +114,8 @@ TEST_CASE("layer-token units of every mode equal the formulas") {
   CHECK(s.layer_token_units == L);
 }
 
-TEST_CASE("DecodeBatch over several sequences equals DecodeStep on each") {
-  const Model& m = TinyModel();
+TEST_CASE_TEMPLATE("DecodeBatch over several sequences equals DecodeStep on each", V, CEDAR_MODEL_VARIANTS) {
+  const Model& m = cedar::test::PresetModel(V::kName);
   const ModelConfig& c = m.config();
   std::vector<SequenceState> a, b;
   const int lens[] = {1, 9, 30, 77, 150};

@@ -74,8 +74,8 @@ std::vector<int32_t> Extend(std::vector<int32_t> ctx, const std::vector<int32_t>
 
 }  // namespace
 
-TEST_CASE("a multi-turn session through the cache equals computing every turn from scratch (exact policies)") {
-  auto m = Tiny();
+TEST_CASE_TEMPLATE("a multi-turn session through the cache equals computing every turn from scratch (exact policies)", V, CEDAR_MODEL_VARIANTS) {
+  auto m = cedar::test::SharedPresetModel(V::kName);
   auto sm = SessionManager::Start(m, {});
   const std::string sid = sm->CreateSession("", {}, 0);
   std::vector<int32_t> ctx = RandomTokens(37, 256, 1);
@@ -94,8 +94,8 @@ TEST_CASE("a multi-turn session through the cache equals computing every turn fr
   CHECK(info->live);
 }
 
-TEST_CASE("a restarted manager restores a session's prefix from the disk tier exactly") {
-  auto m = Tiny();
+TEST_CASE_TEMPLATE("a restarted manager restores a session's prefix from the disk tier exactly", V, CEDAR_MODEL_VARIANTS) {
+  auto m = cedar::test::SharedPresetModel(V::kName);
   const std::string dir = cedar::test::TempDir("cache");
   ManagerOptions opt;
   opt.cache_dir = dir;
@@ -115,8 +115,8 @@ TEST_CASE("a restarted manager restores a session's prefix from the disk tier ex
   CHECK(sm->Metrics().hit_tokens_disk >= 64);
 }
 
-TEST_CASE("two sessions sharing a pinned system prompt both restore it exactly") {
-  auto m = Tiny();
+TEST_CASE_TEMPLATE("two sessions sharing a pinned system prompt both restore it exactly", V, CEDAR_MODEL_VARIANTS) {
+  auto m = cedar::test::SharedPresetModel(V::kName);
   auto sm = SessionManager::Start(m, {});
   std::vector<int32_t> system = RandomTokens(50, 256, 3);
   const std::string a = sm->CreateSession("a", system, 60), b = sm->CreateSession("b", system, 60);
@@ -131,8 +131,8 @@ TEST_CASE("two sessions sharing a pinned system prompt both restore it exactly")
   }
 }
 
-TEST_CASE("without a snapshot the restore uses Encoder SWA Bounded Replay: close, and closer than a truncated prompt") {
-  auto m = Tiny();
+TEST_CASE_TEMPLATE("without a snapshot the restore uses Encoder SWA Bounded Replay: close, and closer than a truncated prompt", V, CEDAR_MODEL_VARIANTS) {
+  auto m = cedar::test::SharedPresetModel(V::kName);
   auto sm = SessionManager::Start(m, {});
   const ModelConfig& c = m->config();
   int replays = 0;
@@ -176,8 +176,8 @@ TEST_CASE("without a snapshot the restore uses Encoder SWA Bounded Replay: close
   CHECK(r.accounting.encoder_replay_rows == 0);
 }
 
-TEST_CASE("without a snapshot the staircase restore is exact, costs ExactRestoreRows, and the turn is cached again") {
-  auto m = Tiny();
+TEST_CASE_TEMPLATE("without a snapshot the staircase restore is exact, costs ExactRestoreRows, and the turn is cached again", V, CEDAR_MODEL_VARIANTS) {
+  auto m = cedar::test::SharedPresetModel(V::kName);
   auto sm = SessionManager::Start(m, {});
   const ModelConfig& c = m->config();
   // Cache 300 tokens (snapshots at 288 and after the output), then ask for its first 256 plus
@@ -244,8 +244,8 @@ TEST_CASE("bad requests get clear errors and lose nothing") {
   CHECK(sm->Metrics().turns_cancelled == 1);
 }
 
-TEST_CASE("concurrent turns decode together in one batch and each equals its own computation") {
-  auto m = Tiny();
+TEST_CASE_TEMPLATE("concurrent turns decode together in one batch and each equals its own computation", V, CEDAR_MODEL_VARIANTS) {
+  auto m = cedar::test::SharedPresetModel(V::kName);
   auto sm = SessionManager::Start(m, {});
   // Hold the engine thread inside the first turn's callback while three more turns queue up.
   std::promise<void> release;

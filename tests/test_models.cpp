@@ -5,6 +5,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <mutex>
+#include <stdexcept>
 #include <random>
 
 #include "engine/init.h"
@@ -33,14 +36,29 @@ std::string TempDir(const std::string& tag) {
   return p;
 }
 
-const Model& TinyModel() {
-  static std::unique_ptr<const Model> m = [] {
+const Model& TinyModel() { return PresetModel("tiny"); }
+
+std::shared_ptr<const Model> SharedPresetModel(const std::string& name) {
+  static std::map<std::string, std::shared_ptr<const Model>> models;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& m = models[name];
+  if (!m) {
     ModelConfig c;
-    PresetConfig("tiny", &c);
-    return MakeModel(c, 1);
-  }();
-  return *m;
+    if (name == "tiny-hc-softmax") {
+      PresetConfig("tiny-hc", &c);
+      c.hc_mult = 2;
+      c.score_func = "softmax";
+      c.norm_topk_prob = false;
+    } else if (!PresetConfig(name, &c)) {
+      throw std::invalid_argument("PresetModel: unknown preset " + name);
+    }
+    m = MakeModel(c, 1);
+  }
+  return m;
 }
+
+const Model& PresetModel(const std::string& name) { return *SharedPresetModel(name); }
 
 std::unique_ptr<const Model> MakeModel(const ModelConfig& c, uint64_t seed) {
   const std::string dir = TempDir("model");

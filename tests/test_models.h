@@ -12,6 +12,20 @@ namespace cedar::test {
 std::string TempDir(const std::string& tag);
 // The `tiny` preset with random weights (seed 1), loaded once.
 const Model& TinyModel();
+// The preset `name` with random weights (seed 1), loaded once per name. Besides the presets,
+// "tiny-hc-softmax" (tests only): tiny-hc with 2 streams, softmax router scores and
+// norm_topk_prob false, so every released switch of issue 21 runs in the tests.
+const Model& PresetModel(const std::string& name);
+// The same model shared (what SessionManager::Start takes).
+std::shared_ptr<const Model> SharedPresetModel(const std::string& name);
+
+// Model variants for TEST_CASE_TEMPLATE: a property Cedar proves must hold on our family and
+// on the released architecture's switches alike (CEDAR_MODEL_VARIANTS).
+struct Tiny { static constexpr const char* kName = "tiny"; };
+struct TinyHc { static constexpr const char* kName = "tiny-hc"; };
+struct TinyHcSoftmax { static constexpr const char* kName = "tiny-hc-softmax"; };
+#define CEDAR_MODEL_VARIANTS cedar::test::Tiny, cedar::test::TinyHc, cedar::test::TinyHcSoftmax
+
 // A model for a given config, written under a fresh temp dir and loaded.
 std::unique_ptr<const Model> MakeModel(const ModelConfig& c, uint64_t seed);
 // Deterministic pseudo-random token ids in [0, vocab).

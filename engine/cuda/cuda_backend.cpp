@@ -54,6 +54,7 @@ class CudaBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> MakeCudaBackend(const Model& m, bool f32_weights) {
+  if (const std::string why = CudaRefusal(m.config()); !why.empty()) throw std::runtime_error(why);
   return std::make_unique<CudaBackend>(m, f32_weights);
 }
 
