@@ -4,6 +4,10 @@
 
 #include <stdexcept>
 
+#include <spdlog/spdlog.h>
+
+#include "engine/kv_precision.h"
+
 namespace cedar {
 
 namespace {
@@ -67,6 +71,15 @@ std::string ResolveDevice(const std::string& device) {
 std::unique_ptr<Backend> MakeBackend(const Model& m, const BackendOptions& opt) {
   const std::string device = ResolveDevice(opt.device);
   if (device == "cpu") return std::make_unique<CpuBackend>(m);
+  // The CUDA engine keeps KV in F32/BF16; it does not round KV as released (kv_dtype "released").
+  if (ReleasedKv(m.config())) {
+    if (opt.device == "auto") {
+      spdlog::debug("--device auto: the model stores KV as released (kv_dtype), which only the CPU engine runs; using cpu");
+      return std::make_unique<CpuBackend>(m);
+    }
+    throw std::runtime_error("--device cuda: the model's kv_dtype is \"released\" (FP8/FP4 KV as DeepSeek-V4.1 stores it), "
+                             "which the CUDA engine does not implement yet; use --device cpu");
+  }
   std::string why;
   if (!CudaAvailable(&why)) throw std::runtime_error("--device cuda: " + why);
 #ifdef CEDAR_HAVE_CUDA

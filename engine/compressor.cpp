@@ -2,6 +2,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "engine/kv_precision.h"
 #include "engine/layer_parts.h"
 #include "kernels/ops.h"
 
@@ -65,6 +66,9 @@ void CompressRows(const Model& m, int l, Pool& pool, const float* u, int64_t fir
   const float base = c.compress_rope_theta;
   k::Rope(keys.data(), n_new, 1, ihd, c.rope_dim, pos.data(), base, 1);
   k::Rope(fresh.data(), n_new, 1, cd, c.rope_dim, pos.data(), base, 1);
+  // kv_dtype "released": keys (from the unrounded latent above) MXFP4, entries FP4 + E4M3 scales.
+  RoundIndexKeys(c, keys.data(), n_new);
+  RoundPoolEntries(c, fresh.data(), n_new);
   pool.entries.insert(pool.entries.end(), fresh.begin(), fresh.end());
   pool.keys.insert(pool.keys.end(), keys.begin(), keys.end());
 }

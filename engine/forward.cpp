@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "engine/attention.h"
+#include "engine/kv_precision.h"
 #include "engine/layer_parts.h"
 #include "kernels/ops.h"
 #include "kernels/thread_pool.h"
@@ -52,6 +53,7 @@ void AppendWindowEntries(const Model& m, int l, RowStore& store, const float* u,
   std::vector<int64_t> pos(static_cast<size_t>(rows));
   for (int r = 0; r < rows; ++r) pos[size_t(r)] = start + r;
   k::Rope(e.data(), rows, 1, cd, c.rope_dim, pos.data(), c.RopeBaseOf(l), 1);
+  RoundWindowEntries(c, e.data(), rows);  // kv_dtype "released": FP8 as stored, before anyone reads it
   for (int r = 0; r < rows; ++r) std::copy(e.begin() + size_t(r) * cd, e.begin() + size_t(r + 1) * cd, store.Append(start + r));
 }
 

@@ -12,6 +12,7 @@ using cedar::test::RandomTokens;
 using cedar::test::ExpectStatesMatch;
 using cedar::test::RelError;
 using cedar::test::TinyModel;
+using cedar::test::TinyModels;
 
 namespace {
 
@@ -31,8 +32,10 @@ const int kLengths[] = {1, 2, 7, 8, 9, 15, 16, 17, 28, 29, 30, 31, 45, 64, 97, 1
 }  // namespace
 
 TEST_CASE("exact equals full in logits and every piece of state, around and past W and the staircase") {
-  const Model& m = TinyModel();
+  for (const Model* mp : TinyModels()) {  // F32 KV and KV as released (tiny-kvq)
+  const Model& m = *mp;
   const ModelConfig& c = m.config();
+  CAPTURE(c.kv_dtype);
   REQUIRE(c.StaircaseLength() == 29);
   for (int n : kLengths) {
     CAPTURE(n);
@@ -46,11 +49,14 @@ TEST_CASE("exact equals full in logits and every piece of state, around and past
     auto d = RandomTokens(3, c.vocab_size, 7 + n);
     for (int32_t tok : d) CHECK(RelError(DecodeStep(m, exact, tok), DecodeStep(m, full, tok)) <= kPathTol);
   }
+  }
 }
 
 TEST_CASE("chunked prefill with any chunk size equals one-shot prefill in full and exact") {
-  const Model& m = TinyModel();
+  for (const Model* mp : TinyModels()) {
+  const Model& m = *mp;
   const ModelConfig& c = m.config();
+  CAPTURE(c.kv_dtype);
   for (int n : {45, 101}) {
     auto t = RandomTokens(n, c.vocab_size, 200 + n);
     for (PrefillMode mode : {PrefillMode::kFull, PrefillMode::kExact, PrefillMode::kBounded}) {
@@ -68,11 +74,14 @@ TEST_CASE("chunked prefill with any chunk size equals one-shot prefill in full a
       }
     }
   }
+  }
 }
 
 TEST_CASE("prefill of N tokens then decode of K equals prefill of N+K in full mode") {
-  const Model& m = TinyModel();
+  for (const Model* mp : TinyModels()) {
+  const Model& m = *mp;
   const ModelConfig& c = m.config();
+  CAPTURE(c.kv_dtype);
   for (int n : {1, 9, 30, 60}) {
     const int K = 12;
     auto t = RandomTokens(n + K, c.vocab_size, 300 + n);
@@ -85,6 +94,7 @@ TEST_CASE("prefill of N tokens then decode of K equals prefill of N+K in full mo
     CAPTURE(n);
     CHECK(RelError(last, rb.logits) <= kPathTol);
     ExpectStatesMatch(c, a, b, kPathTol);
+  }
   }
 }
 

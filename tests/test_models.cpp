@@ -42,6 +42,17 @@ const Model& TinyModel() {
   return *m;
 }
 
+const Model& TinyKvqModel() {
+  static std::unique_ptr<const Model> m = [] {
+    ModelConfig c;
+    PresetConfig("tiny-kvq", &c);
+    return MakeModel(c, 1);
+  }();
+  return *m;
+}
+
+std::vector<const Model*> TinyModels() { return {&TinyModel(), &TinyKvqModel()}; }
+
 std::unique_ptr<const Model> MakeModel(const ModelConfig& c, uint64_t seed) {
   const std::string dir = TempDir("model");
   WriteRandomModel(c, seed, dir);

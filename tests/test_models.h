@@ -12,6 +12,10 @@ namespace cedar::test {
 std::string TempDir(const std::string& tag);
 // The `tiny` preset with random weights (seed 1), loaded once.
 const Model& TinyModel();
+// The `tiny-kvq` preset (tiny storing KV as released: FP8 window, FP4 pool, MXFP4 index keys), seed 1.
+const Model& TinyKvqModel();
+// Both, for tests that must hold at either KV precision.
+std::vector<const Model*> TinyModels();
 // A model for a given config, written under a fresh temp dir and loaded.
 std::unique_ptr<const Model> MakeModel(const ModelConfig& c, uint64_t seed);
 // Deterministic pseudo-random token ids in [0, vocab).
