@@ -25,6 +25,18 @@ std::shared_ptr<const Model> Tiny() {
   return m;
 }
 
+// tiny storing KV as released (FP8 window, FP4 pool rows, MXFP4 index keys: engine/kv_precision.h).
+std::shared_ptr<const Model> TinyKvq() {
+  static std::shared_ptr<const Model> m = [] {
+    ModelConfig c;
+    PresetConfig("tiny-kvq", &c);
+    return std::shared_ptr<const Model>(cedar::test::MakeModel(c, 1));
+  }();
+  return m;
+}
+// The properties below that restore state must hold at both KV precisions.
+std::vector<std::shared_ptr<const Model>> BothKv() { return {Tiny(), TinyKvq()}; }
+
 // Logits after the prompt and the greedy continuation, computed from scratch in exact mode.
 struct Reference {
   std::vector<float> logits;
@@ -75,7 +87,8 @@ std::vector<int32_t> Extend(std::vector<int32_t> ctx, const std::vector<int32_t>
 }  // namespace
 
 TEST_CASE("a multi-turn session through the cache equals computing every turn from scratch (exact policies)") {
-  auto m = Tiny();
+  for (auto m : BothKv()) {
+  CAPTURE(m->config().kv_dtype);
   auto sm = SessionManager::Start(m, {});
   const std::string sid = sm->CreateSession("", {}, 0);
   std::vector<int32_t> ctx = RandomTokens(37, 256, 1);
@@ -92,10 +105,12 @@ TEST_CASE("a multi-turn session through the cache equals computing every turn fr
   REQUIRE(info);
   CHECK(info->turns == 6);
   CHECK(info->live);
+  }
 }
 
 TEST_CASE("a restarted manager restores a session's prefix from the disk tier exactly") {
-  auto m = Tiny();
+  for (auto m : BothKv()) {
+  CAPTURE(m->config().kv_dtype);
   const std::string dir = cedar::test::TempDir("cache");
   ManagerOptions opt;
   opt.cache_dir = dir;
@@ -113,6 +128,7 @@ TEST_CASE("a restarted manager restores a session's prefix from the disk tier ex
   CHECK(r.accounting.matched_disk >= 64);
   CHECK(r.accounting.snapshot_hit);
   CHECK(sm->Metrics().hit_tokens_disk >= 64);
+  }
 }
 
 TEST_CASE("two sessions sharing a pinned system prompt both restore it exactly") {
@@ -177,7 +193,8 @@ TEST_CASE("without a snapshot the restore uses Encoder SWA Bounded Replay: close
 }
 
 TEST_CASE("without a snapshot the staircase restore is exact, costs ExactRestoreRows, and the turn is cached again") {
-  auto m = Tiny();
+  for (auto m : BothKv()) {
+  CAPTURE(m->config().kv_dtype);
   auto sm = SessionManager::Start(m, {});
   const ModelConfig& c = m->config();
   // Cache 300 tokens (snapshots at 288 and after the output), then ask for its first 256 plus
@@ -205,6 +222,7 @@ TEST_CASE("without a snapshot the staircase restore is exact, costs ExactRestore
   TurnResult r2 = Turn(*sm, "", q2, 1, DecoderPolicy::kExact, RestorePolicy::kStaircase);
   CHECK(r2.accounting.matched_ram >= 256 + 16);
   ExpectMatchesScratch(*m, q2, r2, 1);
+  }
 }
 
 TEST_CASE("bad requests get clear errors and lose nothing") {
