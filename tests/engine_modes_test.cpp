@@ -12,6 +12,7 @@ using cedar::test::KlDivergence;
 using cedar::test::RandomTokens;
 using cedar::test::RelError;
 using cedar::test::TinyModel;
+using cedar::test::TinyModels;
 
 namespace {
 PrefillResult Run(const Model& m, SequenceState& st, std::span<const int32_t> t, PrefillMode mode) {
@@ -51,12 +52,15 @@ TEST_CASE("bounded differs from full, by less than a last-W-tokens-only prompt, 
 }
 
 TEST_CASE("bounded equals full when the prompt fits in the window") {
-  const Model& m = TinyModel();
+  for (const Model* mp : TinyModels()) {
+  const Model& m = *mp;
   const ModelConfig& c = m.config();
+  CAPTURE(c.kv_dtype);
   for (int n = 1; n <= c.window; ++n) {
     auto t = RandomTokens(n, c.vocab_size, 600 + n);
     SequenceState full(c), bounded(c);
     CHECK(RelError(Run(m, bounded, t, PrefillMode::kBounded).logits, Run(m, full, t, PrefillMode::kFull).logits) <= 2e-5);
+  }
   }
 }
 
@@ -110,8 +114,10 @@ double StoreErrorOver(const RowStore& a, const RowStore& b) {
 }  // namespace
 
 TEST_CASE("exact encoder restore rebuilds the window state from the pools alone, equal to a full prefill") {
-  const Model& m = TinyModel();
+  for (const Model* mp : TinyModels()) {  // F32 KV and KV as released (tiny-kvq)
+  const Model& m = *mp;
   const ModelConfig& c = m.config();
+  CAPTURE(c.kv_dtype);
   const int E = c.n_encoder_layers;
   for (int P : {3, 8, 30, 77, 150, 301}) {
     CAPTURE(P);
@@ -142,6 +148,7 @@ TEST_CASE("exact encoder restore rebuilds the window state from the pools alone,
     auto a = Prefill(m, ref, suffix, o), b = Prefill(m, st, suffix, o);
     CHECK(RelError(b.logits, a.logits) <= 2e-5);
     CHECK(RelError(DecodeStep(m, st, 5), DecodeStep(m, ref, 5)) <= 2e-5);
+  }
   }
 }
 
