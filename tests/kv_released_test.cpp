@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "cache/prefix_cache.h"
 #include "cache/state_codec.h"
 #include "engine/backend.h"
 #include "engine/engine.h"
@@ -177,4 +178,51 @@ TEST_CASE("the CUDA engine refuses KV as released by name; --device auto runs it
   auto b = MakeBackend(q, autod);
   REQUIRE(b != nullptr);
   CHECK(b->name() == std::string("cpu"));
+}
+
+TEST_CASE("released pages and a snapshot go to the disk tier and come back after a restart as the same floats") {
+  const Model& m = TinyKvqModel();
+  const ModelConfig& c = m.config();
+  const size_t page = 16;
+  auto t = RandomTokens(48, c.vocab_size, 21);
+  std::vector<cache::TokenId> toks(t.begin(), t.end());
+  SequenceState st = Prefilled(m, t);
+  auto snap = cache::EncodeSnapshot(c, st, 48, c.window);
+  REQUIRE(snap.ok());
+  const std::string dir = cedar::test::TempDir("kvq-disk");
+  auto open = [&] {
+    cache::PrefixCacheConfig cc;
+    cc.page_tokens = page;
+    cc.disk_dir = dir;
+    cc.disk_budget_bytes = 1 << 20;
+    auto pc = cache::PrefixCache::Open(m.fingerprint(), cc);
+    REQUIRE_MESSAGE(pc.ok(), pc.status().ToString());
+    return std::move(pc).value();
+  };
+  {
+    auto pc = open();
+    auto provider = [&](size_t i, std::span<const cache::TokenId>) -> cache::Result<cache::Payload> {
+      return cache::EncodePage(c, st, int64_t(i * page), page);
+    };
+    std::vector<cache::SnapshotInput> snaps{{48, *snap}};
+    auto ins = pc->Insert(toks, provider, snaps);
+    REQUIRE(ins.ok());
+    REQUIRE(pc->Flush().ok());
+    pc->EvictRamTo(0);  // nothing left in RAM: the next process reads the disk tier
+  }
+  auto pc = open();
+  auto h = pc->Acquire(toks);
+  REQUIRE(h.ok());
+  REQUIRE(h->tokens() == 48);
+  REQUIRE(h->snapshot_position() == 48);
+  for (const cache::Payload& p : h->pages()) CHECK(p->size() == cache::PageBytes(c, page));
+  auto r = cache::StateFromPages(c, h->pages(), page, t);
+  REQUIRE(r.ok());
+  REQUIRE(cache::ApplySnapshot(c, h->snapshot(), r.value()).ok());
+  for (size_t p = 0; p < st.pools.size(); ++p) {
+    CHECK(SameBits(r->pools[p].entries, st.pools[p].entries));
+    CHECK(SameBits(r->pools[p].keys, st.pools[p].keys));
+  }
+  for (int l = 0; l < c.n_encoder_layers; ++l) CHECK(SameRows(r->windows[size_t(l)], st.windows[size_t(l)]));
+  CHECK(pc->Counters().disk_hit_tokens == 48);
 }
