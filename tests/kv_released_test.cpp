@@ -9,6 +9,7 @@
 #include "cache/state_codec.h"
 #include "engine/backend.h"
 #include "engine/engine.h"
+#include "engine/info.h"
 #include "engine/kv_precision.h"
 #include "kernels/kv_quant.h"
 #include "tests/test_models.h"
@@ -225,4 +226,18 @@ TEST_CASE("released pages and a snapshot go to the disk tier and come back after
   }
   for (int l = 0; l < c.n_encoder_layers; ++l) CHECK(SameRows(r->windows[size_t(l)], st.windows[size_t(l)]));
   CHECK(pc->Counters().disk_hit_tokens == 48);
+}
+
+TEST_CASE("cedar info sizes the flash preset's caches at its kv_dtype: 890 bytes per token as released") {
+  ModelConfig flash;
+  REQUIRE(PresetConfig("flash", &flash));
+  const ModelInfo f32 = ComputeInfo(flash);
+  CHECK(f32.cached_bytes_per_token == 3 * (512 + 128) * 4 / 2.0 + (512 + 128) * 4);  // 6400
+  flash.kv_dtype = "released";
+  REQUIRE(flash.Validate() == "");
+  const ModelInfo rel = ComputeInfo(flash);
+  CHECK(rel.kv_dtype == "released");
+  CHECK(rel.cached_bytes_per_token == 3 * (288 + 68) / 2.0 + (288 + 68));  // 890, the report's figure
+  CHECK(rel.boundary_window_bytes == 20 * 128 * 528 + 128 * 5120 * 4);   // FP8 windows, F32 H_E
+  CHECK(rel.live_decoder_window_bytes == 20 * 128 * 528);
 }
