@@ -2,13 +2,18 @@
 //
 // Page payload (page of tokens [s, s + page)): for every pool in layer order, the rows of its
 // entries j in [s/m, (s+page)/m): main entries [n, c] then index keys [n, index_head_dim],
-// raw float32. The page size is even, so m = 2 groups never straddle a page.
+// raw float32. The page size is even, so m = 2 groups never straddle a page. With kv_dtype
+// "released" the rows are stored as released instead (engine/kv_precision.h): a main entry as FP4
+// E2M1 codes + E4M3 scales per 16 (288 bytes at c = 512), an index key as MXFP4 (68 at 128); they
+// decode to the very floats the forward computed, so a restore equals a fresh computation.
 //
 // Snapshot payload (resume state after P tokens, P a page boundary, so no half group is
 // pending): the encoder window entries of layers [0, E) for rows [P - min(W, P), P), and the
 // H_E rows [P - h, P) the state holds (h = the staircase plus W - 1 when the session wants
 // exact restores, else W). Layer E's window is rebuilt from H_E; decoder windows are not
 // stored (spec §6: only a live session holds them), an exact decoder rebuilds them from H_E.
+// Window rows are F32 (header version 1) or, with kv_dtype "released", FP8 E4M3 + UE8M0 per 32
+// (version 2); H_E stays F32. A snapshot of the other kind is refused with a Corruption naming both.
 //
 // Decoder tail (optional, after H_E): a snapshot cut exactly where a computation ended (the
 // state's pos == P and its decoder ran to P) may also carry the windows of decoder layers

@@ -111,13 +111,14 @@ int RunInit(int argc, char** argv) {
 
 int RunInfo(int argc, char** argv) {
   po::options_description desc("cedar info");
-  std::string model, preset, config, checkpoint;
+  std::string model, preset, config, checkpoint, kv_dtype;
   desc.add_options()("model", po::value(&model), "model directory")("preset", po::value(&preset), "tiny | small | flash")(
+      "kv-dtype", po::value(&kv_dtype), "f32 | released: report cache sizes at this KV precision (default: the model's)")(
       "config", po::value(&config), "a released DeepSeek-V4.1 config.json or inference/config.json (no weights read)")(
       "checkpoint", po::value(&checkpoint), "with --config: check this checkpoint directory's tensor names, dtypes and shapes (headers only)")(
       "json", "print JSON");
   po::variables_map vm;
-  if (!Parse(argc, argv, "usage: cedar info --model DIR | --preset NAME | --config FILE [--json]", desc, vm)) return 0;
+  if (!Parse(argc, argv, "usage: cedar info --model DIR | --preset NAME | --config FILE [--kv-dtype f32|released] [--json]", desc, vm)) return 0;
   if (!config.empty()) {
     // The released architecture: per-family parameter and byte counts from the config alone.
     const V41Config vc = LoadV41ConfigFile(config);
@@ -137,6 +138,10 @@ int RunInfo(int argc, char** argv) {
   if (!model.empty()) c = LoadConfigFile(model + "/config.json");
   else if (!preset.empty()) c = PresetOrThrow(preset);
   else throw std::invalid_argument("give --model DIR or --preset NAME");
+  if (!kv_dtype.empty()) {
+    c.kv_dtype = kv_dtype;
+    if (const std::string bad = c.Validate(); !bad.empty()) throw std::invalid_argument("--kv-dtype " + kv_dtype + ": " + bad);
+  }
   const ModelInfo info = ComputeInfo(c);
   nlohmann::json j = InfoToJson(info);
   j["config"] = ConfigToJson(c);
@@ -148,7 +153,8 @@ int RunInfo(int argc, char** argv) {
   std::printf("layers %d (encoder %d), d %d, W %d, vocab %d\n", c.n_layers, c.n_encoder_layers, c.dim, c.window, c.vocab_size);
   std::printf("parameters: total %.1fM, largest layer active %.1fM\n", m(info.total_params), m(info.active_per_layer_max));
   std::printf("active per prefill token %.1fM, per decode token %.1fM\n", m(info.active_per_prefill_token), m(info.active_per_decode_token));
-  for (auto& [layer, b] : info.pool_bytes_per_token) std::printf("pool of layer %d: %.0f bytes per cached token (F32)\n", layer, b);
+  for (auto& [layer, b] : info.pool_bytes_per_token)
+    std::printf("pool of layer %d: %.0f bytes per cached token (KV %s)\n", layer, b, c.kv_dtype.c_str());
   std::printf("all pools: %.0f bytes per token; boundary window state: %lld bytes; live decoder windows: %lld bytes\n",
               info.cached_bytes_per_token, (long long)info.boundary_window_bytes, (long long)info.live_decoder_window_bytes);
   std::printf("a decoder-only model caching every layer: %.0f bytes per token\n", info.decoder_only_bytes_per_token);

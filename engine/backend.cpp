@@ -7,6 +7,10 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <spdlog/spdlog.h>
+
+#include "engine/kv_precision.h"
+
 namespace cedar {
 
 namespace {

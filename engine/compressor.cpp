@@ -2,6 +2,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "engine/kv_precision.h"
 #include "engine/layer_parts.h"
 #include "engine/rope.h"
 #include "kernels/ops.h"
@@ -66,6 +67,9 @@ void CompressRows(const Model& m, int l, Pool& pool, const float* u, int64_t fir
   // The kv source's table: compress_rope_theta (YaRN when rope_factor > 1).
   RopeLayer(c, l, keys.data(), n_new, 1, ihd, pos.data(), 1);
   RopeLayer(c, l, fresh.data(), n_new, 1, cd, pos.data(), 1);
+  // kv_dtype "released": keys (from the unrounded latent above) MXFP4, entries FP4 + E4M3 scales.
+  RoundIndexKeys(c, keys.data(), n_new);
+  RoundPoolEntries(c, fresh.data(), n_new);
   pool.entries.insert(pool.entries.end(), fresh.begin(), fresh.end());
   pool.keys.insert(pool.keys.end(), keys.begin(), keys.end());
 }

@@ -167,6 +167,11 @@ void ModelConfig::ValidateReleasedParts(std::ostringstream* errp) const {
   if (score_func != "sqrtsoftplus" && score_func != "sigmoid" && score_func != "softmax")
     bad("score_func", "\"sqrtsoftplus\", \"sigmoid\" or \"softmax\"", "\"" + score_func + "\"");
   if (kv_dtype != "f32" && kv_dtype != "released") bad("kv_dtype", "\"f32\" or \"released\"", "\"" + kv_dtype + "\"");
+  // Released KV rounds rows in blocks of 32 (window, index keys/queries) and 16 (pool entries).
+  if (kv_dtype == "released" && head_dim % 32 != 0)
+    bad("head_dim", "a multiple of 32 with kv_dtype \"released\"", std::to_string(head_dim));
+  if (kv_dtype == "released" && !kv_source_layers.empty() && index_head_dim % 32 != 0)
+    bad("index_head_dim", "a multiple of 32 with kv_dtype \"released\"", std::to_string(index_head_dim));
   if (engram_layers.size() != engram_table_rows.size())
     bad("engram_table_rows", std::to_string(engram_layers.size()) + " entries (one per Engram layer)", std::to_string(engram_table_rows.size()));
   for (int l : engram_layers)
@@ -303,9 +308,17 @@ ModelConfig LoadConfigFile(const std::string& path) {
   return c;
 }
 
-std::vector<std::string> PresetNames() { return {"tiny", "tiny-hc", "small", "medium", "flash"}; }
+std::vector<std::string> PresetNames() { return {"tiny", "tiny-hc", "tiny-kvq", "small", "medium", "flash"}; }
 
 bool PresetConfig(const std::string& name, ModelConfig* out) {
+  if (name == "tiny-kvq") {
+    // tiny with KV stored as released (FP8 window, FP4 pool, MXFP4 index keys); the index width
+    // grows to 32, the smallest MXFP4 block.
+    PresetConfig("tiny", out);
+    out->index_head_dim = 32;
+    out->kv_dtype = "released";
+    return true;
+  }
   ModelConfig c;
   if (name == "tiny-hc") {
     // tiny with the released architecture's switches (issue 21): 4 mHC streams, YaRN on the

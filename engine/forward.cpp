@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "engine/attention.h"
+#include "engine/kv_precision.h"
 #include "engine/layer_parts.h"
 #include "engine/mhc.h"
 #include "engine/rope.h"
@@ -63,6 +64,7 @@ void AppendWindowEntries(const Model& m, int l, RowStore& store, const float* u,
   std::vector<int64_t> pos(static_cast<size_t>(rows));
   for (int r = 0; r < rows; ++r) pos[size_t(r)] = start + r;
   RopeLayer(c, l, e.data(), rows, 1, cd, pos.data(), 1);
+  RoundWindowEntries(c, e.data(), rows);  // kv_dtype "released": FP8 as stored, before anyone reads it
   for (int r = 0; r < rows; ++r) std::copy(e.begin() + size_t(r) * cd, e.begin() + size_t(r + 1) * cd, store.Append(start + r));
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/kv_precision.h"
 #include "engine/layer_parts.h"
 #include "engine/rope.h"
 #include "kernels/ops.h"
@@ -51,6 +52,7 @@ void SelectEntries(const Model& m, const SequenceState& st, int l, const float* 
   std::vector<int64_t> pos(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) pos[size_t(r)] = first + r;
   RopeLayer(c, l, q.data(), n, H, hd, pos.data(), 1);
+  RoundIndexQueries(c, q.data(), n);  // kv_dtype "released": MXFP4 per head
   k::Matmul(u, w.idx_wproj.data, wts.data(), n, c.dim, H);
   const float wscale = 1.0f / std::sqrt(float(hd) * float(H));
   for (float& x : wts) x *= wscale;

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/kv_precision.h"
 #include "engine/model.h"
 
 namespace cedar {
@@ -41,31 +42,35 @@ ModelInfo ComputeInfo(const ModelConfig& c) {
   info.active_per_prefill_token += int64_t(c.head_dim) * c.dim * 2 + int64_t(c.index_head_dim) * c.head_dim;
   for (int l = 0; l < c.n_layers; ++l) info.active_per_decode_token += active[size_t(l)];
   info.active_per_decode_token += info.head_params + c.dim;
+  // Stored bytes at the model's kv_dtype (engine/kv_precision.h): F32 rows, or the released forms.
+  info.kv_dtype = c.kv_dtype;
+  const double window_row = double(WindowRowBytes(c));
   for (int s : c.kv_source_layers) {
-    const double b = double(c.head_dim + c.index_head_dim) / c.RatioOf(s) * 4.0;
+    const double b = double(PoolEntryBytes(c) + IndexKeyBytes(c)) / c.RatioOf(s);
     info.pool_bytes_per_token.push_back({s, b});
     info.cached_bytes_per_token += b;
   }
-  info.boundary_window_bytes = (int64_t(E) * c.window * c.head_dim + int64_t(c.window) * c.ResidualWidth()) * 4;
-  info.live_decoder_window_bytes = int64_t(c.n_layers - E) * c.window * c.head_dim * 4;
-  info.decoder_only_bytes_per_token = double(c.n_layers) * c.head_dim * 4.0;
+  info.boundary_window_bytes = int64_t(E) * c.window * int64_t(window_row) + int64_t(c.window) * c.ResidualWidth() * 4;
+  info.live_decoder_window_bytes = int64_t(c.n_layers - E) * c.window * int64_t(window_row);
+  info.decoder_only_bytes_per_token = double(c.n_layers) * window_row;
   return info;
 }
 
 nlohmann::json InfoToJson(const ModelInfo& i) {
   nlohmann::json pools = nlohmann::json::array();
-  for (auto& [layer, b] : i.pool_bytes_per_token) pools.push_back({{"layer", layer}, {"bytes_per_token_f32", b}});
-  return {{"total_params", i.total_params},
+  for (auto& [layer, b] : i.pool_bytes_per_token) pools.push_back({{"layer", layer}, {"bytes_per_token", b}});
+  return {{"kv_dtype", i.kv_dtype},
+          {"total_params", i.total_params},
           {"embed_params", i.embed_params},
           {"head_params", i.head_params},
           {"active_params_per_layer_max", i.active_per_layer_max},
           {"active_params_per_prefill_token", i.active_per_prefill_token},
           {"active_params_per_decode_token", i.active_per_decode_token},
           {"pools", pools},
-          {"cached_bytes_per_token_f32", i.cached_bytes_per_token},
-          {"boundary_window_state_bytes_f32", i.boundary_window_bytes},
-          {"live_decoder_window_bytes_f32", i.live_decoder_window_bytes},
-          {"decoder_only_kv_bytes_per_token_f32", i.decoder_only_bytes_per_token}};
+          {"cached_bytes_per_token", i.cached_bytes_per_token},
+          {"boundary_window_state_bytes", i.boundary_window_bytes},
+          {"live_decoder_window_bytes", i.live_decoder_window_bytes},
+          {"decoder_only_kv_bytes_per_token", i.decoder_only_bytes_per_token}};
 }
 
 }  // namespace cedar

@@ -1,6 +1,9 @@
 // Parameter counts and cache sizes of a config, computed from the shapes alone (no weights).
 #pragma once
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -15,12 +18,15 @@ struct ModelInfo {
   int64_t active_per_layer_max = 0;     // largest per-token active count of one layer
   int64_t active_per_prefill_token = 0; // encoder layers + layer E's window/pool projections
   int64_t active_per_decode_token = 0;  // every layer + final norm + head
-  // Bytes per cached token, by pool layer (F32 state): (c + index_head_dim) / m * 4.
+  // Byte counts below are at the config's kv_dtype (engine/kv_precision.h): "f32" rows of 4-byte
+  // floats, or "released" rows (window FP8 c + c/32, pool entry c/2 + c/16, index key h/2 + h/32).
+  std::string kv_dtype;
+  // Bytes per cached token, by pool layer: (entry + index key bytes) / m.
   std::vector<std::pair<int, double>> pool_bytes_per_token;
-  double cached_bytes_per_token = 0;         // all pools
-  int64_t boundary_window_bytes = 0;         // encoder windows E*W*c + H_E tail W*d, at P >= W
-  int64_t live_decoder_window_bytes = 0;     // (L-E)*W*c, held only by a live session
-  double decoder_only_bytes_per_token = 0;   // a plain decoder caching K=V (c) in all L layers
+  double cached_bytes_per_token = 0;         // all pools (890 on flash with released KV)
+  int64_t boundary_window_bytes = 0;         // encoder windows E*W rows + H_E tail W*d F32, at P >= W
+  int64_t live_decoder_window_bytes = 0;     // (L-E)*W window rows, held only by a live session
+  double decoder_only_bytes_per_token = 0;   // a plain decoder caching one window-precision row in all L layers
 };
 
 ModelInfo ComputeInfo(const ModelConfig& c);

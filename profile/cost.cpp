@@ -11,6 +11,7 @@
 
 #include "engine/engine.h"
 #include "engine/info.h"
+#include "engine/kv_precision.h"
 #include "engine/init.h"
 
 namespace cedar::profile {
@@ -34,7 +35,8 @@ int64_t DecoderOnlyUnits(const ModelConfig& c, int64_t n, int64_t hit) {
 
 uint64_t StateBytes::Snapshot(const ModelConfig& c, int64_t position) const {
   const int64_t rows = std::min<int64_t>(c.window, position);
-  return uint64_t((int64_t(c.n_encoder_layers) * rows * c.head_dim + rows * c.dim) * 4);
+  // Encoder window rows at the model's KV precision, H_E rows in F32 (cache/state_codec.h).
+  return uint64_t(int64_t(c.n_encoder_layers) * rows * int64_t(WindowRowBytes(c)) + rows * c.dim * 4);
 }
 
 StateBytes ComputeStateBytes(const ModelConfig& c, size_t cedar_page_tokens, size_t decoder_only_page_tokens) {

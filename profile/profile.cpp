@@ -88,10 +88,17 @@ std::pair<ModelConfig, std::string> ResolveModel(const ProfileOptions& o, const 
     }
     return {c, dir};
   }
-  if (!o.model_dir.empty()) return {LoadConfigFile(o.model_dir + "/config.json"), o.model_dir};
+  // --kv-dtype sizes pages and snapshots as if the model stored its KV in that precision.
+  auto with_kv = [&](ModelConfig c) {
+    if (o.kv_dtype.empty()) return c;
+    c.kv_dtype = o.kv_dtype;
+    if (const std::string bad = c.Validate(); !bad.empty()) throw std::invalid_argument("--kv-dtype " + o.kv_dtype + ": " + bad);
+    return c;
+  };
+  if (!o.model_dir.empty()) return {with_kv(LoadConfigFile(o.model_dir + "/config.json")), o.model_dir};
   ModelConfig c;
   if (!PresetConfig(o.preset, &c)) throw std::invalid_argument("unknown preset '" + o.preset + "' (tiny, small, flash)");
-  return {c, "preset " + o.preset};
+  return {with_kv(c), "preset " + o.preset};
 }
 
 CostModel MakeCostModel(const ProfileOptions& o, const ModelConfig& model, std::ostream& log) {

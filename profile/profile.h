@@ -26,6 +26,7 @@ struct ProfileOptions {
   bool strict = false;               // stop at the first malformed entry
   std::string model_dir;             // --model DIR: DIR/config.json (weights only for --calibrate)
   std::string preset = "flash";      // --preset, when no --model
+  std::string kv_dtype;              // --kv-dtype f32|released: overrides the model's stored KV precision ("" = keep)
   uint64_t cache_ram = 16ull << 30;  // --cache-ram
   uint64_t cache_disk = 0;           // --cache-disk, 0 = no disk tier
   std::string cache_dir;             // --cache-dir: parent of the simulated disk tiers ("" = a temp dir)

@@ -8,3 +8,7 @@ cedar_add_test(cache_test unit cedar_cache
 cedar_add_test(cache_files_session_test unit cedar_session
   ${CMAKE_CURRENT_SOURCE_DIR}/cache_files_session_test.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/test_models.cpp)
+# KV as released (tiny-kvq): the forward's rounding, the stored byte forms and bit-exact restores.
+cedar_add_test(kv_released_test model cedar_cache
+  ${CMAKE_CURRENT_SOURCE_DIR}/kv_released_test.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/test_models.cpp)

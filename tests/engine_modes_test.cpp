@@ -53,6 +53,7 @@ TEST_CASE_TEMPLATE("bounded differs from full, by less than a last-W-tokens-only
 TEST_CASE_TEMPLATE("bounded equals full when the prompt fits in the window", V, CEDAR_MODEL_VARIANTS) {
   const Model& m = cedar::test::PresetModel(V::kName);
   const ModelConfig& c = m.config();
+  CAPTURE(c.kv_dtype);
   for (int n = 1; n <= c.window; ++n) {
     auto t = RandomTokens(n, c.vocab_size, 600 + n);
     SequenceState full(c), bounded(c);
@@ -112,6 +113,7 @@ double StoreErrorOver(const RowStore& a, const RowStore& b) {
 TEST_CASE_TEMPLATE("exact encoder restore rebuilds the window state from the pools alone, equal to a full prefill", V, CEDAR_MODEL_VARIANTS) {
   const Model& m = cedar::test::PresetModel(V::kName);
   const ModelConfig& c = m.config();
+  CAPTURE(c.kv_dtype);
   const int E = c.n_encoder_layers;
   for (int P : {3, 8, 30, 77, 150, 301}) {
     CAPTURE(P);

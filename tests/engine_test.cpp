@@ -33,6 +33,7 @@ const int kLengths[] = {1, 2, 7, 8, 9, 15, 16, 17, 28, 29, 30, 31, 45, 64, 97, 1
 TEST_CASE_TEMPLATE("exact equals full in logits and every piece of state, around and past W and the staircase", V, CEDAR_MODEL_VARIANTS) {
   const Model& m = cedar::test::PresetModel(V::kName);
   const ModelConfig& c = m.config();
+  CAPTURE(c.kv_dtype);
   REQUIRE(c.StaircaseLength() == 29);
   for (int n : kLengths) {
     CAPTURE(n);
@@ -51,6 +52,7 @@ TEST_CASE_TEMPLATE("exact equals full in logits and every piece of state, around
 TEST_CASE_TEMPLATE("chunked prefill with any chunk size equals one-shot prefill in full and exact", V, CEDAR_MODEL_VARIANTS) {
   const Model& m = cedar::test::PresetModel(V::kName);
   const ModelConfig& c = m.config();
+  CAPTURE(c.kv_dtype);
   for (int n : {45, 101}) {
     auto t = RandomTokens(n, c.vocab_size, 200 + n);
     for (PrefillMode mode : {PrefillMode::kFull, PrefillMode::kExact, PrefillMode::kBounded}) {
@@ -73,6 +75,7 @@ TEST_CASE_TEMPLATE("chunked prefill with any chunk size equals one-shot prefill 
 TEST_CASE_TEMPLATE("prefill of N tokens then decode of K equals prefill of N+K in full mode", V, CEDAR_MODEL_VARIANTS) {
   const Model& m = cedar::test::PresetModel(V::kName);
   const ModelConfig& c = m.config();
+  CAPTURE(c.kv_dtype);
   for (int n : {1, 9, 30, 60}) {
     const int K = 12;
     auto t = RandomTokens(n + K, c.vocab_size, 300 + n);

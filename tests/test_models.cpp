@@ -60,6 +60,8 @@ std::shared_ptr<const Model> SharedPresetModel(const std::string& name) {
 
 const Model& PresetModel(const std::string& name) { return *SharedPresetModel(name); }
 
+const Model& TinyKvqModel() { return PresetModel("tiny-kvq"); }
+
 std::unique_ptr<const Model> MakeModel(const ModelConfig& c, uint64_t seed) {
   const std::string dir = TempDir("model");
   WriteRandomModel(c, seed, dir);

@@ -20,12 +20,15 @@ const Model& PresetModel(const std::string& name);
 std::shared_ptr<const Model> SharedPresetModel(const std::string& name);
 
 // Model variants for TEST_CASE_TEMPLATE: a property Cedar proves must hold on our family and
-// on the released architecture's switches alike (CEDAR_MODEL_VARIANTS).
+// on the released architecture's switches alike, KV as released included (CEDAR_MODEL_VARIANTS).
 struct Tiny { static constexpr const char* kName = "tiny"; };
 struct TinyHc { static constexpr const char* kName = "tiny-hc"; };
 struct TinyHcSoftmax { static constexpr const char* kName = "tiny-hc-softmax"; };
-#define CEDAR_MODEL_VARIANTS cedar::test::Tiny, cedar::test::TinyHc, cedar::test::TinyHcSoftmax
+struct TinyKvq { static constexpr const char* kName = "tiny-kvq"; };
+#define CEDAR_MODEL_VARIANTS cedar::test::Tiny, cedar::test::TinyHc, cedar::test::TinyHcSoftmax, cedar::test::TinyKvq
 
+// The `tiny-kvq` preset (tiny storing KV as released: FP8 window, FP4 pool, MXFP4 index keys), seed 1.
+const Model& TinyKvqModel();
 // A model for a given config, written under a fresh temp dir and loaded.
 std::unique_ptr<const Model> MakeModel(const ModelConfig& c, uint64_t seed);
 // Deterministic pseudo-random token ids in [0, vocab).
