@@ -72,6 +72,18 @@ struct LoadOptions {
   int64_t max_ram_bytes = 0;
 };
 
+// ---- Released layout (issue 21, engine/v41_load.cpp): what loading a sharded FP8/FP4 checkpoint
+// ---- cost, measured once at load (printed by the CLI, read by tests and bench).
+struct ReleasedLoadReport {
+  int64_t tensors = 0;          // tensors dequantised into the arena
+  int64_t stored_bytes = 0;     // bytes of those tensors (and their scales) as stored in the shards
+  int64_t dense_bytes = 0;      // arena bytes of every weight except routed experts (F32)
+  int64_t expert_bytes = 0;     // arena bytes of the routed experts (F32)
+  double check_seconds = 0;     // config + index + every shard header checked against the inventory
+  double dequant_seconds = 0;   // reading the mapped shards and dequantising into the arena
+  double total_seconds = 0;     // the whole LoadReleased call
+};
+
 class Model {
  public:
   // Loads DIR/config.json and DIR/model.safetensors (memory-mapped). Throws
@@ -89,6 +101,8 @@ class Model {
   // A 64-bit fingerprint of config and weights (for cache keys): XXH3 over the file bytes.
   uint64_t fingerprint() const { return fingerprint_; }
   const std::string& dir() const { return dir_; }
+  // Released layout only (nullptr otherwise): sizes and times of the load.
+  const ReleasedLoadReport* released_load() const { return released_load_.get(); }
 
  private:
   Model() = default;
@@ -104,6 +118,7 @@ class Model {
   Weight embed_, norm_, head_;
   std::vector<LayerWeights> layers_;
   uint64_t fingerprint_ = 0;
+  std::unique_ptr<ReleasedLoadReport> released_load_;  // released layout only
 };
 
 // The tensor names and shapes a config requires (spec §4), in file order. Used by the loader,
