@@ -29,8 +29,8 @@ std::vector<std::string> V41PresetNames();
 nlohmann::json V41ConfigToHfJson(const V41Config& c);
 
 // Writes config.json, the shards and the index into `dir` (created). Values: embeddings N(0, 1);
-// linear weights N(0, 1/fan_in), wo_b and w2 further / sqrt(2 L); norms 1; attn_sink N(0, 0.25);
-// router bias N(0, 0.01); mHC fn N(0, 1/(hc d)), scale U(0.05, 0.15), base N(0, 0.3) with +4 on
+// linear weights N(0, 1/fan_in), wo_b and w2 further / sqrt(2 L); norms 1; attn_sink N(0, 0.5^2);
+// router bias N(0, 0.01^2); mHC fn N(0, 1/(hc d)), scale U(0.05, 0.15), base N(0, 0.3^2) with +4 on
 // the comb diagonal (comb starts near the identity, as a trained mHC does); Engram and DSpark
 // tensors like the dense ones. Each tensor draws from its own generator seeded by (seed, name), then
 // is quantised with kernels/quant_formats.h (the released rounding rules).

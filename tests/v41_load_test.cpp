@@ -11,12 +11,15 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/backend.h"
 #include "engine/checkpoint_index.h"
+#include "engine/engine.h"
 #include "engine/model.h"
 #include "engine/safetensors.h"
 #include "engine/v41_init.h"
@@ -84,6 +87,32 @@ void EditTensor(const std::string& dir, const std::string& name, DType dtype, st
     }
   }
   w.Write(shard);
+}
+
+// The Weight Model::Load fills for a tensor name of Cedar's own layout (engine/model.cpp
+// RequiredTensors), written out here independently of engine/v41_load.cpp's table.
+const Weight& CedarWeight(const Model& m, const std::string& name) {
+  if (name == "embed.weight") return m.embed();
+  if (name == "norm.weight") return m.norm();
+  if (name == "head.weight") return m.head();
+  const size_t dot = name.find('.', 7);
+  const LayerWeights& w = m.layer(std::stoi(name.substr(7, dot - 7)));
+  const std::string r = name.substr(dot + 1);
+  const std::map<std::string, const Weight*> plain = {
+      {"attn_norm.weight", &w.attn_norm}, {"ffn_norm.weight", &w.ffn_norm}, {"attn.wq_a.weight", &w.wq_a},
+      {"attn.q_norm.weight", &w.q_norm}, {"attn.wq_b.weight", &w.wq_b}, {"attn.wkv.weight", &w.wkv},
+      {"attn.kv_norm.weight", &w.kv_norm}, {"attn.sink", &w.sink}, {"attn.wo_a.weight", &w.wo_a}, {"attn.wo_b.weight", &w.wo_b},
+      {"attn.compressor.wkv.weight", &w.comp_wkv}, {"attn.compressor.wz.weight", &w.comp_wz},
+      {"attn.compressor.norm.weight", &w.comp_norm}, {"attn.indexer.wk.weight", &w.idx_wk},
+      {"attn.indexer.k_norm.weight", &w.idx_k_norm}, {"attn.indexer.wq_b.weight", &w.idx_wq_b},
+      {"attn.indexer.weights_proj.weight", &w.idx_wproj}, {"ffn.gate.weight", &w.gate}, {"ffn.gate.bias", &w.gate_bias},
+      {"ffn.shared.w1.weight", &w.shared.w1}, {"ffn.shared.w2.weight", &w.shared.w2}, {"ffn.shared.w3.weight", &w.shared.w3}};
+  if (auto it = plain.find(r); it != plain.end()) return *it->second;
+  // ffn.experts.E.wN.weight
+  const size_t e0 = std::string("ffn.experts.").size(), e1 = r.find('.', e0);
+  const FfnWeights& f = w.experts.at(size_t(std::stoi(r.substr(e0, e1 - e0))));
+  const char which = r[e1 + 2];
+  return which == '1' ? f.w1 : which == '2' ? f.w2 : f.w3;
 }
 
 std::string LoadError(const std::string& dir, LoadOptions o = {}) {
@@ -306,4 +335,43 @@ TEST_CASE("a checkpoint with Engram layers is refused until Engram is wired") {
   CHECK(ck.Get("layers.1.engram.embed.weight").dtype == DType::F8_E4M3);
   const std::string e = LoadError(d.str());
   CHECK(e.find("Engram layers [1] (layers.N.engram.*) are not supported yet") != std::string::npos);
+}
+
+TEST_CASE("hc_mult 1 in the released layout runs today's forward: logits equal the same weights in Cedar's layout") {
+  // The forward for hc_mult > 1 is helper v41fwd's; with one stream the released layout is our family,
+  // so the loaded model must fill every weight Cedar's loader fills, with the same values and shapes.
+  TempDir rel("hc1"), ced("hc1_cedar");
+  V41Config v = Tiny();
+  v.hc_mult = 1;
+  WriteReleasedModel(v, 11, rel.str());
+  const auto a = Model::Load(rel.str());
+  CHECK(!a->layer(0).hc_attn_fn.present());
+  SafetensorsWriter w;
+  for (const TensorSpec& t : RequiredTensors(a->config())) {
+    const Weight& x = CedarWeight(*a, t.name);
+    REQUIRE_MESSAGE(x.present(), t.name);
+    int64_t n = 1;
+    for (int64_t s : t.shape) n *= s;
+    REQUIRE_MESSAGE(x.rows * x.cols == n, t.name);
+    w.AddF32(t.name, t.shape, x.data);
+  }
+  fs::create_directories(ced.path);
+  w.Write(ced.str() + "/model.safetensors");
+  std::ofstream(ced.path / "config.json") << ConfigToJson(a->config()).dump(2);
+  const auto b = Model::Load(ced.str());
+  BackendOptions bo;
+  const auto ba = MakeBackend(*a, bo), bb = MakeBackend(*b, bo);
+  auto sa = ba->NewSequence(), sb = bb->NewSequence();
+  const std::vector<int32_t> prompt = {5, 17, 300, 2, 999, 42, 7, 8, 9, 10, 11, 12, 13, 14};
+  PrefillOptions po;
+  po.mode = PrefillMode::kExact;
+  const std::vector<float> la = ba->Prefill(*sa, prompt, po).logits, lb = bb->Prefill(*sb, prompt, po).logits;
+  REQUIRE(la.size() == 1024);
+  CHECK(std::memcmp(la.data(), lb.data(), la.size() * 4) == 0);
+  float lo = la[0], hi = la[0];
+  for (float x : la) lo = std::min(lo, x), hi = std::max(hi, x);
+  CHECK(std::isfinite(lo));
+  CHECK(hi - lo > 1e-3f);  // not degenerate
+  const std::vector<float> da = ba->DecodeStep(*sa, 77), db = bb->DecodeStep(*sb, 77);
+  CHECK(std::memcmp(da.data(), db.data(), da.size() * 4) == 0);
 }
