@@ -84,6 +84,14 @@ struct ReleasedLoadReport {
   double total_seconds = 0;     // the whole LoadReleased call
 };
 
+// A routed expert's weights as the FFN reads them: resident in the arena (pin empty) or, for a
+// released checkpoint loaded with experts on demand, a cache entry kept alive by `pin` while used.
+struct ExpertRef {
+  const FfnWeights* f = nullptr;
+  std::shared_ptr<const void> pin;
+};
+class ExpertCache;
+
 class Model {
  public:
   // Loads DIR/config.json and DIR/model.safetensors (memory-mapped). Throws
@@ -103,6 +111,11 @@ class Model {
   const std::string& dir() const { return dir_; }
   // Released layout only (nullptr otherwise): sizes and times of the load.
   const ReleasedLoadReport* released_load() const { return released_load_.get(); }
+  // Routed expert e of layer l (FFN code reads experts only through this). Resident experts come
+  // from layer(l).experts; with experts on demand (released layout, --max-ram below the expert
+  // bytes) layer(l).experts hold no data and this dequantises from the mapped shard (engine/expert_cache.h).
+  ExpertRef expert(int l, int e) const;
+  const ExpertCache* expert_cache() const { return expert_cache_.get(); }  // nullptr: all resident
 
  private:
   Model() = default;
@@ -119,6 +132,7 @@ class Model {
   std::vector<LayerWeights> layers_;
   uint64_t fingerprint_ = 0;
   std::unique_ptr<ReleasedLoadReport> released_load_;  // released layout only
+  std::shared_ptr<const ExpertCache> expert_cache_;     // released layout, experts on demand only
 };
 
 // The tensor names and shapes a config requires (spec §4), in file order. Used by the loader,

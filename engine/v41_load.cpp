@@ -24,6 +24,7 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/checkpoint_index.h"
+#include "engine/expert_cache.h"
 #include "engine/model.h"
 #include "engine/v41_checkpoint.h"
 
@@ -284,7 +285,8 @@ std::unique_ptr<const Model> Model::LoadReleased(const std::string& dir, const L
   auto report = std::make_unique<ReleasedLoadReport>();
 
   // Names, dtypes and shapes of every tensor (headers only), then the index's total.
-  const Checkpoint ck(dir);
+  auto owned_ck = std::make_unique<const Checkpoint>(dir);
+  const Checkpoint& ck = *owned_ck;
   const std::vector<std::string> problems = CheckV41Checkpoint(v, ck, 10);
   if (!problems.empty()) {
     std::string msg = "model: " + dir + ": the checkpoint does not match " + config_path + ":";
@@ -379,18 +381,24 @@ std::unique_ptr<const Model> Model::LoadReleased(const std::string& dir, const L
   if (budget > 0 && report->dense_bytes > budget)
     throw std::runtime_error("model: " + dir + ": the dense weights need " + std::to_string(report->dense_bytes) + " bytes (" + MiB(report->dense_bytes) +
                              ", dequantised to F32), more than --max-ram " + std::to_string(budget) + " bytes (" + MiB(budget) + ")");
-  if (budget > 0 && report->dense_bytes + report->expert_bytes > budget)
+  // Experts on demand when they do not all fit: an LRU of dequantised experts within what the
+  // dense part leaves (engine/expert_cache.h). One token's FFN pins experts_per_token of them.
+  const bool on_demand = budget > 0 && report->dense_bytes + report->expert_bytes > budget;
+  const int64_t one_expert = 3 * int64_t(c.moe_inter_dim) * c.dim * int64_t(sizeof(float));
+  if (on_demand && budget - report->dense_bytes < int64_t(c.experts_per_token) * one_expert)
     throw std::runtime_error("model: " + dir + ": the dense weights (" + std::to_string(report->dense_bytes) + " bytes) fit --max-ram " +
-                             std::to_string(budget) + " bytes, but the routed experts need " + std::to_string(report->expert_bytes) +
-                             " bytes more (" + MiB(report->dense_bytes + report->expert_bytes) +
-                             " in all); experts read on demand from the shards are not implemented yet");
+                             std::to_string(budget) + " bytes, but the routed experts (" + std::to_string(report->expert_bytes) +
+                             " bytes in all) do not, and the " + std::to_string(budget - report->dense_bytes) +
+                             " bytes left hold fewer than the " + std::to_string(c.experts_per_token) + " experts of one token (" +
+                             std::to_string(int64_t(c.experts_per_token) * one_expert) + " bytes) that on-demand experts need");
   const auto t1 = std::chrono::steady_clock::now();
   report->check_seconds = Seconds(t0, t1);
 
   const double cpu0 = ThreadCpuSeconds();
-  m->arena_ = std::make_unique<WeightArena>(size_t(report->dense_bytes + report->expert_bytes));
+  m->arena_ = std::make_unique<WeightArena>(size_t(report->dense_bytes + (on_demand ? 0 : report->expert_bytes)));
   std::string shard = ck.ShardOf(plan.front().name);
   for (const Planned& t : plan) {
+    if (t.expert && on_demand) continue;  // read when routed (ExpertCache)
     const std::string s = ck.ShardOf(t.name);
     if (s != shard) {
       ck.ReleasePages();  // the previous shard is in the arena now: keep only one shard's pages resident
@@ -413,6 +421,12 @@ std::unique_ptr<const Model> Model::LoadReleased(const std::string& dir, const L
   const auto t2 = std::chrono::steady_clock::now();
   report->dequant_seconds = Seconds(t1, t2);
   const double dequant_cpu = ThreadCpuSeconds() - cpu0;
+  if (on_demand) {
+    m->expert_cache_ = std::make_shared<const ExpertCache>(std::move(owned_ck), c, budget - report->dense_bytes);
+    spdlog::info("model {}: routed experts ({}) exceed --max-ram {} beside the dense weights ({}): read on demand, at most {} resident",
+                 dir, MiB(report->expert_bytes), MiB(budget), MiB(report->dense_bytes),
+                 (budget - report->dense_bytes) / one_expert);
+  }
   m->fingerprint_ = ReleasedFingerprint(dir, config_path);
   report->total_seconds = Seconds(t0, std::chrono::steady_clock::now());
   spdlog::info("model {}: released layout, {} tensors, {} stored -> {} F32 ({} dense + {} experts); check {:.3f}s, dequantise {:.3f}s ({:.3f}s CPU, {:.0f} MB/s stored per CPU second), total {:.3f}s",
