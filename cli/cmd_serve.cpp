@@ -80,7 +80,7 @@ int RunServe(int argc, char** argv) {
   std::vector<std::string> api_keys;
   std::string decoder_policy = "auto", restore_policy = "staircase", device = "auto";
   int port = 0, io_threads = 2, threads = 0, max_sessions = 1024, default_max_tokens = 256;
-  uint64_t max_connections = 1024, max_unix_connections = 256, max_body = 32u << 20, cache_ram = 0, cache_disk = 0;
+  uint64_t max_connections = 1024, max_unix_connections = 256, max_body = 32u << 20, cache_ram = 0, cache_disk = 0, max_ram = 0;
   double read_timeout = 60, drain_timeout = 10, auth_timeout = 5;
   desc.add_options()("model", po::value(&model_dir)->required(), "model directory (config.json + model.safetensors)")(
       "socket", po::value(&socket_path),
@@ -108,6 +108,8 @@ int RunServe(int argc, char** argv) {
       "cpu | cuda | auto (cuda when built with CUDA and a GPU exists); cuda without a device fails at start")(
       "f32-weights", "CUDA: keep F32 weights on the device (default BF16)")(
       "mmap-weights", "read F32 weights in place from the file (less RAM, slower decode)")(
+      "max-ram", BytesOption("--max-ram", &max_ram, "0"),
+      "released DeepSeek-V4.1 layout: most bytes of dequantised weights to hold (0 = no limit; too small = a clear error)")(
       "max-sessions", IntOption("--max-sessions", &max_sessions, 1, 1 << 20),
       "sessions at most, live or demoted into the cache (POST /v1/sessions answers 429 beyond)")(
       "default-max-tokens", IntOption("--default-max-tokens", &default_max_tokens, 1, 1 << 24),
@@ -178,6 +180,7 @@ int RunServe(int argc, char** argv) {
   kernels::SetThreads(threads);
   LoadOptions load;
   load.mmap_weights = vm.count("mmap-weights") > 0;
+  load.max_ram_bytes = int64_t(max_ram);
   std::shared_ptr<const Model> model = Model::Load(model_dir, load);
   // The tokenizer config.json declares ("byte" or "bpe" with tokenizer.json beside it).
   // A deepseek_v41 model uses the released encoding's own specials, not Cedar's.

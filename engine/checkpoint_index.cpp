@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -113,55 +114,102 @@ uint64_t Checkpoint::VerifyAll() const {
   return total;
 }
 
-std::vector<float> Checkpoint::DequantizeWeight(const std::string& name, int fp4_block) const {
-  const TensorInfo& t = Get(name);
+namespace {
+// What DequantizeWeight needs about one weight: its tensor, its scale (quantised dtypes) and the
+// block sizes, checked once for LogicalShape and DequantizeWeightInto alike.
+struct QuantView {
+  const TensorInfo* w = nullptr;
+  const TensorInfo* s = nullptr;  // nullptr for F32 / BF16
+  int64_t rows = 0, cols = 0;     // logical shape
+  int64_t br = 1, bc = 1;         // FP8 block (rows, cols); FP4: 1 x fp4_block
+};
+}  // namespace
+
+static QuantView ViewOf(const Checkpoint& ck, const std::string& dir, const std::string& name, int fp4_block) {
+  QuantView v;
+  const TensorInfo& t = ck.Get(name);
+  v.w = &t;
   if (t.dtype == DType::F32 || t.dtype == DType::BF16) {
-    std::vector<float> out(size_t(t.NumElements()));
-    for (size_t i = 0; i < out.size(); ++i) {
-      if (t.dtype == DType::F32) std::memcpy(&out[i], t.data + 4 * i, 4);
-      else {
-        uint16_t v;
-        std::memcpy(&v, t.data + 2 * i, 2);
-        out[i] = BF16ToFloat(v);
-      }
-    }
-    return out;
+    v.rows = t.shape.empty() ? 1 : t.shape[0];
+    v.cols = t.shape.empty() ? 1 : t.NumElements() / std::max<int64_t>(1, t.shape[0]);
+    return v;
   }
-  if (t.shape.size() != 2) throw std::runtime_error(dir_ + ": tensor '" + name + "': expected a 2-D quantised weight, found " + std::to_string(t.shape.size()) + " dims");
+  if (t.shape.size() != 2) throw std::runtime_error(dir + ": tensor '" + name + "': expected a 2-D quantised weight, found " + std::to_string(t.shape.size()) + " dims");
   const std::string suffix = ".weight";
   const std::string prefix = name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0
                                  ? name.substr(0, name.size() - suffix.size())
                                  : name;
-  const TensorInfo* s = Find(prefix + ".scale");
-  if (!s) throw std::runtime_error(dir_ + ": tensor '" + name + "' (" + DTypeName(t.dtype) + ") needs its scale '" + prefix + ".scale', which is missing");
+  const TensorInfo* s = ck.Find(prefix + ".scale");
+  if (!s) throw std::runtime_error(dir + ": tensor '" + name + "' (" + DTypeName(t.dtype) + ") needs its scale '" + prefix + ".scale', which is missing");
   if (s->dtype != DType::F8_E8M0 && s->dtype != DType::U8)
-    throw std::runtime_error(dir_ + ": tensor '" + prefix + ".scale': expected F8_E8M0, found " + DTypeName(s->dtype));
-  if (s->shape.size() != 2) throw std::runtime_error(dir_ + ": tensor '" + prefix + ".scale': expected 2 dims, found " + std::to_string(s->shape.size()));
-  const int64_t rows = t.shape[0];
+    throw std::runtime_error(dir + ": tensor '" + prefix + ".scale': expected F8_E8M0, found " + DTypeName(s->dtype));
+  if (s->shape.size() != 2) throw std::runtime_error(dir + ": tensor '" + prefix + ".scale': expected 2 dims, found " + std::to_string(s->shape.size()));
+  v.s = s;
+  v.rows = t.shape[0];
   if (t.dtype == DType::F8_E4M3) {
-    const int64_t cols = t.shape[1];
+    v.cols = t.shape[1];
     // Block sizes follow from the two shapes: ceil(rows / br) = scale rows, ceil(cols / bc) = scale cols.
     const int64_t sr = s->shape[0], sc = s->shape[1];
-    if (sr < 1 || sc < 1) throw std::runtime_error(dir_ + ": tensor '" + prefix + ".scale': expected a non-empty shape");
-    const int64_t br = (rows + sr - 1) / sr, bc = (cols + sc - 1) / sc;
-    if ((rows + br - 1) / br != sr || (cols + bc - 1) / bc != sc)
-      throw std::runtime_error(dir_ + ": tensor '" + prefix + ".scale': shape [" + std::to_string(sr) + ", " + std::to_string(sc) +
-                               "] does not tile the weight [" + std::to_string(rows) + ", " + std::to_string(cols) + "] in equal blocks");
-    std::vector<float> out(size_t(rows * cols));
-    kernels::DequantFp8Blocks(t.data, s->data, rows, cols, int(br), int(bc), out.data());
-    return out;
+    if (sr < 1 || sc < 1) throw std::runtime_error(dir + ": tensor '" + prefix + ".scale': expected a non-empty shape");
+    v.br = (v.rows + sr - 1) / sr;
+    v.bc = (v.cols + sc - 1) / sc;
+    if ((v.rows + v.br - 1) / v.br != sr || (v.cols + v.bc - 1) / v.bc != sc)
+      throw std::runtime_error(dir + ": tensor '" + prefix + ".scale': shape [" + std::to_string(sr) + ", " + std::to_string(sc) +
+                               "] does not tile the weight [" + std::to_string(v.rows) + ", " + std::to_string(v.cols) + "] in equal blocks");
+    return v;
   }
   if (t.dtype == DType::I8 || t.dtype == DType::U8) {
-    const int64_t cols = t.shape[1] * 2;
-    if (s->shape[0] != rows || s->shape[1] * fp4_block != cols)
-      throw std::runtime_error(dir_ + ": tensor '" + prefix + ".scale': expected shape [" + std::to_string(rows) + ", " + std::to_string(cols / fp4_block) +
+    v.cols = t.shape[1] * 2;
+    v.bc = fp4_block;
+    if (s->shape[0] != v.rows || s->shape[1] * fp4_block != v.cols)
+      throw std::runtime_error(dir + ": tensor '" + prefix + ".scale': expected shape [" + std::to_string(v.rows) + ", " + std::to_string(v.cols / fp4_block) +
                                "] (one scale per " + std::to_string(fp4_block) + " FP4 values), found [" + std::to_string(s->shape[0]) + ", " +
                                std::to_string(s->shape[1]) + "]");
-    std::vector<float> out(size_t(rows * cols));
-    kernels::DequantFp4Packed(t.data, s->data, rows, cols, fp4_block, out.data());
-    return out;
+    return v;
   }
-  throw std::runtime_error(dir_ + ": tensor '" + name + "': cannot dequantise dtype " + DTypeName(t.dtype) + " (expected F32, BF16, F8_E4M3 or I8)");
+  throw std::runtime_error(dir + ": tensor '" + name + "': cannot dequantise dtype " + DTypeName(t.dtype) + " (expected F32, BF16, F8_E4M3 or I8)");
+}
+
+std::pair<int64_t, int64_t> Checkpoint::LogicalShape(const std::string& name, int fp4_block) const {
+  const QuantView v = ViewOf(*this, dir_, name, fp4_block);
+  return {v.rows, v.cols};
+}
+
+void Checkpoint::DequantizeWeightInto(const std::string& name, float* out, int fp4_block) const {
+  const QuantView v = ViewOf(*this, dir_, name, fp4_block);
+  const TensorInfo& t = *v.w;
+  if (t.dtype == DType::F32) {
+    std::memcpy(out, t.data, size_t(t.NumElements()) * 4);
+  } else if (t.dtype == DType::BF16) {
+    const int64_t n = t.NumElements();
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t b;
+      std::memcpy(&b, t.data + 2 * i, 2);
+      out[i] = BF16ToFloat(b);
+    }
+  } else if (t.dtype == DType::F8_E4M3) {
+    kernels::DequantFp8Blocks(t.data, v.s->data, v.rows, v.cols, int(v.br), int(v.bc), out);
+  } else {
+    kernels::DequantFp4Packed(t.data, v.s->data, v.rows, v.cols, fp4_block, out);
+  }
+}
+
+std::vector<float> Checkpoint::DequantizeWeight(const std::string& name, int fp4_block) const {
+  const auto [rows, cols] = LogicalShape(name, fp4_block);
+  std::vector<float> out(size_t(rows * cols));
+  DequantizeWeightInto(name, out.data(), fp4_block);
+  return out;
+}
+
+void Checkpoint::ReleasePages() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [file, shard] : shards_) shard->ReleasePages();
+}
+
+std::vector<std::string> Checkpoint::ShardFiles() const {
+  std::set<std::string> files;
+  for (const auto& [name, file] : weight_map_) files.insert(file);
+  return {files.begin(), files.end()};
 }
 
 }  // namespace cedar

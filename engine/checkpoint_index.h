@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/safetensors.h"
@@ -41,6 +42,18 @@ class Checkpoint {
   // `<prefix>.scale` of one E8M0 per `fp4_block` values along a row. `<prefix>` is the name
   // without its last ".weight". Returns the logical [rows, cols] values (FP4 cols = 2 * bytes).
   std::vector<float> DequantizeWeight(const std::string& name, int fp4_block = 32) const;
+  // The logical [rows, cols] DequantizeWeight returns (a 1-D tensor gives [n, 1]), checking the
+  // weight's dtype and its scale tensor exactly as DequantizeWeight does; throws naming the tensor.
+  std::pair<int64_t, int64_t> LogicalShape(const std::string& name, int fp4_block = 32) const;
+  // DequantizeWeight into caller memory (rows * cols floats from LogicalShape), so a loader can
+  // write straight into its arena without a temporary copy.
+  void DequantizeWeightInto(const std::string& name, float* out, int fp4_block = 32) const;
+  // Drops this process's copies of every mapped shard's pages (they stay valid and fault back in
+  // from the file). The released loader calls it after each shard so resident memory holds the
+  // dequantised weights, not the file.
+  void ReleasePages() const;
+  // The shard files (sorted, each once); a single-file checkpoint gives {"model.safetensors"}.
+  std::vector<std::string> ShardFiles() const;
 
  private:
   const SafetensorsFile& Shard(const std::string& file) const;

@@ -4,6 +4,7 @@
 // min(W1 x, limit), clamp(W3 x, -limit, limit)). Rows routed to one expert are gathered and run as one matmul.
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <numeric>
 #include <string>
 
@@ -93,17 +94,19 @@ void FfnAdd(const Model& m, int l, const float* x, float* h, int n) {
     const float* weight;               // nullptr: 1
     int n;
     size_t x_off, a_off;               // into xs [sum n, d] and g / up / y [sum n, inter or d]
+    std::shared_ptr<const void> pin;   // keeps an on-demand expert alive while it is used
   };
   std::vector<Active> act;
   size_t total_rows = 0;
   for (int e = 0; e < ne; ++e) {
     const auto& rows = rows_of[size_t(e)];
     if (rows.empty()) continue;
-    act.push_back({&w.experts[size_t(e)], &rows, weight_of[size_t(e)].data(), int(rows.size()), 0, 0});
+    ExpertRef ref = m.expert(l, e);  // resident, or dequantised on demand (released layout, --max-ram)
+    act.push_back({ref.f, &rows, weight_of[size_t(e)].data(), int(rows.size()), 0, 0, std::move(ref.pin)});
     total_rows += rows.size();
   }
   if (c.n_shared_experts == 1) {
-    act.push_back({&w.shared, nullptr, nullptr, n, 0, 0});
+    act.push_back({&w.shared, nullptr, nullptr, n, 0, 0, nullptr});
     total_rows += size_t(n);
   }
   const int inter = c.moe_inter_dim;

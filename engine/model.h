@@ -72,6 +72,26 @@ struct LoadOptions {
   int64_t max_ram_bytes = 0;
 };
 
+// ---- Released layout (issue 21, engine/v41_load.cpp): what loading a sharded FP8/FP4 checkpoint
+// ---- cost, measured once at load (printed by the CLI, read by tests and bench).
+struct ReleasedLoadReport {
+  int64_t tensors = 0;          // tensors dequantised into the arena
+  int64_t stored_bytes = 0;     // bytes of those tensors (and their scales) as stored in the shards
+  int64_t dense_bytes = 0;      // arena bytes of every weight except routed experts (F32)
+  int64_t expert_bytes = 0;     // arena bytes of the routed experts (F32)
+  double check_seconds = 0;     // config + index + every shard header checked against the inventory
+  double dequant_seconds = 0;   // reading the mapped shards and dequantising into the arena
+  double total_seconds = 0;     // the whole LoadReleased call
+};
+
+// A routed expert's weights as the FFN reads them: resident in the arena (pin empty) or, for a
+// released checkpoint loaded with experts on demand, a cache entry kept alive by `pin` while used.
+struct ExpertRef {
+  const FfnWeights* f = nullptr;
+  std::shared_ptr<const void> pin;
+};
+class ExpertCache;
+
 class Model {
  public:
   // Loads DIR/config.json and DIR/model.safetensors (memory-mapped). Throws
@@ -89,6 +109,13 @@ class Model {
   // A 64-bit fingerprint of config and weights (for cache keys): XXH3 over the file bytes.
   uint64_t fingerprint() const { return fingerprint_; }
   const std::string& dir() const { return dir_; }
+  // Released layout only (nullptr otherwise): sizes and times of the load.
+  const ReleasedLoadReport* released_load() const { return released_load_.get(); }
+  // Routed expert e of layer l (FFN code reads experts only through this). Resident experts come
+  // from layer(l).experts; with experts on demand (released layout, --max-ram below the expert
+  // bytes) layer(l).experts hold no data and this dequantises from the mapped shard (engine/expert_cache.h).
+  ExpertRef expert(int l, int e) const;
+  const ExpertCache* expert_cache() const { return expert_cache_.get(); }  // nullptr: all resident
 
  private:
   Model() = default;
@@ -104,6 +131,8 @@ class Model {
   Weight embed_, norm_, head_;
   std::vector<LayerWeights> layers_;
   uint64_t fingerprint_ = 0;
+  std::unique_ptr<ReleasedLoadReport> released_load_;  // released layout only
+  std::shared_ptr<const ExpertCache> expert_cache_;     // released layout, experts on demand only
 };
 
 // The tensor names and shapes a config requires (spec §4), in file order. Used by the loader,

@@ -95,12 +95,43 @@ void CheckBlocks(const char* what, int64_t rows, int64_t cols, int br, int bc) {
 }
 }  // namespace
 
+namespace {
+// Decoding tables built from the scalar decoders above, so the bulk paths give the same floats
+// bit for bit (a 256-entry lookup instead of ldexp per element: the loader dequantises every
+// weight of a checkpoint through these).
+struct Tables {
+  float e4m3[256];
+  float e8m0[256];
+  float e2m1_pair_lo[256], e2m1_pair_hi[256];  // byte -> value of its low / high nibble
+  Tables() {
+    for (int i = 0; i < 256; ++i) {
+      e4m3[i] = DecodeE4M3(uint8_t(i));
+      e8m0[i] = DecodeE8M0(uint8_t(i));
+      e2m1_pair_lo[i] = DecodeE2M1(uint8_t(i & 0x0F));
+      e2m1_pair_hi[i] = DecodeE2M1(uint8_t(i >> 4));
+    }
+  }
+};
+const Tables& T() {
+  static const Tables t;
+  return t;
+}
+}  // namespace
+
 void DequantFp8Blocks(const uint8_t* w, const uint8_t* scales, int64_t rows, int64_t cols, int br, int bc, float* out) {
   CheckBlocks("DequantFp8Blocks", rows, cols, br, bc);
+  const Tables& t = T();
   const int64_t scols = (cols + bc - 1) / bc;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c)
-      out[r * cols + c] = DecodeE4M3(w[r * cols + c]) * DecodeE8M0(scales[(r / br) * scols + c / bc]);
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* srow = scales + (r / br) * scols;
+    const uint8_t* wr = w + r * cols;
+    float* o = out + r * cols;
+    for (int64_t b = 0; b < scols; ++b) {
+      const float s = t.e8m0[srow[b]];
+      const int64_t c1 = std::min<int64_t>(cols, (b + 1) * bc);
+      for (int64_t c = b * bc; c < c1; ++c) o[c] = t.e4m3[wr[c]] * s;
+    }
+  }
 }
 
 void QuantFp8Blocks(const float* x, int64_t rows, int64_t cols, int br, int bc, uint8_t* w, uint8_t* scales) {
@@ -125,13 +156,30 @@ void DequantFp4Packed(const uint8_t* packed, const uint8_t* scales, int64_t rows
   if (cols % 2 != 0 || cols % block != 0)
     throw std::invalid_argument("DequantFp4Packed: expected cols divisible by 2 and by the block " + std::to_string(block) +
                                 ", found " + std::to_string(cols));
+  const Tables& t = T();
   const int64_t nb = cols / block;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) {
-      const uint8_t byte = packed[r * (cols / 2) + c / 2];
-      const uint8_t nib = (c % 2 == 0) ? (byte & 0x0F) : (byte >> 4);
-      out[r * cols + c] = DecodeE2M1(nib) * DecodeE8M0(scales[r * nb + c / block]);
+  if (block % 2 != 0) {  // a byte straddles two blocks: element by element
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const uint8_t byte = packed[r * (cols / 2) + c / 2];
+        out[r * cols + c] = ((c % 2 == 0) ? t.e2m1_pair_lo[byte] : t.e2m1_pair_hi[byte]) * t.e8m0[scales[r * nb + c / block]];
+      }
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* pr = packed + r * (cols / 2);
+    float* o = out + r * cols;
+    for (int64_t b = 0; b < nb; ++b) {
+      const float s = t.e8m0[scales[r * nb + b]];
+      // Element 2k is the low nibble of byte k, 2k+1 the high one (block is even: a byte never
+      // straddles two blocks).
+      for (int64_t c = b * block; c < (b + 1) * block; c += 2) {
+        const uint8_t byte = pr[c / 2];
+        o[c] = t.e2m1_pair_lo[byte] * s;
+        o[c + 1] = t.e2m1_pair_hi[byte] * s;
+      }
     }
+  }
 }
 
 void QuantFp4Packed(const float* x, int64_t rows, int64_t cols, int block, uint8_t* packed, uint8_t* scales) {

@@ -2,6 +2,7 @@
 #include "engine/cuda/device_model.h"
 
 #include <cmath>
+#include <stdexcept>
 
 namespace cedar::gpu {
 
@@ -59,6 +60,8 @@ DevWeight DeviceModel::Stack(const Weight& a, const Weight& b) {
 }
 
 std::unique_ptr<DeviceModel> DeviceModel::Create(const Model& host, DType weight_type) {
+  if (host.expert_cache())  // released layout loaded with experts on demand (--max-ram): host memory only
+    throw std::runtime_error("cuda: routed experts read on demand (--max-ram below the expert bytes) run on the CPU backend only; use --device cpu or a larger --max-ram");
   int count = 0;
   const cu::Status st = cu::DeviceCount(&count);
   if (!st.ok() || count == 0)

@@ -22,7 +22,12 @@ TokenizerKind ModelTokenizerKind(const std::string& model_dir) {
   } catch (const nlohmann::json::exception& e) {
     throw std::runtime_error(path + " is not valid JSON: " + e.what());
   }
-  if (!j.contains("tokenizer")) return TokenizerKind::kByte;
+  if (!j.contains("tokenizer")) {
+    // A released DeepSeek-V4.1 config.json (nested text_config) names no tokenizer: the release
+    // ships tokenizer.json beside it, so that is the tokenizer (byte only when it is absent).
+    if (j.contains("text_config") && std::filesystem::exists(model_dir + "/tokenizer.json")) return TokenizerKind::kBpe;
+    return TokenizerKind::kByte;
+  }
   const nlohmann::json& t = j["tokenizer"];
   if (t == "byte") return TokenizerKind::kByte;
   if (t == "bpe") return TokenizerKind::kBpe;

@@ -1,0 +1,50 @@
+// Routed experts of a released checkpoint read on demand (issue 21, `--max-ram`): when the dense
+// weights fit the budget but the experts do not, an expert is dequantised from the memory-mapped
+// shard the first time it is routed and kept in an LRU within the budget left after the dense part.
+// The values are the ones LoadReleased would have put in the arena (same decoder), so the forward's
+// results are bit-identical; only the time differs.
+#pragma once
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "engine/model.h"
+
+namespace cedar {
+
+class Checkpoint;
+
+class ExpertCache {
+ public:
+  // `budget_bytes`: F32 bytes of experts kept resident (at least one expert). Experts in use by a
+  // running FFN stay alive through their pins even when evicted, so the budget can be passed by the
+  // experts of one call (at most experts_per_token x batch rows, usually a few).
+  ExpertCache(std::unique_ptr<const Checkpoint> ck, const ModelConfig& c, int64_t budget_bytes);
+  ~ExpertCache();
+  // Expert e of layer l, dequantised if absent (thread-safe; a miss holds the lock while decoding).
+  ExpertRef Get(int layer, int e) const;
+  int64_t ExpertBytes() const { return expert_bytes_; }  // F32 bytes of one expert (w1, w2, w3)
+  struct Stats {
+    int64_t hits = 0, misses = 0, evictions = 0, resident_bytes = 0;
+  };
+  Stats stats() const;
+
+ private:
+  struct Entry {
+    std::vector<float> w1, w2, w3;
+    FfnWeights f;
+  };
+  using Key = std::pair<int, int>;
+  std::unique_ptr<const Checkpoint> ck_;
+  int64_t inter_, dim_, expert_bytes_, budget_;
+  mutable std::mutex mu_;
+  mutable std::list<std::pair<Key, std::shared_ptr<const Entry>>> lru_;  // most recent first
+  mutable std::map<Key, decltype(lru_)::iterator> where_;
+  mutable Stats stats_;
+};
+
+}  // namespace cedar
