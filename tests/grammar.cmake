@@ -1,0 +1,6 @@
+# Grammar-constrained decoding (grammar/ and tools_bridge's tool-call grammars): the engine on
+# its own and with random logits (unit), with the tiny model through the session manager (model),
+# and enforced by the server (server_grammar_test). valijson (header-only) validates outputs.
+cedar_add_test(grammar_test unit cedar_bridge
+  ${CMAKE_CURRENT_SOURCE_DIR}/grammar_test.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/grammar_util.cpp)
