@@ -260,7 +260,7 @@ class Compiler {
     std::bitset<256> plain;
     for (int c = 0x20; c < 0x7f; ++c)
       if (c != '"' && c != '\\') plain.set(size_t(c));
-    const Element any_rest = g_.Star(g_.Bytes(plain));
+    const Element any_rest = g_.Rep(g_.Bytes(plain), 0, o_.max_string_length);
     std::function<Element(const std::string&)> node = [&](const std::string& prefix) -> Element {
       std::bitset<256> children;
       bool ends_here = false;

@@ -32,7 +32,8 @@ struct SchemaOptions {
   bool strict = true;
   // A constraining keyword we cannot enforce: GrammarError (true) or ignored (false).
   bool error_on_unsupported = true;
-  // Longest string (in characters) where the schema sets no maxLength; -1 = unbounded.
+  // Longest string (in characters) where the schema sets no maxLength (and the most characters
+  // an extra property key adds past the declared names' prefixes); -1 = unbounded.
   int64_t max_string_length = -1;
   // How deep an unconstrained value ({} or true, json_object) may nest objects and arrays.
   int max_any_depth = 8;

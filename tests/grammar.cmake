@@ -4,3 +4,6 @@
 cedar_add_test(grammar_test unit cedar_bridge
   ${CMAKE_CURRENT_SOURCE_DIR}/grammar_test.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/grammar_util.cpp)
+cedar_add_test(grammar_tools_test unit cedar_bridge
+  ${CMAKE_CURRENT_SOURCE_DIR}/grammar_tools_test.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/grammar_util.cpp)

@@ -163,3 +163,44 @@ TEST_CASE("token masks from the trie walk equal trying every token, and rollback
   }
   CHECK(m.accepted() > 0);
 }
+
+TEST_CASE("random schemas: constrained sampling always validates, unconstrained rarely does") {
+  // 200 seeded schemas x random logits over a vocabulary of bytes and multi-byte JSON pieces.
+  const auto bytes = ToyVocab(11);
+  auto vocab = std::make_shared<const TokenVocab>(bytes, std::vector<std::pair<int32_t, std::string>>{});
+  const int32_t end_id = int32_t(bytes.size()) - 1;
+  SchemaOptions o;
+  o.max_string_length = 16;  // extra keys: random logits rarely close a string on their own
+  int valid = 0, valid_free = 0, runs = 0;
+  for (uint64_t seed = 1; seed <= 200; ++seed) {
+    const json schema = cedar::test::RandomSchema(seed);
+    Grammar g;
+    g.SetRoot(CompileJsonSchema(g, schema, o));
+    TokenMatcher m(std::make_shared<Automaton>(g), vocab, {end_id});
+    auto random_logits = [&](const std::vector<int32_t>& ids) {
+      uint64_t x = seed * 1000003 + ids.size() * 7919 + 1;  // xorshift: cheap, seeded
+      std::vector<float> l(bytes.size());
+      for (float& v : l) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        v = float(x >> 40) * (8.0f / float(1 << 24));  // uniform in [0, 8)
+      }
+      return l;
+    };
+    auto text_of = [&](const std::vector<int32_t>& ids) {
+      std::string t;
+      for (int32_t id : ids) t += bytes[size_t(id)];
+      return t;
+    };
+    const auto ids = cedar::test::SampleIds(random_logits, &m, {end_id}, 4000, seed);
+    const std::string text = text_of(ids);
+    const bool ok = !ids.empty() && ids.back() == end_id && cedar::test::TextValidates(schema, text);
+    if (!ok) FAIL("seed " << seed << ": schema " << schema.dump() << "\noutput " << text);
+    valid += ok;
+    const auto free_ids = cedar::test::SampleIds(random_logits, nullptr, {end_id}, int(ids.size()), seed);
+    valid_free += cedar::test::TextValidates(schema, text_of(free_ids));
+    ++runs;
+  }
+  MESSAGE("constrained valid " << valid << "/" << runs << ", unconstrained valid " << valid_free << "/" << runs);
+  CHECK(valid == runs);
+  CHECK(valid_free < runs / 2);
+}

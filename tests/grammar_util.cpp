@@ -56,7 +56,9 @@ struct Gen {
     if (kind == 5) return {{"type", "array"}, {"items", Schema(depth + 1)}, {"maxItems", Pick(4)}};
     if (kind == 6) {
       // Disjoint branches (by type), so oneOf's "exactly one" holds for any match.
-      return {{Pick(2) ? "anyOf" : "oneOf"}, json::array({{{"type", "string"}, {"maxLength", 5}}, {{"type", "integer"}}, {{"type", "null"}}})};
+      json o = json::object();
+      o[Pick(2) ? "anyOf" : "oneOf"] = json::array({{{"type", "string"}, {"maxLength", 5}}, {{"type", "integer"}}, {{"type", "null"}}});
+      return o;
     }
     if (kind == 7 && defs > 0) return {{"$ref", "#/$defs/d" + std::to_string(Pick(defs))}};
     return Object(depth + 1);

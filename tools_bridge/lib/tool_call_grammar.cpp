@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <bitset>
+#include <map>
 #include <set>
 
 #include "tools_bridge/lib/dsml_encoding.h"
@@ -77,7 +78,7 @@ Element DsmlParameters(Grammar& g, const Tool& t, const grammar::SchemaOptions& 
   if (auto r = params.find("required"); r != params.end() && r->is_array())
     for (const json& n : *r)
       if (n.is_string()) required.insert(n.get<std::string>());
-  const Element raw_text = TextAvoiding(g, "</" + std::string(dsml::kDsml));
+  const Element raw_text = TextAvoiding(g, "</" + std::string(dsml::kDsml), /*utf8=*/true);
   Element first = g.Empty(), rest = g.Empty();
   std::vector<std::pair<std::string, const json*>> ordered;
   for (auto it = props.begin(); it != props.end(); ++it) ordered.emplace_back(it.key(), &it.value());
@@ -122,7 +123,38 @@ Element DsmlInvoke(Grammar& g, const Tool& t, const grammar::SchemaOptions& o) {
 
 }  // namespace
 
-Element TextAvoiding(Grammar& g, const std::string& pattern) {
+namespace {
+
+// UTF-8 well-formedness as a byte automaton (Unicode table 3-7): state 0 between characters,
+// 1..3 continuation bytes still due, 4..7 a lead byte whose next byte has a narrower range
+// (E0, ED, F0, F4). Returns -1 for a byte that cannot come next.
+int Utf8Next(int u, uint8_t b) {
+  const bool cont = b >= 0x80 && b <= 0xBF;
+  switch (u) {
+    case 0:
+      if (b < 0x80) return 0;
+      if (b >= 0xC2 && b <= 0xDF) return 1;
+      if (b == 0xE0) return 4;
+      if (b == 0xED) return 5;
+      if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF) return 2;
+      if (b == 0xF0) return 6;
+      if (b >= 0xF1 && b <= 0xF3) return 3;
+      if (b == 0xF4) return 7;
+      return -1;
+    case 1: return cont ? 0 : -1;
+    case 2: return cont ? 1 : -1;
+    case 3: return cont ? 2 : -1;
+    case 4: return b >= 0xA0 && b <= 0xBF ? 1 : -1;
+    case 5: return b >= 0x80 && b <= 0x9F ? 1 : -1;
+    case 6: return b >= 0x90 && b <= 0xBF ? 2 : -1;
+    case 7: return b >= 0x80 && b <= 0x8F ? 2 : -1;
+  }
+  return -1;
+}
+
+}  // namespace
+
+Element TextAvoiding(Grammar& g, const std::string& pattern, bool utf8) {
   const size_t m = pattern.size();
   // KMP failure function, then the transition of every (matched prefix k, byte).
   std::vector<size_t> fail(m + 1, 0);
@@ -135,18 +167,25 @@ Element TextAvoiding(Grammar& g, const std::string& pattern) {
     while (k > 0 && uint8_t(pattern[k]) != b) k = fail[k];
     return uint8_t(pattern[k]) == b ? k + 1 : 0;
   };
-  std::vector<int32_t> rules(m);
-  for (size_t k = 0; k < m; ++k) rules[k] = g.Declare("avoid");
+  // One rule per (matched prefix k, UTF-8 state u); the text may end only between characters.
+  const int nu = utf8 ? 8 : 1;
+  auto at = [&](size_t k, int u) { return k * size_t(nu) + size_t(u); };
+  std::vector<int32_t> rules(m * size_t(nu));
+  for (int32_t& r : rules) r = g.Declare("avoid");
   for (size_t k = 0; k < m; ++k) {
-    std::vector<std::bitset<256>> to(m);  // bytes leading to each state (m: the pattern, dropped)
-    for (int b = 0; b < 256; ++b) {
-      const size_t next = step(k, uint8_t(b));
-      if (next < m) to[next].set(size_t(b));
+    for (int u = 0; u < nu; ++u) {
+      std::map<size_t, std::bitset<256>> to;  // destination rule -> bytes leading there
+      for (int b = 0; b < 256; ++b) {
+        const size_t next = step(k, uint8_t(b));
+        const int nu_next = utf8 ? Utf8Next(u, uint8_t(b)) : 0;
+        if (next < m && nu_next >= 0) to[at(next, nu_next)].set(size_t(b));
+      }
+      std::vector<grammar::Alternative> alts;
+      if (u == 0) alts.push_back({});
+      for (const auto& [dest, set] : to) alts.push_back({g.Bytes(set), g.Ref(rules[dest])});
+      if (alts.empty()) alts.push_back({g.Bytes(std::bitset<256>()), g.Ref(rules[at(k, u)])});  // unreachable
+      g.Define(rules[at(k, u)], std::move(alts));
     }
-    std::vector<grammar::Alternative> alts = {grammar::Alternative{}};
-    for (size_t n = 0; n < m; ++n)
-      if (to[n].any()) alts.push_back({g.Bytes(to[n]), g.Ref(rules[n])});
-    g.Define(rules[k], std::move(alts));
   }
   return g.Ref(rules[0]);
 }

@@ -16,7 +16,7 @@
 //                (the markers are special ids: grammar special symbols named as the tokens)
 //   deepseek_v41 [reasoning "</think>"] text ["\n\n<｜DSML｜ calls>\n" invoke {"\n" invoke}
 //                "\n</｜DSML｜ calls>"]; an invoke holds one parameter per argument: string-typed
-//                properties raw (string="true"; enum/const enforced, raw text never contains
+//                properties raw (string="true"; enum/const enforced, raw text is well-formed UTF-8, never contains
 //                "</｜DSML｜"), the others compact JSON matching their schema (string="false").
 //                Text never contains "｜DSML｜" (so the markup opens only where the grammar says).
 // The turn's end ids (<|end|>, <｜end▁of▁sentence｜>) are the TokenMatcher's end ids, allowed
@@ -60,8 +60,8 @@ grammar::Grammar AssistantGrammar(ChatFormat format, const OutputConstraint& c);
 // Building it sorts every token (tens of ms for 129K ids): build once per tokenizer.
 std::shared_ptr<const grammar::TokenVocab> GrammarVocabOf(const Tokenizer& tokenizer);
 
-// Text that never contains `pattern` (any bytes; a KMP automaton as rules, one per prefix of
-// `pattern`). REQUIRES: pattern non-empty.
-grammar::Element TextAvoiding(grammar::Grammar& g, const std::string& pattern);
+// Text that never contains `pattern`: any bytes, or with `utf8` only well-formed UTF-8 (a KMP
+// automaton as rules, one per prefix of `pattern` and UTF-8 state). REQUIRES: pattern non-empty.
+grammar::Element TextAvoiding(grammar::Grammar& g, const std::string& pattern, bool utf8 = false);
 
 }  // namespace cedar::bridge
