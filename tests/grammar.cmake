@@ -7,3 +7,7 @@ cedar_add_test(grammar_test unit cedar_bridge
 cedar_add_test(grammar_tools_test unit cedar_bridge
   ${CMAKE_CURRENT_SOURCE_DIR}/grammar_tools_test.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/grammar_util.cpp)
+cedar_add_test(grammar_model_test model cedar_bridge
+  ${CMAKE_CURRENT_SOURCE_DIR}/grammar_model_test.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/grammar_util.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/test_models.cpp)
