@@ -11,3 +11,8 @@ cedar_add_test(grammar_model_test model cedar_bridge
   ${CMAKE_CURRENT_SOURCE_DIR}/grammar_model_test.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/grammar_util.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/test_models.cpp)
+cedar_add_test(server_grammar_test unit cedar_server
+  ${CMAKE_CURRENT_SOURCE_DIR}/server_grammar_test.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/server_fixture.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/grammar_util.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/test_models.cpp)
