@@ -82,6 +82,8 @@ class TokenMatcher {
   bool Accepting() const { return automaton_->Accepting(history_.back()); }
   bool Ended() const { return ended_; }  // an end id was accepted
   StateId state() const { return history_.back(); }
+  // Whether the next Mask() is a cache hit (for benchmarks: a miss walks the trie).
+  bool Cached() const { return ended_ || cache_.count(history_.back()) > 0; }
 
  private:
   void Compute(StateId s, TokenMask& mask);
