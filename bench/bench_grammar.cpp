@@ -85,8 +85,10 @@ void MaskBench(const std::string& name, const grammar::Grammar& g, std::shared_p
                const std::vector<int32_t>& end_ids, int steps, int runs, double decode_ms) {
   std::vector<double> times;
   int64_t misses = 0, allowed_sum = 0;
+  size_t max_states = 0;  // automaton states (each a row of the transition table) at a run's end
   for (int run = 0; run < runs; ++run) {
-    grammar::TokenMatcher m(std::make_shared<grammar::Automaton>(g), vocab, end_ids);
+    auto automaton = std::make_shared<grammar::Automaton>(g);
+    grammar::TokenMatcher m(automaton, vocab, end_ids);
     uint64_t x = 0x9e3779b97f4a7c15ull + uint64_t(run);
     std::mt19937_64 rng(uint64_t(run) + 1);
     for (int s = 0; s < steps; ++s) {
@@ -110,12 +112,13 @@ void MaskBench(const std::string& name, const grammar::Grammar& g, std::shared_p
       if (!m.AcceptToken(best)) break;
       if (m.Ended()) break;
     }
+    max_states = std::max(max_states, automaton->num_states());
   }
   const double p99 = Pct(times, 0.99);
   std::printf("{\"bench\":\"grammar_mask\",\"case\":\"%s\",\"vocab\":%d,\"trie_nodes\":%zu,\"steps\":%zu,\"cold_steps\":%lld,"
-              "\"mean_allowed\":%.0f,\"p50_ms\":%.4f,\"p99_ms\":%.4f,\"max_ms\":%.3f,\"mean_ms\":%.4f",
+              "\"mean_allowed\":%.0f,\"max_states\":%zu,\"p50_ms\":%.4f,\"p99_ms\":%.4f,\"max_ms\":%.3f,\"mean_ms\":%.4f",
               name.c_str(), vocab->size(), vocab->trie_nodes(), times.size(), (long long)misses,
-              double(allowed_sum) / double(std::max<size_t>(1, times.size())), Pct(times, 0.5), p99,
+              double(allowed_sum) / double(std::max<size_t>(1, times.size())), max_states, Pct(times, 0.5), p99,
               times.empty() ? 0 : *std::max_element(times.begin(), times.end()),
               times.empty() ? 0 : std::accumulate(times.begin(), times.end(), 0.0) / double(times.size()));
   if (decode_ms > 0) std::printf(",\"decode_step_ms\":%.3f,\"p99_share_of_decode\":%.4f", decode_ms, p99 / decode_ms);

@@ -50,6 +50,10 @@ Element Grammar::SpecialElement(std::string_view name) {
 }
 
 int32_t Grammar::NewRule(std::string name, std::vector<Alternative> alternatives) {
+  if (rules_.size() >= kMaxRules) {
+    throw GrammarError("grammar: expected at most " + std::to_string(kMaxRules) +
+                       " rules, found more (lower maxLength / maxItems or simplify the schema)");
+  }
   rules_.push_back({std::move(name), std::move(alternatives)});
   return int32_t(rules_.size() - 1);
 }

@@ -85,6 +85,9 @@ class Grammar {
   void Check() const;
 
   static constexpr int64_t kMaxRepeat = 100000;
+  // Rules at most (a request's schema builds them: bounded repetition makes O(max) rules, so
+  // a hostile maxLength must not make the server allocate without bound).
+  static constexpr size_t kMaxRules = 300000;
 
  private:
   int32_t NewRule(std::string name, std::vector<Alternative> alternatives);

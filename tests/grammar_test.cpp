@@ -204,3 +204,14 @@ TEST_CASE("random schemas: constrained sampling always validates, unconstrained 
   CHECK(valid == runs);
   CHECK(valid_free < runs / 2);
 }
+
+TEST_CASE("a schema that would build too many rules is refused, not allocated") {
+  json schema = {{"type", "object"}, {"properties", json::object()}};
+  for (int i = 0; i < 8; ++i) schema["properties"]["p" + std::to_string(i)] = {{"type", "string"}, {"maxLength", 90000 + i}};  // distinct: equal bounds share rules
+  try {
+    SchemaAutomaton(schema);
+    FAIL("expected GrammarError");
+  } catch (const GrammarError& e) {
+    CHECK(std::string(e.what()).find("rules") != std::string::npos);
+  }
+}
