@@ -101,6 +101,9 @@ PrefillResult Prefill(const Model& m, SequenceState& st, std::span<const int32_t
   PassContext ctx;
   ctx.capture = opt.capture;
   if (ctx.capture) ctx.capture->pos = N - 1;
+  ctx.new_tokens = tokens.data();
+  ctx.new_tokens_first = st.pos;
+  ctx.n_new_tokens = n;
   std::vector<float> last_h;
   for (int64_t c0 = 0; c0 < n; c0 += chunk) {
     const int len = int(std::min<int64_t>(chunk, n - c0));
@@ -156,6 +159,9 @@ std::vector<std::vector<float>> DecodeBatch(const Model& m, std::span<SequenceSt
   for (size_t i = 0; i < B; ++i) {
     SequenceState& st = *states[i];
     EmbedRow(m, tokens[i], h.data() + i * size_t(rw));
+    ctx[i].new_tokens = &tokens[i];
+    ctx[i].new_tokens_first = st.pos;
+    ctx[i].n_new_tokens = 1;
     segs[i] = Segment{&st, &ctx[i], st.pos, 1, st.pos, 0};
   }
   for (int l = 0; l < c.n_layers; ++l) {

@@ -89,8 +89,40 @@ void MhcSubLayerTails(const Model& m, int l, float* rows, int n, const float* y)
 
 }  // namespace
 
+namespace {
+
+// Engram before block l (engine/engram.h): X of a segment's rows as they enter layer l, x [n, rw].
+void EngramBeforeLayer(const Model& m, int l, const Segment& sg, float* x) {
+  const ModelConfig& c = m.config();
+  const auto it = std::find(c.engram_layers.begin(), c.engram_layers.end(), l);
+  const size_t j = size_t(it - c.engram_layers.begin());
+  if (j >= m.engram().size()) throw std::logic_error("forward: no Engram weights loaded for layer " + std::to_string(l));
+  const PassContext& ctx = *sg.ctx;
+  auto token_at = [&](int64_t p) -> int32_t {
+    if (ctx.new_tokens && p >= ctx.new_tokens_first && p < ctx.new_tokens_first + ctx.n_new_tokens)
+      return ctx.new_tokens[p - ctx.new_tokens_first];
+    if (p >= 0 && p < int64_t(sg.st->tokens.size())) return sg.st->tokens[size_t(p)];
+    throw std::logic_error("forward: Engram needs the token at position " + std::to_string(p) + ", which this pass does not hold");
+  };
+  std::vector<int32_t> tokens(static_cast<size_t>(sg.n));  // [n] ids at sg.first..
+  for (int r = 0; r < sg.n; ++r) tokens[size_t(r)] = token_at(sg.first + r);
+  const int64_t k = std::min<int64_t>(sg.first, c.engram_max_ngram - 1);
+  std::vector<int32_t> prev(static_cast<size_t>(k));  // [k] the n-gram history before the first row
+  for (int64_t r = 0; r < k; ++r) prev[size_t(r)] = token_at(sg.first - k + r);
+  EngramAdd(m.engram()[j], c, tokens.data(), sg.first, sg.n, k > 0 ? prev.data() : nullptr, x);
+}
+
+}  // namespace
+
 void RunLayerSegments(const Model& m, int l, std::vector<Segment>& segs, std::vector<float>& h) {
   const ModelConfig& c = m.config();
+  if (c.IsEngramLayer(l)) {
+    size_t r = 0;
+    for (const Segment& sg : segs) {
+      if (sg.n > 0) EngramBeforeLayer(m, l, sg, h.data() + r * size_t(c.ResidualWidth()));
+      r += size_t(sg.n);
+    }
+  }
   const LayerWeights& w = m.layer(l);
   const int d = c.dim, cd = c.head_dim, H = c.n_heads, qr = c.q_lora_rank;
   // Residual rows are rw floats: h [d] with one stream, [X (hc*d) | a (hc)] with mHC (mhc.h).

@@ -42,6 +42,12 @@ struct PassContext {
   IndexCapture* capture = nullptr;
   int64_t layer_token_units = 0;        // rows whose layer output was computed, summed
   int64_t last_layer_rows = 0;          // of which rows through the last layer
+  // Token ids of this call's new rows, not yet in SequenceState::tokens: positions
+  // [new_tokens_first, new_tokens_first + n_new_tokens). Engram reads the ids of the rows it
+  // updates (and the n-gram history before them) from here or from the state's tokens.
+  const int32_t* new_tokens = nullptr;
+  int64_t new_tokens_first = 0;
+  int64_t n_new_tokens = 0;
 };
 
 // Runs layer `l` on h (rows entering layer l):

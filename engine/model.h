@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/config.h"
+#include "engine/engram.h"
 #include "engine/safetensors.h"
 #include "engine/weight_arena.h"
 
@@ -116,6 +117,8 @@ class Model {
   // bytes) layer(l).experts hold no data and this dequantises from the mapped shard (engine/expert_cache.h).
   ExpertRef expert(int l, int e) const;
   const ExpertCache* expert_cache() const { return expert_cache_.get(); }  // nullptr: all resident
+  // The Engram blocks, one per config().engram_layers entry, in that order (released layout only).
+  const std::vector<EngramWeights>& engram() const { return engram_; }
 
  private:
   Model() = default;
@@ -132,6 +135,7 @@ class Model {
   std::vector<LayerWeights> layers_;
   uint64_t fingerprint_ = 0;
   std::unique_ptr<ReleasedLoadReport> released_load_;  // released layout only
+  std::vector<EngramWeights> engram_;                   // one per engram_layers entry
   std::shared_ptr<const ExpertCache> expert_cache_;     // released layout, experts on demand only
 };
 

@@ -24,4 +24,18 @@ class Sampler {
 
 int32_t Argmax(const std::vector<float>& logits);
 
+// A per-turn hook that edits the logits right before each sampling step and hears which token
+// was sampled: grammar-constrained decoding (grammar/logits_processor.h) implements it. Lives
+// here, below every user of it, so the session loop can call it without knowing grammars.
+// Thread contract: one per turn, called on the engine thread only.
+class LogitsProcessor {
+ public:
+  virtual ~LogitsProcessor() = default;
+  // Masks `logits` [V] for the next token (disallowed ids to -inf). Returns false when no
+  // token may follow (the constrained output is complete and no end id is allowed).
+  virtual bool Process(std::vector<float>& logits) = 0;
+  // The token sampled from the processed logits.
+  virtual void Accept(int32_t token) = 0;
+};
+
 }  // namespace cedar

@@ -295,14 +295,9 @@ std::unique_ptr<const Model> Model::LoadReleased(const std::string& dir, const L
   }
   ck.VerifyAll();
 
-  // ---- Engram hook (for the lead / helper v41engram): the tables layers.N.engram.embed.{weight,scale}
-  // ---- are read on demand from the mapped shard, never into the arena; q_weight, k_weight and wkv
-  // ---- belong in the Engram weights of engine/engram.*. Call its loader here, e.g.
-  // ----   m->engram_ = LoadEngram(ck, v, c);
-  // ---- and drop the refusal below once the forward applies Engram.
-  if (!v.engram_layer_ids.empty())
-    throw std::runtime_error("model: " + dir + ": Engram layers " + List(v.engram_layer_ids) +
-                             " (layers.N.engram.*) are not supported yet by this loader; a checkpoint without engram_layer_ids loads");
+  // Engram (layers.N.engram.*): q/k and wkv dequantised now, the tables read row by row from the
+  // shard during the forward (engine/engram.h); the class table comes from dir/tokenizer.json.
+  if (!c.engram_layers.empty()) m->engram_ = LoadAllEngrams(ck, dir, c);
   // DSpark blocks (mtp.N.*): checked above with the rest of the inventory, not loaded (the drafter
   // is not wired yet); Cedar decodes without speculation. Vision tensors are ignored.
   if (v.n_mtp_layers > 0) spdlog::debug("model {}: {} DSpark blocks (mtp.*) checked, not loaded", dir, v.n_mtp_layers);

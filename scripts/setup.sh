@@ -8,6 +8,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libxxhash-dev liblmdb-dev libboost-dev libboost-program-options-dev nlohmann-json3-dev libspdlog-dev libfmt-dev doctest-dev libpcre2-dev
   libicu-dev
+  libvalijson-dev
   libopenblas-dev
   python3 python3-numpy python3-torch gnuplot-nox
   nodejs npm curl

@@ -37,6 +37,7 @@
 #include "server/dsml_replay.h"
 #include "server/generation_memory.h"
 #include "server/http_message.h"
+#include "server/output_constraint.h"
 #include "server/request_parse.h"
 #include "server/server_metrics.h"
 #include "server/turn_format.h"
@@ -139,6 +140,9 @@ class Api {
   template <class F>
   auto WithManager(F f) -> decltype(f(std::declval<session::SessionManager&>()));
   void RequireNotDraining() const;
+  // The tokenizer's vocabulary for grammar-constrained decoding (server/output_constraint.h),
+  // built on first use (sorting 129K tokens takes tens of ms) and shared by every turn.
+  std::shared_ptr<const grammar::TokenVocab> GrammarVocab();
   std::string NewId(const char* prefix);
 
   session::SessionManager& manager_;
@@ -154,6 +158,8 @@ class Api {
   std::shared_mutex gate_;       // shared: a call into the manager; unique: DetachManager
   bool manager_detached_ = false;  // guarded by gate_
   int64_t created_ = 0;  // unix seconds at start (the model's `created`)
+  std::once_flag grammar_vocab_once_;
+  std::shared_ptr<const grammar::TokenVocab> grammar_vocab_;  // GrammarVocab()
 
   // Session existence is the SessionManager's alone (one source of truth keeps create, delete
   // and turns on one id linearizable); the Api keeps no set of its own.

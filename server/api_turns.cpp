@@ -11,6 +11,7 @@
 
 #include "tools_bridge/lib/json_limits.h"
 #include "tools_bridge/lib/openai_json.h"
+#include "tools_bridge/lib/tool_call_grammar.h"
 
 #include "server/api.h"
 #include "server/api_error.h"
@@ -155,6 +156,9 @@ HttpResponse Api::ChatCompletions(const HttpRequest& request, std::chrono::stead
   RequireNotDraining();
   const nlohmann::json body = ParseJsonBody(request.body);
   ChatRequest chat = ParseChatRequest(body, request);
+  OutputRequest output;  // tool_choice, parallel_tool_calls, response_format: enforced by a grammar
+  output.response_format = ParseResponseFormat(body);
+  output.parallel_tool_calls = ParseParallelToolCalls(body);
   ChatPrompt prompt = RenderChat(body, request.body, chat, Scope(request.tenant, chat.params.session_id), true);
   TurnPlan plan = PlanTurn(chat.params, std::move(prompt.ids), true, request, body);
   if (prompt.dsml) {
@@ -163,6 +167,11 @@ HttpResponse Api::ChatCompletions(const HttpRequest& request, std::chrono::stead
     prompt.dsml->ids.clear();  // the key is the text; the ids are in plan.request.prompt
     plan.dsml = std::move(prompt.dsml);
   }
+  output.format = format_;
+  output.thinking = plan.meta.thinking;
+  output.tools = chat.tools;
+  output.tool_choice = chat.tool_choice;
+  plan.request.logits_processor = MakeOutputProcessor(output, GrammarVocab(), plan.request.stop_tokens);
   return RunTurn(std::move(plan), request, "/v1/chat/completions", start);
 }
 
@@ -178,7 +187,17 @@ HttpResponse Api::Completions(const HttpRequest& request, std::chrono::steady_cl
                            "prompt");
     }
   }
-  return RunTurn(PlanTurn(cr.params, std::move(prompt), false, request, body), request, "/v1/completions", start);
+  OutputRequest output;
+  output.chat = false;
+  output.response_format = ParseResponseFormat(body);
+  TurnPlan plan = PlanTurn(cr.params, std::move(prompt), false, request, body);
+  plan.request.logits_processor = MakeOutputProcessor(output, GrammarVocab(), plan.request.stop_tokens);
+  return RunTurn(std::move(plan), request, "/v1/completions", start);
+}
+
+std::shared_ptr<const grammar::TokenVocab> Api::GrammarVocab() {
+  std::call_once(grammar_vocab_once_, [&] { grammar_vocab_ = bridge::GrammarVocabOf(tokenizer_); });
+  return grammar_vocab_;
 }
 
 HttpResponse Api::RunTurn(TurnPlan plan, const HttpRequest& request, const std::string& route,

@@ -68,6 +68,10 @@ struct TurnRequest {
   // token to your own thread). Returning false cancels the turn (finish_reason "cancelled").
   std::function<bool(int32_t token)> on_token;
   bool return_prompt_logits = false;  // fill TurnResult::prompt_logits (tests, debugging)
+  // Grammar-constrained decoding (tool_choice, response_format): called before each sample to
+  // mask the logits and after it with the token; null = unconstrained. When it allows no
+  // token the turn ends with finish_reason "stop".
+  std::shared_ptr<LogitsProcessor> logits_processor;
 };
 
 // Where the prompt's tokens came from and what the turn cost, in layer-token units.

@@ -36,6 +36,7 @@ struct ActiveTurn {
   std::unique_ptr<Sequence> state;         // on the backend
   std::optional<Sampler> sampler;
   std::vector<float> logits;               // [V] predicting the next token
+  std::vector<float> masked_logits;        // [V] logits after the request's logits_processor
   std::vector<cache::SnapshotInput> snapshots;  // taken at the end of the prompt
   cache::DecoderTail tail_kind = cache::DecoderTail::kNone;  // what the decoder windows equal:
                                            // exact, a bounded replay (until the first decode step), or neither

@@ -272,9 +272,21 @@ void SessionManager::Impl::StartTurn(ActiveTurn& t) {
   }
 }
 
+// The grammar hook (issue 19): the logits to sample from, masked by the turn's logits processor
+// when it has one (a copy: t.logits stays the model's, which the cache may keep as the decoder
+// tail); nullptr when the processor allows no token.
+static const std::vector<float>* ConstrainLogits(ActiveTurn& t) {
+  if (!t.request.logits_processor) return &t.logits;
+  t.masked_logits = t.logits;
+  return t.request.logits_processor->Process(t.masked_logits) ? &t.masked_logits : nullptr;
+}
+
 bool SessionManager::Impl::Sample(ActiveTurn& t) {
   TurnRequest& rq = t.request;
-  const int32_t tok = t.sampler->Sample(t.logits);
+  const std::vector<float>* logits = ConstrainLogits(t);
+  if (!logits) return Finish(t, "stop"), false;
+  const int32_t tok = t.sampler->Sample(*logits);
+  if (rq.logits_processor) rq.logits_processor->Accept(tok);
   t.result.output.push_back(tok);
   if (!t.first_token_seen) {
     t.first_token_seen = true;

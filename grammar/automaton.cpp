@@ -1,0 +1,104 @@
+#include "grammar/automaton.h"
+
+#include <algorithm>
+
+namespace cedar::grammar {
+
+namespace {
+// Nesting of rule references expanded without consuming a symbol; past it the grammar is
+// left-recursive (a rule reaches itself at its start), which a top-down automaton cannot run.
+constexpr int kMaxExpandDepth = 2000;
+
+uint64_t Mix(uint64_t h, uint64_t x) {
+  h ^= x + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h * 0xff51afd7ed558ccdull;
+}
+}  // namespace
+
+Automaton::Automaton(const Grammar& grammar) {
+  grammar.Check();
+  classes_ = grammar.classes();
+  special_names_ = grammar.special_names();
+  num_symbols_ = kFirstSpecial + int32_t(special_names_.size());
+  rule_starts_.resize(grammar.rules().size());
+  for (size_t r = 0; r < grammar.rules().size(); ++r) {
+    for (const Alternative& alt : grammar.rules()[r].alternatives) {
+      rule_starts_[r].push_back(int32_t(program_.size()));
+      for (const Element& e : alt) program_.push_back({e.kind == Element::Kind::kClass ? 0 : 1, e.index});
+      program_.push_back({kEnd, 0});
+    }
+  }
+  nodes_.push_back({kEnd, 0});          // node 0: the empty stack
+  sets_.push_back({});                  // state 0: dead
+  accepting_.push_back(false);
+  table_.assign(size_t(num_symbols_), kDeadState);  // dead stays dead
+  std::vector<int32_t> start;
+  ++round_;
+  for (int32_t pos : rule_starts_[size_t(grammar.root())]) Expand(Intern(pos, 0), start, 0);
+  start_ = InternSet(std::move(start));
+}
+
+int32_t Automaton::Intern(int32_t pos, int32_t parent) {
+  const uint64_t key = (uint64_t(uint32_t(pos)) << 32) | uint32_t(parent);
+  auto [it, added] = node_index_.emplace(key, int32_t(nodes_.size()));
+  if (added) nodes_.push_back({pos, parent});
+  return it->second;
+}
+
+StateId Automaton::InternSet(std::vector<int32_t> set) {
+  std::sort(set.begin(), set.end());
+  set.erase(std::unique(set.begin(), set.end()), set.end());
+  if (set.empty()) return kDeadState;
+  uint64_t h = set.size();
+  for (int32_t x : set) h = Mix(h, uint64_t(x));
+  std::vector<StateId>& bucket = set_index_[h];
+  for (StateId s : bucket)
+    if (sets_[size_t(s)] == set) return s;
+  const StateId id = StateId(sets_.size());
+  accepting_.push_back(set.front() == 0);
+  sets_.push_back(std::move(set));
+  table_.resize(table_.size() + size_t(num_symbols_), -1);
+  bucket.push_back(id);
+  return id;
+}
+
+// Brings stack `node` to a form whose top is a symbol class (or the empty stack), appending
+// every such stack to `out`: an ended alternative pops to its parent, a rule reference
+// becomes one stack per alternative, above the continuation after the reference.
+void Automaton::Expand(int32_t node, std::vector<int32_t>& out, int depth) {
+  if (depth > kMaxExpandDepth) throw GrammarError("grammar: left recursion (a rule reaches itself before any input)");
+  if (stamp_.size() < nodes_.size()) stamp_.resize(nodes_.size() * 2, 0);
+  if (stamp_[size_t(node)] == round_) return;  // expanded already in this round (also breaks ε loops)
+  stamp_[size_t(node)] = round_;
+  if (node == 0) {
+    out.push_back(0);
+    return;
+  }
+  const Node n = nodes_[size_t(node)];
+  const Op op = program_[size_t(n.pos)];
+  if (op.kind == kEnd) return Expand(n.parent, out, depth + 1);
+  if (op.kind == 0) {
+    out.push_back(node);
+    return;
+  }
+  // A reference: continue after it once the rule ends (a tail call keeps no entry).
+  const int32_t base = program_[size_t(n.pos + 1)].kind == kEnd ? n.parent : Intern(n.pos + 1, n.parent);
+  for (int32_t start : rule_starts_[size_t(op.index)]) {
+    Expand(Intern(start, base), out, depth + 1);
+  }
+}
+
+StateId Automaton::Compute(StateId state, Symbol symbol) {
+  std::vector<int32_t> next;
+  ++round_;
+  for (int32_t node : sets_[size_t(state)]) {
+    if (node == 0) continue;  // complete: nothing more to match
+    const Node n = nodes_[size_t(node)];
+    if (!classes_[size_t(program_[size_t(n.pos)].index)].Matches(symbol)) continue;
+    const int32_t after = program_[size_t(n.pos + 1)].kind == kEnd ? n.parent : Intern(n.pos + 1, n.parent);
+    Expand(after, next, 0);
+  }
+  return InternSet(std::move(next));
+}
+
+}  // namespace cedar::grammar

@@ -1,0 +1,85 @@
+// The pushdown automaton of a Grammar, run over symbols (bytes and specials).
+//
+// A parse position is a stack: its top is the next element to match (always a symbol class
+// once expanded), the entries below are where to continue after the current rule ends. Stacks
+// are persistent and hash-consed (a node is (position, parent); equal stacks are the same id),
+// so a configuration of the parser, the set of stacks still alive (grammars may be ambiguous,
+// e.g. anyOf of integer and number), is a sorted vector of ids, itself interned as a StateId.
+// The empty stack (id 0) means "the grammar is complete here".
+//
+// Next(state, symbol) is memoised in a table filled lazily: the automaton becomes, as it runs,
+// a DFA over the configurations actually reached. A token's bytes then cost one table lookup
+// each once warm, which is what makes the per-step vocabulary walk (token_matcher.h) cheap,
+// and a configuration met again (each character inside a JSON string leads back to the same
+// one) costs nothing new. States are immutable, so rolling back is forgetting ids.
+//
+// Thread contract: one Automaton per generation (it caches as it runs); not thread-safe.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "grammar/grammar.h"
+
+namespace cedar::grammar {
+
+using StateId = int32_t;
+inline constexpr StateId kDeadState = 0;  // no stack alive: the input left the grammar
+
+class Automaton {
+ public:
+  // Throws GrammarError when the grammar is incomplete (Grammar::Check) or left-recursive.
+  explicit Automaton(const Grammar& grammar);
+
+  StateId Start() const { return start_; }
+  // The state after `symbol`; kDeadState if the grammar does not allow it here.
+  StateId Next(StateId state, Symbol symbol) {
+    const size_t at = size_t(state) * size_t(num_symbols_) + size_t(symbol);
+    if (table_[at] < 0) {
+      const StateId next = Compute(state, symbol);  // may grow table_
+      table_[at] = next;
+    }
+    return table_[at];
+  }
+  // True when the input so far is a complete sentence of the grammar.
+  bool Accepting(StateId state) const { return accepting_[size_t(state)]; }
+  // True when nothing can follow (complete, and no stack has input left to match).
+  bool Finished(StateId state) const { return accepting_[size_t(state)] && sets_[size_t(state)].size() == 1; }
+  int32_t num_symbols() const { return num_symbols_; }
+  const std::vector<std::string>& special_names() const { return special_names_; }
+  size_t num_states() const { return sets_.size(); }
+
+ private:
+  static constexpr int32_t kEnd = -1;  // element kind marker in the flat program
+  struct Node {
+    int32_t pos;     // index into program_ (a class element, or kEnd only transiently)
+    int32_t parent;  // node id; 0 = the bottom
+  };
+  struct Op {
+    int32_t kind;    // kEnd, 0 = class, 1 = ref
+    int32_t index;   // class or rule
+  };
+  int32_t Intern(int32_t pos, int32_t parent);
+  StateId InternSet(std::vector<int32_t> set);
+  void Expand(int32_t node, std::vector<int32_t>& out, int depth);
+  StateId Compute(StateId state, Symbol symbol);
+
+  std::vector<Op> program_;                        // every alternative, each ended by kEnd
+  std::vector<std::vector<int32_t>> rule_starts_;  // per rule: where its alternatives start
+  std::vector<SymbolClass> classes_;
+  std::vector<std::string> special_names_;
+  int32_t num_symbols_ = 256;
+
+  std::vector<Node> nodes_;                        // node 0 = the empty stack
+  std::unordered_map<uint64_t, int32_t> node_index_;
+  std::vector<std::vector<int32_t>> sets_;         // StateId -> sorted node ids
+  std::unordered_map<uint64_t, std::vector<StateId>> set_index_;  // hash -> candidates
+  std::vector<bool> accepting_;
+  std::vector<uint32_t> stamp_;                    // per node: the Expand round that last saw it
+  uint32_t round_ = 0;
+  std::vector<int32_t> table_;                     // [state][symbol] -> next, -1 = not computed
+  StateId start_ = kDeadState;
+};
+
+}  // namespace cedar::grammar

@@ -1,0 +1,182 @@
+#include "grammar/token_matcher.h"
+
+#include <algorithm>
+#include <bit>
+#include <limits>
+#include <numeric>
+
+namespace cedar::grammar {
+
+namespace {
+// Masks kept per matcher before the cache starts over (a mask of 129,280 ids is 16 KiB).
+constexpr size_t kMaxCachedMasks = 512;
+}  // namespace
+
+TokenVocab::TokenVocab(const std::vector<std::string>& token_bytes,
+                       const std::vector<std::pair<int32_t, std::string>>& specials)
+    : vocab_size_(int32_t(token_bytes.size())), bytes_(token_bytes), specials_(specials) {
+  std::vector<int32_t> order;
+  for (int32_t id = 0; id < vocab_size_; ++id)
+    if (!bytes_[size_t(id)].empty()) order.push_back(id);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return bytes_[size_t(a)] < bytes_[size_t(b)]; });
+  // Sorted insertion builds the trie in preorder: each string shares its longest common prefix
+  // with the previous one, and only the rest becomes new nodes, appended.
+  std::vector<int32_t> path;  // path[d] = node at depth d + 1 of the previous string
+  std::string prev;
+  std::vector<std::vector<int32_t>> ids_at;
+  for (int32_t id : order) {
+    const std::string& s = bytes_[size_t(id)];
+    size_t common = 0;
+    while (common < s.size() && common < prev.size() && s[common] == prev[common]) ++common;
+    path.resize(common);
+    for (size_t d = common; d < s.size(); ++d) {
+      path.push_back(int32_t(node_byte_.size()));
+      node_byte_.push_back(uint8_t(s[d]));
+      node_depth_.push_back(uint16_t(std::min<size_t>(d + 1, std::numeric_limits<uint16_t>::max())));
+      ids_at.emplace_back();
+    }
+    ids_at[size_t(path.back())].push_back(id);
+    max_depth_ = std::max(max_depth_, int(s.size()));
+    prev = s;
+  }
+  const int32_t n = int32_t(node_byte_.size());
+  subtree_end_.assign(size_t(n), n);
+  std::vector<int32_t> open;  // nodes whose subtree is still open, by depth
+  for (int32_t i = 0; i < n; ++i) {
+    while (!open.empty() && node_depth_[size_t(open.back())] >= node_depth_[size_t(i)]) {
+      subtree_end_[size_t(open.back())] = i;
+      open.pop_back();
+    }
+    open.push_back(i);
+  }
+  token_begin_.reserve(size_t(n) + 1);
+  for (int32_t i = 0; i < n; ++i) {
+    token_begin_.push_back(int32_t(token_ids_.size()));
+    token_ids_.insert(token_ids_.end(), ids_at[size_t(i)].begin(), ids_at[size_t(i)].end());
+  }
+  token_begin_.push_back(int32_t(token_ids_.size()));
+}
+
+int32_t TokenVocab::SpecialId(std::string_view name) const {
+  for (const auto& [id, n] : specials_)
+    if (n == name) return id;
+  return -1;
+}
+
+int64_t TokenMask::Count() const {
+  int64_t c = 0;
+  for (uint64_t w : words) c += std::popcount(w);
+  return c;
+}
+
+TokenMatcher::TokenMatcher(std::shared_ptr<Automaton> automaton, std::shared_ptr<const TokenVocab> vocab,
+                           std::vector<int32_t> end_ids)
+    : automaton_(std::move(automaton)), vocab_(std::move(vocab)), end_ids_(std::move(end_ids)) {
+  const auto& names = automaton_->special_names();
+  for (size_t k = 0; k < names.size(); ++k) {
+    const int32_t id = vocab_->SpecialId(names[k]);
+    if (id < 0) throw GrammarError("grammar: the special token " + names[k] + " is not in the vocabulary");
+    special_symbols_.emplace_back(id, kFirstSpecial + Symbol(k));
+  }
+  for (int32_t id : end_ids_) {
+    if (id < 0 || id >= vocab_->size()) {
+      throw GrammarError("grammar: end id " + std::to_string(id) + " is outside the vocabulary (size " +
+                         std::to_string(vocab_->size()) + ")");
+    }
+  }
+  history_.push_back(automaton_->Start());
+  walk_.resize(size_t(vocab_->max_depth_) + 1);
+}
+
+void TokenMatcher::Compute(StateId s, TokenMask& mask) {
+  const TokenVocab& v = *vocab_;
+  mask.words.assign((size_t(v.size()) + 63) / 64, 0);
+  Automaton& a = *automaton_;
+  walk_[0] = s;
+  const int32_t n = int32_t(v.node_byte_.size());
+  for (int32_t i = 0; i < n;) {
+    const int d = v.node_depth_[size_t(i)];
+    const StateId next = a.Next(walk_[size_t(d - 1)], v.node_byte_[size_t(i)]);
+    if (next == kDeadState) {
+      i = v.subtree_end_[size_t(i)];  // no token starting with this prefix fits
+      continue;
+    }
+    walk_[size_t(d)] = next;
+    for (int32_t k = v.token_begin_[size_t(i)]; k < v.token_begin_[size_t(i) + 1]; ++k) mask.Set(v.token_ids_[size_t(k)]);
+    ++i;
+  }
+  for (const auto& [id, sym] : special_symbols_)
+    if (a.Next(s, sym) != kDeadState) mask.Set(id);
+  if (a.Accepting(s))
+    for (int32_t id : end_ids_) mask.Set(id);
+}
+
+const TokenMask& TokenMatcher::Mask() {
+  const StateId s = history_.back();
+  if (ended_) {
+    auto [it, added] = cache_.try_emplace(kDeadState);
+    if (added) it->second.words.assign((size_t(vocab_->size()) + 63) / 64, 0);
+    return it->second;
+  }
+  auto it = cache_.find(s);
+  if (it != cache_.end()) return it->second;
+  if (cache_.size() >= kMaxCachedMasks) cache_.clear();
+  TokenMask& m = cache_[s];
+  Compute(s, m);
+  return m;
+}
+
+int64_t TokenMatcher::ApplyMask(std::span<float> logits) {
+  const TokenMask& m = Mask();
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const size_t v = std::min(logits.size(), size_t(vocab_->size()));
+  int64_t allowed = 0;
+  for (size_t w = 0; w * 64 < v; ++w) {
+    const uint64_t bits = m.words[w];
+    allowed += std::popcount(bits);
+    if (bits == ~0ull) continue;
+    const size_t end = std::min(v, w * 64 + 64);
+    for (size_t i = w * 64; i < end; ++i)
+      if (!((bits >> (i - w * 64)) & 1)) logits[i] = ninf;
+  }
+  for (size_t i = v; i < logits.size(); ++i) logits[i] = ninf;
+  return allowed;
+}
+
+bool TokenMatcher::AcceptToken(int32_t id) {
+  if (ended_ || id < 0 || id >= vocab_->size()) return false;
+  Automaton& a = *automaton_;
+  StateId s = history_.back();
+  if (std::find(end_ids_.begin(), end_ids_.end(), id) != end_ids_.end()) {
+    if (!a.Accepting(s)) return false;
+    ended_ = true;
+    history_.push_back(s);
+    ended_at_ = history_.size();
+    return true;
+  }
+  const std::string& bytes = vocab_->bytes(id);
+  if (bytes.empty()) {
+    for (const auto& [sid, sym] : special_symbols_) {
+      if (sid != id) continue;
+      s = a.Next(s, sym);
+      if (s == kDeadState) return false;
+      history_.push_back(s);
+      return true;
+    }
+    return false;  // unused, or a special the grammar does not mention
+  }
+  for (char ch : bytes) {
+    s = a.Next(s, Symbol(uint8_t(ch)));
+    if (s == kDeadState) return false;
+  }
+  history_.push_back(s);
+  return true;
+}
+
+void TokenMatcher::Rollback(size_t n) {
+  n = std::min(n, accepted());
+  history_.resize(history_.size() - n);
+  if (ended_ && history_.size() < ended_at_) ended_ = false;
+}
+
+}  // namespace cedar::grammar

@@ -1,0 +1,101 @@
+// Token-level matching: which ids of a tokenizer's vocabulary keep the output inside a grammar.
+//
+// TokenVocab (per tokenizer, built once, immutable) holds every ordinary id's byte string in
+// a trie laid out in preorder (node i's subtree is [i, subtree_end[i])), plus the special ids
+// by name. A mask walks that trie from the current automaton state: one Automaton::Next per
+// trie node, skipping a whole subtree as soon as its prefix leaves the grammar, so tokens
+// whose bytes cross several grammar steps (a BPE token like `","` closes a string, adds a
+// comma and opens the next key) are judged exactly, and a 129K vocabulary costs a few hundred
+// thousand table lookups per cold state and nothing for a state met before (the masks are
+// cached per automaton state).
+//
+// TokenMatcher (per generation) keeps the state history: AcceptToken advances, Rollback(n)
+// forgets the last n tokens (states are immutable, so this is O(n); for speculative decoding).
+//
+// Thread contract: TokenVocab is immutable and shared; a TokenMatcher belongs to one turn.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "grammar/automaton.h"
+
+namespace cedar::grammar {
+
+class TokenVocab {
+ public:
+  // `token_bytes[id]`: the bytes of ordinary id `id` ("" for special and unused ids);
+  // `specials`: (id, name) of the special ids. Ids are dense: [0, token_bytes.size()).
+  TokenVocab(const std::vector<std::string>& token_bytes, const std::vector<std::pair<int32_t, std::string>>& specials);
+
+  int32_t size() const { return vocab_size_; }
+  const std::string& bytes(int32_t id) const { return bytes_[size_t(id)]; }
+  // The special id named `name`, or -1.
+  int32_t SpecialId(std::string_view name) const;
+  size_t trie_nodes() const { return node_byte_.size(); }
+
+ private:
+  friend class TokenMatcher;
+  int32_t vocab_size_ = 0;
+  std::vector<std::string> bytes_;
+  std::vector<std::pair<int32_t, std::string>> specials_;
+  // The trie in preorder (root not stored): per node its byte, depth (>= 1), subtree end, and
+  // the ids whose bytes end here (token_ids_[token_begin_[i] .. token_begin_[i + 1])).
+  std::vector<uint8_t> node_byte_;
+  std::vector<uint16_t> node_depth_;
+  std::vector<int32_t> subtree_end_;
+  std::vector<int32_t> token_begin_;
+  std::vector<int32_t> token_ids_;
+  int max_depth_ = 0;
+};
+
+// A bitset over the vocabulary: bit id set = the id is allowed.
+struct TokenMask {
+  std::vector<uint64_t> words;
+  bool Test(int32_t id) const { return (words[size_t(id) >> 6] >> (id & 63)) & 1; }
+  void Set(int32_t id) { words[size_t(id) >> 6] |= 1ull << (id & 63); }
+  int64_t Count() const;
+};
+
+class TokenMatcher {
+ public:
+  // `end_ids`: ids that end the generation (allowed exactly when the grammar is complete).
+  // Special symbols of the grammar are matched to the vocab's special ids by name; a symbol
+  // the vocab lacks can never be produced (throws GrammarError naming it, since the grammar
+  // could then never complete a path through it).
+  TokenMatcher(std::shared_ptr<Automaton> automaton, std::shared_ptr<const TokenVocab> vocab,
+               std::vector<int32_t> end_ids);
+
+  // The ids allowed next. The mask is computed once per automaton state and cached.
+  const TokenMask& Mask();
+  // Sets logits of disallowed ids to -inf. logits: [vocab] (a longer vector's tail, e.g. a
+  // padded vocab, is disallowed too). Returns the number of allowed ids (0: nothing may
+  // follow, e.g. the grammar is complete and there are no end ids).
+  int64_t ApplyMask(std::span<float> logits);
+  // Consumes one id; false (and no change) when the grammar does not allow it.
+  bool AcceptToken(int32_t id);
+  void Rollback(size_t n);           // forgets the last n accepted ids (n <= accepted())
+  size_t accepted() const { return history_.size() - 1; }
+  bool Accepting() const { return automaton_->Accepting(history_.back()); }
+  bool Ended() const { return ended_; }  // an end id was accepted
+  StateId state() const { return history_.back(); }
+  // Whether the next Mask() is a cache hit (for benchmarks: a miss walks the trie).
+  bool Cached() const { return ended_ || cache_.count(history_.back()) > 0; }
+
+ private:
+  void Compute(StateId s, TokenMask& mask);
+  std::shared_ptr<Automaton> automaton_;
+  std::shared_ptr<const TokenVocab> vocab_;
+  std::vector<int32_t> end_ids_;
+  std::vector<std::pair<int32_t, Symbol>> special_symbols_;  // (vocab id, grammar symbol)
+  std::vector<StateId> history_;     // history_[0] = start; one entry per accepted id
+  bool ended_ = false;
+  size_t ended_at_ = 0;              // history size when the end id was accepted
+  std::unordered_map<StateId, TokenMask> cache_;
+  std::vector<StateId> walk_;        // per trie depth: the state after that prefix
+};
+
+}  // namespace cedar::grammar
