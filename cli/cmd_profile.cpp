@@ -132,7 +132,8 @@ int RunProfile(int argc, char** argv) {
     std::string list;
     for (const std::string& w : stray) list += (list.empty() ? "'" : ", '") + w + "'";
     throw std::invalid_argument("unexpected argument" + std::string(stray.size() > 1 ? "s " : " ") + list +
-                                " (no flag takes it; options start with --, see cedar profile --help)");
+                                " (no flag takes " + std::string(stray.size() > 1 ? "them" : "it") +
+                                "; options start with --, see cedar profile --help)");
   }
   o.traces = traces;
   if (!profile::ParseFormat(format, &o.format)) {
@@ -160,7 +161,6 @@ int RunProfile(int argc, char** argv) {
   else if (progress == "off") o.progress = 0;
   else if (progress != "auto") throw std::invalid_argument("--progress: expected auto, on or off, found '" + progress + "'");
   if (vm.count("no-progress")) o.progress = 0;
-  if (o.live) o.max_output_tokens = live.max_tokens;  // the simulation caches what the server generates
   o.command_line = JoinArgs(argc, argv);
   const profile::ProfileResult r = profile::RunProfile(o, std::cerr);
   std::cout << profile::SummaryTable(r.report);

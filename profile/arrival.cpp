@@ -22,15 +22,19 @@ ArrivalModel ParseArrival(const std::string& s, uint64_t seed) {
   const std::string kind = s.substr(0, colon);
   const std::string arg = colon == std::string::npos ? "" : s.substr(colon + 1);
   if (kind == "recorded" && colon == std::string::npos) return m;
-  if (kind == "poisson" && !arg.empty()) {
-    m.kind = ArrivalKind::kPoisson;
-    m.per_minute = ParseRealFlag<double>("--arrival poisson:R", arg, 0.0, 1e9, true);
-    return m;
-  }
-  if (kind == "concurrency" && !arg.empty()) {
-    m.kind = ArrivalKind::kConcurrency;
-    m.concurrency = ParseIntFlag<int>("--arrival concurrency:N", arg, 1, 1 << 24);
-    return m;
+  try {
+    if (kind == "poisson" && !arg.empty()) {
+      m.kind = ArrivalKind::kPoisson;
+      m.per_minute = ParseRealFlag<double>("R", arg, 0.0, 1e9, true);
+      return m;
+    }
+    if (kind == "concurrency" && !arg.empty()) {
+      m.kind = ArrivalKind::kConcurrency;
+      m.concurrency = ParseIntFlag<int>("N", arg, 1, 1 << 24);
+      return m;
+    }
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("--arrival '" + s + "': " + e.what());
   }
   throw std::invalid_argument("--arrival: " + expected + ", found '" + s + "'");
 }

@@ -266,9 +266,11 @@ ProfileResult RunProfile(const ProfileOptions& o, std::ostream& log) {
   if (o.limit > 0 && trace.requests.size() >= o.limit) {
     log << fmt::format("--limit: stopped reading after {} requests (files in path order)\n", o.limit);
   }
-  if (o.max_output_tokens >= 0) {
-    // The server answers with at most this many tokens, so the simulation caches no more.
-    for (TraceRequest& r : trace.requests) r.output_tokens = std::min(r.output_tokens, o.max_output_tokens);
+  // Live: the server answers with at most --live-max-tokens tokens, so the simulation caches no
+  // more (else the two disagree once the caches evict).
+  const int64_t max_output = live ? live->options().max_tokens : o.max_output_tokens;
+  if (max_output >= 0) {
+    for (TraceRequest& r : trace.requests) r.output_tokens = std::min(r.output_tokens, max_output);
   }
   const ArrivalModel arrival = ParseArrival(o.arrival, o.seed);
   const std::vector<ConversationSpan> spans = ApplyArrival(arrival, &trace);
