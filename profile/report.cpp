@@ -299,8 +299,10 @@ std::string SummaryTable(const json& report) {
   }
   if (report.contains("working_set") && report["sweep"].size() >= 2) {
     const json& w = report["working_set"];
-    const auto at = [](const json& v) { return v.is_null() ? std::string("not within the sweep") : FormatBudget(v.get<uint64_t>()); };
-    s += fmt::format("working set: Cedar reaches the ideal (within {:g}) at {}; the decoder-only LRU baseline at {}\n",
+    const auto at = [](const json& v) {
+      return v.is_null() ? std::string("not within the sweep") : "at " + FormatBudget(v.get<uint64_t>());
+    };
+    s += fmt::format("working set: Cedar reaches the ideal (within {:g}): {}; the decoder-only LRU baseline: {}\n",
                      w["within"].get<double>(), at(w["cedar_reaches_ideal_at"]), at(w["decoder_only_reaches_ideal_at"]));
   }
   s += fmt::format("{:<32} {:>9} {:>17} {:>14} {:>12} {:>12} {:>10} {:>10}\n", "design", "hit rate",
