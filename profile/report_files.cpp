@@ -369,7 +369,8 @@ std::string IndexHtml(const json& r, const std::vector<Figure>& figures, const R
                    m["decoder_only_bytes_per_token"].get<double>(), m["decoder_only_kv_dtype"].get<std::string>());
   h += fmt::format("<p>Budgets, the same for both caches: RAM {}, disk {}. Pages of {} tokens (Cedar), "
                    "blocks of {} tokens (decoder-only LRU).</p>\n",
-                   FormatBudget(c["ram_budget"].get<uint64_t>()), FormatBudget(c["disk_budget"].get<uint64_t>()),
+                   FormatBudget(c["ram_budget"].get<uint64_t>()),
+                   c["disk_budget"].get<uint64_t>() ? FormatBudget(c["disk_budget"].get<uint64_t>()) : std::string("none"),
                    c["page_tokens"].get<int>(), c["decoder_only_block_tokens"].get<int>());
   if (c["payload_scale"].get<uint64_t>() > 1) {
     h += fmt::format("<p class=\"note\">Payloads and budgets were divided by {} (--payload-scale) and bytes scaled "
