@@ -17,13 +17,16 @@ namespace cedar::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: cedar profile --trace FILE|DIR [--trace ...] [--preset flash|small | --model DIR]\n"
-    "                     [--cache-ram 16G] [--cache-disk 0] [--cache-dir DIR] [--sweep-ram 1G,4G,16G]\n"
-    "                     [--calibrate | --units-per-s X] [--out DIR] [--strict] [--progress]\n"
+    "usage: cedar profile --trace FILE|DIR [FILE|DIR ...] [--preset flash|small | --model DIR]\n"
+    "                     [--arrival recorded|poisson:R|concurrency:N] [--seed S] [--kv-dtype auto|f32|bf16|fp8|released]\n"
+    "                     [--cache-ram 16G] [--cache-disk 0] [--cache-dir DIR] [--sweep-ram auto|1G,4G,16G]\n"
+    "                     [--calibrate | --units-per-s X] [--out DIR] [--strict] [--progress auto|on|off]\n"
     "       cedar profile --live [--socket PATH | --url http://HOST:PORT] [--time-scale 0] [--concurrency 1] --trace ...\n\n"
     "Replays agent traces (claude-code JSON, mooncake JSONL) through the real prefix cache with payloads\n"
     "sized for the model, and compares Cedar with a decoder-only model (LRU block cache, and no cache)\n"
     "and the CED model without cache. Writes DIR/index.html, report.json and plots.\n"
+    "Arrivals (--arrival, default recorded: every trace file starts at t = 0, all conversations at once):\n"
+    "poisson:R starts R conversations per minute, concurrency:N keeps N active; see docs/PROFILE.md.\n"
     "With --live the same requests also go to a running `cedar serve`, the simulation takes the server's\n"
     "model, page size, budgets and restore policy, and the report puts measured hits and TTFT next to it.";
 
@@ -51,40 +54,54 @@ std::string JoinArgs(int argc, char** argv) {
 int RunProfile(int argc, char** argv) {
   profile::ProfileOptions o;
   std::vector<std::string> traces;
-  std::string format = "auto", sweep, restore = "staircase";
+  std::string format = "auto", sweep, restore = "staircase", progress = "auto";
+  std::vector<std::string> stray;
   profile_live::ServerAddress server;
   std::string socket, url;
   profile::LiveOptions live;
   po::options_description desc("cedar profile");
   desc.add_options()("help,h", "show this help")(
-      "trace", po::value(&traces)->composing(), "trace file or directory (repeatable)")(
+      "trace", po::value(&traces)->multitoken()->composing(), "trace files or directories (several after one --trace, "
+      "or repeated; all are read)")(
+      "arrival", po::value(&o.arrival)->default_value("recorded"),
+      "when conversations start: recorded (default: every file at t = 0) | poisson:R (R new conversations per "
+      "minute, seeded by --seed) | concurrency:N (at most N active; the next starts when one ends)")(
+      "kv-dtype", po::value(&o.kv_dtype)->default_value("auto"),
+      "Cedar's stored KV precision: f32 | bf16 | fp8 | released (FP4 global KV, MXFP4 index keys, FP8 windows: "
+      "890 B/token on flash); auto = released for the flash preset or a released model, else f32")(
+      "baseline-kv-dtype", po::value(&o.baseline_kv_dtype)->default_value("auto"),
+      "the decoder-only baseline's KV precision: f32 | bf16 | fp8 | released; auto = fp8 (E4M3 with UE8M0 "
+      "scales per 32, as vLLM's --kv-cache-dtype fp8) unless Cedar's is f32")(
       "format", po::value(&format)->default_value("auto"), "auto | claude-code | mooncake")(
       "strict", po::bool_switch(&o.strict), "stop at the first malformed trace entry (default: report and skip)")(
       "model", po::value(&o.model_dir), "model directory (config.json; its weights are used by --calibrate)")(
       "preset", po::value(&o.preset)->default_value("flash"), "tiny | small | flash, when no --model")(
-      "kv-dtype", po::value(&o.kv_dtype), "f32 | released: size pages and snapshots at this KV precision (default: the model's)")(
       "cache-ram", BytesOption("--cache-ram", &o.cache_ram, "16G"), "RAM budget of each cache")(
       "cache-disk", BytesOption("--cache-disk", &o.cache_disk, "0"), "disk budget of each cache (0 = no disk tier)")(
       "cache-dir", po::value(&o.cache_dir), "parent folder for the simulated disk tiers (default: a temp folder)")(
-      "sweep-ram", po::value(&sweep), "more RAM budgets to compare, e.g. 1G,4G,16G,64G")(
+      "sweep-ram", po::value(&sweep), "more RAM budgets to compare, e.g. 1G,4G,16G,64G, or auto: 8 powers of two "
+      "up to where Cedar reaches the ideal")(
       "page-tokens", IntOption<size_t>("--page-tokens", &o.page_tokens, 1, 1 << 16), "Cedar's page size in tokens")(
       "block-tokens", IntOption<size_t>("--block-tokens", &o.block_tokens, 1, 1 << 16), "the decoder-only baseline's block size")(
       "calibrate", po::bool_switch(&o.calibrate), "measure layer-token units/s with the engine (small preset or --model)")(
       "calibrate-seconds", RealOption("--calibrate-seconds", &o.calibrate_seconds, 0.0, 3600.0, true), "length of the calibration run")(
       "units-per-s", RealOption("--units-per-s", &o.units_per_s, 0.0, 1e18), "layer-token units per second (e.g. measured on a GPU)")(
       "disk-gbs", RealOption("--disk-gbs", &o.disk_gbs, 0.0, 1e6, true), "disk-tier read rate in GB/s, for TTFT")(
-      "seed", IntOption<uint64_t>("--seed", &o.seed, 0, UINT64_MAX), "seed of the block-id -> tokens generator")(
+      "seed", IntOption<uint64_t>("--seed", &o.seed, 0, UINT64_MAX),
+      "seed of the block-id -> tokens generator and of --arrival poisson")(
       "payload-scale", IntOption<uint64_t>("--payload-scale", &o.payload_scale, 1, 1 << 20),
       "divide payloads and budgets by K so a disk tier writes 1/K of the bytes (see docs/PROFILE.md)")(
       "threads", IntOption("--threads", &o.threads, 0, 4096), "worker threads for the simulated caches (0 = one per core)")(
       "out", po::value(&o.out)->default_value("out/profile"), "report folder")(
       "no-plots", "write plot data and scripts but do not run gnuplot")(
-      "progress", "show the progress bar even when stderr is not a terminal")(
-      "no-progress", "never show the progress bar")(
+      "progress", po::value(&progress)->default_value("auto")->implicit_value("on"),
+      "progress bar: auto (when stderr is a terminal) | on | off")(
+      "no-progress", "never show the progress bar (--progress off)")(
       "restore-policy", po::value(&restore)->default_value("staircase"),
       "Cedar's simulated restore: staircase | replay | recompute | optimistic (docs/PROFILE.md; --live takes the "
       "server's)")(
-      "limit", IntOption<size_t>("--limit", &o.limit, 0, SIZE_MAX), "replay only the first N requests (0 = all)");
+      "limit", IntOption<size_t>("--limit", &o.limit, 0, SIZE_MAX),
+      "stop reading after N requests, files in path order (0 = all)");
   po::options_description live_desc("live mode (--live)");
   live_desc.add_options()("live", po::bool_switch(&o.live), "also replay against a running `cedar serve`")(
       "socket", po::value(&socket), ("the server's Unix socket (default " + server::DefaultSocketPath() + ")").c_str())(
@@ -97,18 +114,35 @@ int RunProfile(int argc, char** argv) {
       "cap on each request's output tokens (-1 = the trace's count)")(
       "request-timeout", RealOption("--request-timeout", &live.request_timeout_s, 0.0, 1e6, true), "seconds one request may take");
   desc.add(live_desc);
+  // Words that no flag takes land here and are refused (never silently ignored).
+  po::options_description hidden;
+  hidden.add_options()("stray", po::value(&stray));
+  po::options_description all;
+  all.add(desc).add(hidden);
+  po::positional_options_description positional;
+  positional.add("stray", -1);
   po::variables_map vm;
-  po::store(po::parse_command_line(argc, argv, desc), vm);
+  po::store(po::command_line_parser(argc, argv).options(all).positional(positional).run(), vm);
   if (vm.count("help")) {
     std::cout << kUsage << "\n\n" << desc << "\n";
     return 0;
   }
   po::notify(vm);
+  if (!stray.empty()) {
+    std::string list;
+    for (const std::string& w : stray) list += (list.empty() ? "'" : ", '") + w + "'";
+    throw std::invalid_argument("unexpected argument" + std::string(stray.size() > 1 ? "s " : " ") + list +
+                                " (no flag takes " + std::string(stray.size() > 1 ? "them" : "it") +
+                                "; options start with --, see cedar profile --help)");
+  }
   o.traces = traces;
   if (!profile::ParseFormat(format, &o.format)) {
     throw std::invalid_argument("--format: expected auto, claude-code or mooncake, found " + format);
   }
-  for (const std::string& item : ParseListItems(sweep)) o.sweep_ram.push_back(ParseBytesOption("--sweep-ram", item, 1, kMaxBytesOption));
+  for (const std::string& item : ParseListItems(sweep)) {
+    if (item == "auto") o.sweep_auto = true;
+    else o.sweep_ram.push_back(ParseBytesOption("--sweep-ram", item, 1, kMaxBytesOption));
+  }
   o.plots = vm.count("no-plots") == 0;
   if (!profile::ParseRestorePolicy(restore, &o.restore)) {
     throw std::invalid_argument("--restore-policy: expected staircase, replay, recompute or optimistic, found " + restore);
@@ -123,7 +157,9 @@ int RunProfile(int argc, char** argv) {
   } else if (!socket.empty() || !url.empty()) {
     throw std::invalid_argument("--socket and --url need --live");
   }
-  if (vm.count("progress")) o.progress = 1;
+  if (progress == "on") o.progress = 1;
+  else if (progress == "off") o.progress = 0;
+  else if (progress != "auto") throw std::invalid_argument("--progress: expected auto, on or off, found '" + progress + "'");
   if (vm.count("no-progress")) o.progress = 0;
   o.command_line = JoinArgs(argc, argv);
   const profile::ProfileResult r = profile::RunProfile(o, std::cerr);

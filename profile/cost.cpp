@@ -35,15 +35,16 @@ int64_t DecoderOnlyUnits(const ModelConfig& c, int64_t n, int64_t hit) {
 
 uint64_t StateBytes::Snapshot(const ModelConfig& c, int64_t position) const {
   const int64_t rows = std::min<int64_t>(c.window, position);
-  // Encoder window rows at the model's KV precision, H_E rows in F32 (cache/state_codec.h).
-  return uint64_t(int64_t(c.n_encoder_layers) * rows * int64_t(WindowRowBytes(c)) + rows * c.dim * 4);
+  return uint64_t(std::llround(double(rows) * snapshot_row));
 }
 
-StateBytes ComputeStateBytes(const ModelConfig& c, size_t cedar_page_tokens, size_t decoder_only_page_tokens) {
-  const ModelInfo info = ComputeInfo(c);
+StateBytes ComputeStateBytes(const ModelConfig& c, size_t cedar_page_tokens, size_t decoder_only_page_tokens,
+                             KvPrecision kv) {
   StateBytes b;
-  b.cedar_page = uint64_t(std::llround(info.cached_bytes_per_token * double(cedar_page_tokens)));
-  b.decoder_only_page = uint64_t(std::llround(info.decoder_only_bytes_per_token * double(decoder_only_page_tokens)));
+  b.cedar_page = uint64_t(std::llround(CedarBytesPerToken(c, kv.cedar) * double(cedar_page_tokens)));
+  b.decoder_only_page =
+      uint64_t(std::llround(DecoderOnlyBytesPerToken(c, kv.decoder_only) * double(decoder_only_page_tokens)));
+  b.snapshot_row = SnapshotRowBytes(c, kv.cedar);
   return b;
 }
 

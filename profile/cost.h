@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/config.h"
+#include "profile/kv_bytes.h"
 
 namespace cedar::profile {
 
@@ -28,14 +29,16 @@ int64_t CedNoCacheUnits(const ModelConfig& c, int64_t n);
 // the cost is max(n - hit, 1)·L. hit = 0 is the no-cache baseline n·L.
 int64_t DecoderOnlyUnits(const ModelConfig& c, int64_t n, int64_t hit);
 
-// Bytes of cached state (F32, as engine/info.h counts them).
+// Bytes of cached state at the precisions of `kv` (profile/kv_bytes.h; F32 = engine/info.h).
 struct StateBytes {
   uint64_t cedar_page = 0;         // all pools' entries + index keys of one page of tokens
   uint64_t decoder_only_page = 0;  // K=V of all L layers for one page (the decoder-only baseline)
+  double snapshot_row = 0;         // one row of a boundary snapshot (E window rows + an H_E row)
   // Boundary snapshot after P tokens: encoder windows E·min(W,P)·c + H_E tail min(W,P)·d (spec §6).
   uint64_t Snapshot(const ModelConfig& c, int64_t position) const;
 };
-StateBytes ComputeStateBytes(const ModelConfig& c, size_t cedar_page_tokens, size_t decoder_only_page_tokens);
+StateBytes ComputeStateBytes(const ModelConfig& c, size_t cedar_page_tokens, size_t decoder_only_page_tokens,
+                             KvPrecision kv = {});
 
 // Units to seconds. A decoder-only model of the same size runs a layer-token unit as fast as the
 // CED model (the same layer), so one rate serves every design.

@@ -12,7 +12,9 @@
 #include <fmt/format.h>
 
 #include "cache/byte_size.h"
+#include "profile/arrival.h"
 #include "profile/cost.h"
+#include "profile/ideal.h"
 #include "profile/progress.h"
 #include "profile/simulator.h"
 #include "profile/synth.h"
@@ -44,6 +46,30 @@ std::string FormatBytes(uint64_t b) {
   return fmt::format("{:g}{}", std::round(v * 100) / 100, units[k]);
 }
 
+KvPrecision ResolveKvPrecision(const ProfileOptions& o, const ModelConfig& model, const std::string& model_name) {
+  KvPrecision kv;
+  if (o.kv_dtype == "auto") {
+    kv.cedar = model_name == "preset flash" || model.kv_dtype == "released" ? KvDtype::kReleased : KvDtype::kF32;
+  } else if (!ParseKvDtype(o.kv_dtype, &kv.cedar)) {
+    throw std::invalid_argument("--kv-dtype: expected auto, f32, bf16, fp8 or released, found '" + o.kv_dtype + "'");
+  }
+  if (o.baseline_kv_dtype == "auto") {
+    kv.decoder_only = kv.cedar == KvDtype::kF32 ? KvDtype::kF32 : KvDtype::kFp8;
+  } else if (!ParseKvDtype(o.baseline_kv_dtype, &kv.decoder_only)) {
+    throw std::invalid_argument("--baseline-kv-dtype: expected auto, f32, bf16, fp8 or released, found '" +
+                                o.baseline_kv_dtype + "'");
+  }
+  return kv;
+}
+
+std::vector<uint64_t> AutoSweepBudgets(uint64_t ideal_bytes) {
+  uint64_t top = 1ull << 20;  // at least 1 MiB
+  while (top < ideal_bytes && top < (1ull << 50)) top <<= 1;
+  std::vector<uint64_t> v;
+  for (int k = 7; k >= 0; --k) v.push_back(std::max<uint64_t>(1, top >> k));
+  return v;
+}
+
 namespace {
 
 double Since(std::chrono::steady_clock::time_point t0) {
@@ -62,6 +88,15 @@ void CheckOptions(const ProfileOptions& o) {
   if (o.payload_scale == 0) throw std::invalid_argument("--payload-scale must be >= 1");
   for (size_t p : {o.page_tokens, o.block_tokens}) {
     if (p < 2 || (p & (p - 1)) != 0) throw std::invalid_argument("page and block sizes must be powers of two >= 2");
+  }
+  ParseArrival(o.arrival, o.seed);  // throws naming a bad value, before any trace is read
+  KvDtype d;
+  if (o.kv_dtype != "auto" && !ParseKvDtype(o.kv_dtype, &d)) {
+    throw std::invalid_argument("--kv-dtype: expected auto, f32, bf16, fp8 or released, found '" + o.kv_dtype + "'");
+  }
+  if (o.baseline_kv_dtype != "auto" && !ParseKvDtype(o.baseline_kv_dtype, &d)) {
+    throw std::invalid_argument("--baseline-kv-dtype: expected auto, f32, bf16, fp8 or released, found '" +
+                                o.baseline_kv_dtype + "'");
   }
 }
 
@@ -88,17 +123,10 @@ std::pair<ModelConfig, std::string> ResolveModel(const ProfileOptions& o, const 
     }
     return {c, dir};
   }
-  // --kv-dtype sizes pages and snapshots as if the model stored its KV in that precision.
-  auto with_kv = [&](ModelConfig c) {
-    if (o.kv_dtype.empty()) return c;
-    c.kv_dtype = o.kv_dtype;
-    if (const std::string bad = c.Validate(); !bad.empty()) throw std::invalid_argument("--kv-dtype " + o.kv_dtype + ": " + bad);
-    return c;
-  };
-  if (!o.model_dir.empty()) return {with_kv(LoadConfigFile(o.model_dir + "/config.json")), o.model_dir};
+  if (!o.model_dir.empty()) return {LoadConfigFile(o.model_dir + "/config.json"), o.model_dir};
   ModelConfig c;
   if (!PresetConfig(o.preset, &c)) throw std::invalid_argument("unknown preset '" + o.preset + "' (tiny, small, flash)");
-  return {with_kv(c), "preset " + o.preset};
+  return {c, "preset " + o.preset};
 }
 
 CostModel MakeCostModel(const ProfileOptions& o, const ModelConfig& model, std::ostream& log) {
@@ -138,6 +166,20 @@ class TeeDriver : public ReplayDriver {
 // cfg.disk_dir or a temporary folder (removed afterwards).
 ProfileResult Simulate(const ProfileOptions& o, const Trace& trace, SimConfig cfg, ReportInput in, LiveDriver* live,
                        std::ostream& log) {
+  // The ideal first: --sweep-ram auto takes its budgets from the ideal working set.
+  const auto t_ideal = std::chrono::steady_clock::now();
+  IdealDriver ideal(cfg);
+  Replay(trace, TokenSynth(o.seed, cfg.model.vocab_size), ideal);
+  in.ideal = &ideal;
+  log << fmt::format("ideal (a cache that never evicts): computed in {:.2f} s; it would hold {} for Cedar, {} for the "
+                     "decoder-only baseline\n",
+                     Since(t_ideal), FormatBudget(ideal.cedar_bytes()), FormatBudget(ideal.decoder_only_bytes()));
+  if (o.sweep_auto) {
+    for (uint64_t b : AutoSweepBudgets(ideal.cedar_bytes())) cfg.sweep_ram.push_back(b);
+    std::string list;
+    for (uint64_t b : AutoSweepBudgets(ideal.cedar_bytes())) list += (list.empty() ? "" : ", ") + FormatBudget(b);
+    log << "--sweep-ram auto: " << list << "\n";
+  }
   std::string temp_dir;
   if (cfg.disk_budget > 0 && cfg.disk_dir.empty()) {
     temp_dir = (fs::temp_directory_path() / fmt::format("cedar-profile-{}", getpid())).string();
@@ -171,6 +213,16 @@ ProfileResult Simulate(const ProfileOptions& o, const Trace& trace, SimConfig cf
     if (!o.out.empty()) result.files = WriteReport(o.out, result.report, in, o.plots);
   }
   if (!temp_dir.empty()) fs::remove_all(temp_dir);
+  if (live) {
+    size_t answered = 0;
+    for (const LiveOutcome& lo : live->outcomes()) answered += lo.ok;
+    if (answered == 0 && !live->outcomes().empty()) {
+      const LiveOutcome& first = live->outcomes().front();
+      throw std::runtime_error(fmt::format(
+          "live: the server refused all {} requests (first: HTTP {}: {}); the report in {} holds the simulation only",
+          live->outcomes().size(), first.http_status, first.error, o.out));
+    }
+  }
   log << fmt::format("{} {} requests in {:.2f} s\n", live ? "replayed (live and simulated)" : "simulated",
                      trace.requests.size(), result.simulate_s);
   return result;
@@ -206,14 +258,37 @@ ProfileResult RunProfile(const ProfileOptions& o, std::ostream& log) {
   auto [model, model_name] = ResolveModel(o, live ? &live->target() : nullptr);
 
   const auto t_load = std::chrono::steady_clock::now();
-  Trace trace = LoadTraces(o.traces, LoadOptions{o.format, o.strict});
+  Trace trace = LoadTraces(o.traces, LoadOptions{o.format, o.strict, o.limit});
   const double load_s = Since(t_load);
   for (const TraceIssue& is : trace.issues) log << "skipped malformed entry: " << is.where << ": " << is.what << "\n";
   log << fmt::format("read {} requests from {} file(s) in {:.2f} s ({} malformed entries skipped)\n",
                      trace.requests.size(), trace.files.size(), load_s, trace.issues.size());
-  if (o.limit > 0 && trace.requests.size() > o.limit) {
-    trace.requests.resize(o.limit);
-    log << fmt::format("--limit: replaying the first {} requests\n", o.limit);
+  if (o.limit > 0 && trace.requests.size() >= o.limit) {
+    log << fmt::format("--limit: stopped reading after {} requests (files in path order)\n", o.limit);
+  }
+  // Live: the server answers with at most --live-max-tokens tokens, so the simulation caches no
+  // more (else the two disagree once the caches evict).
+  const int64_t max_output = live ? live->options().max_tokens : o.max_output_tokens;
+  if (max_output >= 0) {
+    for (TraceRequest& r : trace.requests) r.output_tokens = std::min(r.output_tokens, max_output);
+  }
+  const ArrivalModel arrival = ParseArrival(o.arrival, o.seed);
+  const std::vector<ConversationSpan> spans = ApplyArrival(arrival, &trace);
+  log << fmt::format("arrival {}: {} conversations, the last starting at {:.0f} s\n", ArrivalName(arrival), spans.size(),
+                     spans.empty() ? 0.0 : spans.back().start);
+  if (live && live->target().max_seq_len > 0 && !trace.requests.empty()) {
+    size_t too_long = 0;
+    for (const TraceRequest& r : trace.requests) too_long += r.input_tokens >= live->target().max_seq_len;
+    if (too_long == trace.requests.size()) {
+      throw std::runtime_error(fmt::format(
+          "live: every one of the {} requests has a prompt of at least the server's max_seq_len ({} tokens), so the "
+          "server would refuse them all; serve a model with a longer max_seq_len or pick shorter traces",
+          too_long, live->target().max_seq_len));
+    }
+    if (too_long > 0) {
+      log << fmt::format("live: {} of {} requests have prompts of at least the server's max_seq_len ({}); the server "
+                         "will refuse them\n", too_long, trace.requests.size(), live->target().max_seq_len);
+    }
   }
 
   const auto t_cal = std::chrono::steady_clock::now();
@@ -228,6 +303,7 @@ ProfileResult RunProfile(const ProfileOptions& o, std::ostream& log) {
   cfg.threads = o.threads;
   cfg.payload_scale = o.payload_scale;
   cfg.restore = o.restore;
+  cfg.kv = ResolveKvPrecision(o, model, model_name);
   if (live) ConfigureLikeServer(live->target(), &cfg, log);
   cfg.cost = MakeCostModel(o, model, log);
   const double calibrate_s = o.calibrate ? Since(t_cal) : 0.0;
@@ -239,6 +315,9 @@ ProfileResult RunProfile(const ProfileOptions& o, std::ostream& log) {
   in.command_line = o.command_line;
   in.load_s = load_s;
   in.calibrate_s = calibrate_s;
+  in.arrival = ArrivalName(arrival);
+  in.spans = &spans;
+  in.sweep_auto = o.sweep_auto;
   ProfileResult result = Simulate(o, trace, cfg, in, live.get(), log);
   if (!o.out.empty()) {
     log << "report: " << result.files.html_path << "\n";

@@ -20,6 +20,13 @@ double Percentile(const std::vector<double>& sorted, double q) {
   return sorted[std::min(sorted.size() - 1, rank == 0 ? 0 : rank - 1)];
 }
 
+std::string FormatBudget(uint64_t bytes) {
+  const double mib = double(bytes) / double(1ull << 20);
+  if (bytes < (1ull << 20)) return fmt::format("{:.4g} KiB", double(bytes) / 1024.0);
+  if (bytes < (1ull << 30)) return fmt::format("{:.4g} MiB", mib);
+  return fmt::format("{:.4g} GiB", mib / 1024.0);
+}
+
 namespace {
 
 double Ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
@@ -132,21 +139,93 @@ json SweepJson(const Simulation& sim) {
   return points;
 }
 
+// Time-weighted mean and peak of the active conversations, and their (t, k) steps.
+json ArrivalJson(const ReportInput& in) {
+  json j = {{"model", in.arrival}, {"conversations", in.spans ? in.spans->size() : 0}};
+  if (!in.spans) return j;
+  const auto steps = ActiveOverTime(*in.spans);
+  int peak = 0;
+  double area = 0, first = steps.empty() ? 0 : steps.front().first, last = first;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    peak = std::max(peak, steps[i].second);
+    if (i + 1 < steps.size()) area += steps[i].second * (steps[i + 1].first - steps[i].first);
+    last = steps[i].first;
+  }
+  int64_t with_subagents = 0;
+  for (const ConversationSpan& c : *in.spans) with_subagents += c.has_subagents;
+  j["conversations_with_subagents"] = with_subagents;
+  j["peak_active"] = peak;
+  j["mean_active"] = last > first ? area / (last - first) : double(peak);
+  j["span_s"] = last - first;
+  return j;
+}
+
+// Hit rates of the main conversations and of the sub-agents, per design and ideal.
+json ByTypeJson(const ReportInput& in) {
+  const Simulation& sim = *in.sim;
+  json out = json::object();
+  for (bool sub : {false, true}) {
+    int64_t n = 0, prompt = 0, ideal = 0, hit[2] = {0, 0};
+    for (size_t i = 0; i < sim.prompt_tokens().size(); ++i) {
+      if (in.trace->requests[i].subagent != sub) continue;
+      ++n;
+      prompt += sim.prompt_tokens()[i];
+      ideal += in.ideal->cedar_hits()[i];
+      for (int d = 0; d < 2; ++d) hit[d] += sim.runs()[size_t(d)].outcomes[i].hit();
+    }
+    out[sub ? "subagent" : "main"] = {{"requests", n},
+                                      {"prompt_tokens", prompt},
+                                      {"ideal_hit_rate", Ratio(double(ideal), double(prompt))},
+                                      {"cedar_hit_rate", Ratio(double(hit[0]), double(prompt))},
+                                      {"decoder_only_lru_hit_rate", Ratio(double(hit[1]), double(prompt))}};
+  }
+  return out;
+}
+
+json IdealJson(const ReportInput& in) {
+  const IdealDriver& id = *in.ideal;
+  const auto& n = in.sim->prompt_tokens();
+  int64_t prompt = 0, c = 0, d = 0;
+  for (size_t i = 0; i < n.size(); ++i) {
+    prompt += n[i];
+    c += id.cedar_hits()[i];
+    d += id.decoder_only_hits()[i];
+  }
+  return {{"cedar", {{"hit_tokens", c}, {"hit_rate", Ratio(double(c), double(prompt))}}},
+          {"decoder-only-lru", {{"hit_tokens", d}, {"hit_rate", Ratio(double(d), double(prompt))}}},
+          {"working_set_bytes", {{"cedar", id.cedar_bytes()}, {"decoder-only-lru", id.decoder_only_bytes()}}}};
+}
+
+// The smallest sweep budget at which each design is within kIdealReachedWithin of its ideal.
+json KneeJson(const ReportInput& in, const json& ideal) {
+  json j = {{"auto", in.sweep_auto}, {"within", kIdealReachedWithin}};
+  const double ic = ideal["cedar"]["hit_rate"].get<double>(), id = ideal["decoder-only-lru"]["hit_rate"].get<double>();
+  json c = nullptr, d = nullptr;
+  for (const SweepPoint& p : in.sim->sweep()) {
+    if (c.is_null() && p.cedar.hit_rate() >= ic - kIdealReachedWithin) c = p.ram_budget;
+    if (d.is_null() && p.decoder_only.hit_rate() >= id - kIdealReachedWithin) d = p.ram_budget;
+  }
+  j["cedar_reaches_ideal_at"] = c;
+  j["decoder_only_reaches_ideal_at"] = d;
+  return j;
+}
+
 }  // namespace
 
 json BuildReportJson(const ReportInput& in) {
   const Simulation& sim = *in.sim;
   const SimConfig& cfg = sim.config();
   const ModelConfig& m = cfg.model;
-  const ModelInfo info = ComputeInfo(m);
-  const StateBytes bytes = ComputeStateBytes(m, cfg.page_tokens, cfg.block_tokens);
+  const StateBytes bytes = ComputeStateBytes(m, cfg.page_tokens, cfg.block_tokens, cfg.kv);
   json report;
   report["run"] = {{"command", in.command_line}, {"load_s", in.load_s}, {"simulate_s", in.simulate_s},
                    {"calibrate_s", in.calibrate_s}};
   report["model"] = {{"name", in.model_name}, {"n_layers", m.n_layers}, {"n_encoder_layers", m.n_encoder_layers},
                      {"window", m.window}, {"head_dim", m.head_dim}, {"dim", m.dim},
-                     {"cedar_bytes_per_token", info.cached_bytes_per_token},
-                     {"decoder_only_bytes_per_token", info.decoder_only_bytes_per_token},
+                     {"cedar_kv_dtype", KvDtypeName(cfg.kv.cedar)},
+                     {"decoder_only_kv_dtype", KvDtypeName(cfg.kv.decoder_only)},
+                     {"cedar_bytes_per_token", CedarBytesPerToken(m, cfg.kv.cedar)},
+                     {"decoder_only_bytes_per_token", DecoderOnlyBytesPerToken(m, cfg.kv.decoder_only)},
                      {"snapshot_bytes", bytes.Snapshot(m, m.window)},
                      {"cedar_page_bytes", bytes.cedar_page}, {"decoder_only_block_bytes", bytes.decoder_only_page}};
   report["cache"] = {{"page_tokens", cfg.page_tokens}, {"decoder_only_block_tokens", cfg.block_tokens},
@@ -159,16 +238,21 @@ json BuildReportJson(const ReportInput& in) {
                           {"units_per_s", cfg.cost.has_time() ? json(cfg.cost.units_per_s) : json(nullptr)},
                           {"disk_bytes_per_s", cfg.cost.disk_bytes_per_s}, {"note", cfg.cost.note}};
   report["trace"] = TraceJson(*in.trace);
+  report["arrival"] = ArrivalJson(in);
+  report["ideal"] = IdealJson(in);
+  report["by_conversation_type"] = ByTypeJson(in);
   json designs = json::object();
   for (const DesignRun& run : sim.runs()) designs[DesignName(run.design)] = DesignJson(run, sim);
   report["designs"] = designs;
   report["sweep"] = SweepJson(sim);
+  report["working_set"] = KneeJson(in, report["ideal"]);
   json requests = json::array();
   const bool time = cfg.cost.has_time();
   for (size_t i = 0; i < in.trace->requests.size() && i < sim.prompt_tokens().size(); ++i) {
     const TraceRequest& r = in.trace->requests[i];
-    json j = {{"i", i}, {"t", r.t}, {"session", r.session}, {"source", r.source},
-              {"prompt_tokens", r.input_tokens}, {"output_tokens", r.output_tokens}};
+    json j = {{"i", i}, {"t", r.t}, {"session", r.session}, {"subagent", r.subagent}, {"source", r.source},
+              {"prompt_tokens", r.input_tokens}, {"output_tokens", r.output_tokens},
+              {"ideal_hit", in.ideal->cedar_hits()[i]}};
     for (const DesignRun& run : sim.runs()) j[DesignName(run.design)] = OutcomeJson(run.design, run.outcomes[i], time);
     if (in.live && i < in.live->outcomes().size()) j["live"] = LiveRequestJson(in.live->outcomes()[i], sim.runs()[0].outcomes[i]);
     requests.push_back(std::move(j));
@@ -194,7 +278,34 @@ std::string Units(double u) {
 }  // namespace
 
 std::string SummaryTable(const json& report) {
-  std::string s = fmt::format("{:<32} {:>9} {:>17} {:>14} {:>12} {:>12} {:>10} {:>10}\n", "design", "hit rate",
+  std::string s;
+  if (report.contains("arrival")) {
+    const json& a = report["arrival"];
+    const json& id = report["ideal"];
+    s += fmt::format("arrival {}{}: {} conversations, at most {} active at once (mean {:.1f}); ideal hit rate {:.3f} "
+                     "(a cache that never evicts: Cedar's pages would hold {})\n",
+                     a["model"].get<std::string>(), a["model"] == "recorded" ? " (the default: every file starts at t = 0)" : "",
+                     a["conversations"].get<int64_t>(), a.value("peak_active", 0), a.value("mean_active", 0.0),
+                     id["cedar"]["hit_rate"].get<double>(),
+                     FormatBudget(id["working_set_bytes"]["cedar"].get<uint64_t>()));
+  }
+  if (report.contains("by_conversation_type") && report["by_conversation_type"]["subagent"]["requests"] > 0) {
+    const json& t = report["by_conversation_type"];
+    s += fmt::format("hit rate by conversation type: main {:.3f} (ideal {:.3f}, decoder-only LRU {:.3f}), sub-agents {:.3f} "
+                     "(ideal {:.3f}, decoder-only LRU {:.3f})\n",
+                     t["main"]["cedar_hit_rate"].get<double>(), t["main"]["ideal_hit_rate"].get<double>(),
+                     t["main"]["decoder_only_lru_hit_rate"].get<double>(), t["subagent"]["cedar_hit_rate"].get<double>(),
+                     t["subagent"]["ideal_hit_rate"].get<double>(), t["subagent"]["decoder_only_lru_hit_rate"].get<double>());
+  }
+  if (report.contains("working_set") && report["sweep"].size() >= 2) {
+    const json& w = report["working_set"];
+    const auto at = [](const json& v) {
+      return v.is_null() ? std::string("not within the sweep") : "at " + FormatBudget(v.get<uint64_t>());
+    };
+    s += fmt::format("working set: Cedar reaches the ideal (within {:g}): {}; the decoder-only LRU baseline: {}\n",
+                     w["within"].get<double>(), at(w["cedar_reaches_ideal_at"]), at(w["decoder_only_reaches_ideal_at"]));
+  }
+  s += fmt::format("{:<32} {:>9} {:>17} {:>14} {:>12} {:>12} {:>10} {:>10}\n", "design", "hit rate",
                               "hit RAM / disk", "prefill units", "saved vs", "saved vs", "TTFT p50", "TTFT p99");
   s += fmt::format("{:<32} {:>9} {:>17} {:>14} {:>12} {:>12} {:>10} {:>10}\n", "", "", "(tokens)", "",
                    "dec. no $", "CED no $", "(s)", "(s)");

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "profile/arrival.h"
+#include "profile/ideal.h"
 #include "profile/live.h"
 #include "profile/simulator.h"
 #include "profile/trace.h"
@@ -22,7 +24,17 @@ struct ReportInput {
   double simulate_s = 0;     // wall time of the simulation
   double calibrate_s = 0;    // wall time of the calibration (0 = none)
   const LiveDriver* live = nullptr;  // live mode: what the server answered (else null)
+  const IdealDriver* ideal = nullptr;  // the ideal of the trace (required)
+  std::string arrival = "recorded";    // the arrival model, as ArrivalName gives it
+  const std::vector<ConversationSpan>* spans = nullptr;  // where the arrival model placed each conversation
+  bool sweep_auto = false;             // the sweep budgets came from --sweep-ram auto
 };
+
+// A RAM budget as people read it: below 1 GiB in MiB ("512 MiB"), else GiB ("16 GiB", "1.5 GiB").
+std::string FormatBudget(uint64_t bytes);
+
+// How close to the ideal hit rate counts as reaching it (the knee of the working-set sweep).
+inline constexpr double kIdealReachedWithin = 0.005;
 
 // The whole report as JSON. Everything but the "run" object (wall times, command line) is a
 // pure function of the traces and options: the same run twice gives the same JSON.

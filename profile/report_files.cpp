@@ -96,13 +96,52 @@ void WriteTtft(const fs::path& dir, const Simulation& sim) {
 
 void WriteSweep(const fs::path& dir, const Simulation& sim) {
   const double base = double(sim.runs()[3].totals.units);
-  std::string s = "# ram_budget_gib cedar_hit_rate declru_hit_rate cedar_units_rel declru_units_rel\n";
+  std::string s = "# ram_budget_bytes cedar_hit_rate declru_hit_rate cedar_saved declru_saved (saved: prefill units "
+                  "saved vs a decoder-only model without cache)\n";
   for (const SweepPoint& p : sim.sweep()) {
-    s += fmt::format("{:.6g} {:.5f} {:.5f} {:.5f} {:.5f}\n", double(p.ram_budget) / kGiB, p.cedar.hit_rate(),
-                     p.decoder_only.hit_rate(), base > 0 ? double(p.cedar.units) / base : 0,
-                     base > 0 ? double(p.decoder_only.units) / base : 0);
+    s += fmt::format("{} {:.5f} {:.5f} {:.5f} {:.5f}\n", p.ram_budget, p.cedar.hit_rate(), p.decoder_only.hit_rate(),
+                     base > 0 ? 1.0 - double(p.cedar.units) / base : 0,
+                     base > 0 ? 1.0 - double(p.decoder_only.units) / base : 0);
   }
   WriteText(dir / "data" / "sweep.dat", s);
+}
+
+// data/conversations.dat: active conversations over time (steps), in the unit the plot uses.
+struct TimeUnit {
+  double seconds;
+  const char* name;
+};
+TimeUnit PickTimeUnit(double span_s) {
+  if (span_s > 3 * 3600) return {3600, "hours"};
+  if (span_s > 180) return {60, "minutes"};
+  return {1, "seconds"};
+}
+TimeUnit WriteConversations(const fs::path& dir, const std::vector<ConversationSpan>& spans) {
+  const auto steps = ActiveOverTime(spans);
+  const TimeUnit u = PickTimeUnit(steps.empty() ? 0 : steps.back().first - steps.front().first);
+  std::string s = fmt::format("# time_{} active_conversations (from this time to the next row)\n", u.name);
+  for (const auto& [t, k] : steps) s += fmt::format("{:.6g} {}\n", t / u.seconds, k);
+  WriteText(dir / "data" / "conversations.dat", s);
+  return u;
+}
+
+// Whether bytes.png says anything: a disk tier, or a RAM tier that did not sit at its budget
+// (full from the first tenth of the requests on, it is a flat line at the budget).
+bool BytesPlotInformative(const Simulation& sim) {
+  if (sim.config().disk_budget > 0) return true;
+  const double budget = double(sim.config().ram_budget);
+  for (size_t d = 0; d < 2; ++d) {
+    const auto& o = sim.runs()[d].outcomes;
+    size_t first_full = o.size();
+    for (size_t i = 0; i < o.size(); ++i) {
+      if (double(o[i].ram_bytes) >= 0.9 * budget) {
+        first_full = i;
+        break;
+      }
+    }
+    if (first_full > o.size() / 10) return true;
+  }
+  return false;
 }
 
 const char* kHeader =
@@ -114,7 +153,7 @@ struct Figure {
   std::string script;
 };
 
-std::vector<Figure> Figures(const Simulation& sim) {
+std::vector<Figure> Figures(const Simulation& sim, const nlohmann::json& report, TimeUnit tu) {
   const bool time = sim.config().cost.has_time();
   const size_t window = std::clamp<size_t>(sim.prompt_tokens().size() / 10, 1, 50);
   std::vector<Figure> f;
@@ -124,7 +163,7 @@ std::vector<Figure> Figures(const Simulation& sim) {
                    "the smaller per-token state buys at the same RAM budget.",
                fmt::format("set output 'hit_rate.png'\nset title 'Prefix-cache hit rate over the trace'\n"
                            "set xlabel 'request (arrival order)'\nset ylabel 'hit rate (tokens)'\nset yrange [0:1]\n"
-                           "set key right bottom\n"
+                           "set key below\n"
                            "plot 'data/timeline.dat' u 1:3 w l lw 2 lc rgb '{0}' t 'Cedar (last {2})', "
                            "'' u 1:4 w l lw 2 lc rgb '{1}' t 'decoder-only LRU (last {2})', "
                            "'' u 1:5 w l lw 2 dt 2 lc rgb '{0}' t 'Cedar (cumulative)', "
@@ -152,8 +191,16 @@ std::vector<Figure> Figures(const Simulation& sim) {
                            "requests'\nset logscale x\nset format x '%.0s%c'\nset yrange [0:1]\nset key below\n{}\n",
                            time ? "Time to first token (estimated), CDF" : "Prefill units per request, CDF",
                            time ? "TTFT (s)" : "prefill layer-token units", plot)});
+  f.push_back({"conversations",
+               "Conversations active at once under the arrival model (" + report["arrival"]["model"].get<std::string>() +
+                   "): a conversation is active from its first request to its last, its sub-agents included. The more "
+                   "overlap, the more prefixes compete for the same RAM.",
+               fmt::format("set output 'conversations.png'\nset title 'Concurrent conversations ({})'\n"
+                           "set xlabel 'time ({})'\nset ylabel 'active conversations'\nset yrange [0:*]\nunset key\n"
+                           "plot 'data/conversations.dat' u 1:2 w steps lw 2 lc rgb '{}'\n",
+                           report["arrival"]["model"].get<std::string>(), tu.name, kColor[2])});
   const double budget = double(sim.config().ram_budget) / kGiB;
-  f.push_back({"bytes",
+  if (BytesPlotInformative(sim)) f.push_back({"bytes",
                "Bytes each cache holds after every request, by tier; RAM stays under its budget (dotted), and what "
                "spills goes to disk when a disk tier is configured.",
                fmt::format("set output 'bytes.png'\nset title 'Cache bytes per tier over the trace'\n"
@@ -166,20 +213,28 @@ std::vector<Figure> Figures(const Simulation& sim) {
                            "{2} w l dt 3 lc rgb 'black' t 'RAM budget'\n",
                            kColor[0], kColor[1], budget)});
   if (sim.sweep().size() >= 2) {
+    const double ideal = report["ideal"]["cedar"]["hit_rate"].get<double>();
+    const double ideal_dec = report["ideal"]["decoder-only-lru"]["hit_rate"].get<double>();
+    const std::string ideal_lines =
+        std::abs(ideal - ideal_dec) < 0.0005
+            ? fmt::format("{:.6f} w l lw 1.5 dt 2 lc rgb 'black' t 'ideal (a cache that never evicts)'", ideal)
+            : fmt::format("{:.6f} w l lw 1.5 dt 2 lc rgb 'black' t 'ideal, Cedar', {:.6f} w l lw 1.5 dt 3 lc rgb "
+                          "'black' t 'ideal, decoder-only'", ideal, ideal_dec);
     f.push_back({"sweep",
-                 "The same trace at each RAM budget: hit rate (left) and prefill compute relative to a decoder-only "
-                 "model without cache (right); read across to see the budget each design needs for a given hit rate.",
-                 fmt::format("set terminal pngcairo size 1200,500 font 'sans,11'\nset output 'sweep.png'\n"
-                             "set multiplot layout 1,2 title 'RAM budget sweep'\nset logscale x 2\n"
-                             "set xlabel 'RAM budget (GiB)'\nset key left top\n"
-                             "set ylabel 'hit rate (tokens)'\nset yrange [0:1]\n"
+                 "The working set: the same trace at each RAM budget, hit rate (left) and prefill compute saved against "
+                 "a decoder-only model without cache (right), for Cedar and the decoder-only baseline; the dashed "
+                 "line is the ideal, what a cache that never evicts serves. Where Cedar's curve meets it, more RAM "
+                 "buys nothing.",
+                 fmt::format("set terminal pngcairo size 1200,560 font 'sans,11'\nset output 'sweep.png'\n"
+                             "set multiplot layout 1,2 title 'Working set: RAM budget sweep'\nset logscale x 2\n"
+                             "set format x '%.0b %BB'\nset xtics rotate by -30\nset xlabel 'RAM budget'\n"
+                             "set key below\nset ylabel 'hit rate (tokens)'\nset yrange [0:1.02]\n"
                              "plot 'data/sweep.dat' u 1:2 w lp lw 2 pt 7 lc rgb '{0}' t 'Cedar', "
-                             "'' u 1:3 w lp lw 2 pt 7 lc rgb '{1}' t 'decoder-only LRU'\n"
-                             "set ylabel 'prefill units / decoder-only without cache'\nset yrange [0:*]\n"
-                             "set key right top\n"
+                             "'' u 1:3 w lp lw 2 pt 7 lc rgb '{1}' t 'decoder-only LRU', {2}\n"
+                             "set ylabel 'prefill saved vs decoder-only without cache'\nset yrange [0:1.02]\n"
                              "plot 'data/sweep.dat' u 1:4 w lp lw 2 pt 7 lc rgb '{0}' t 'Cedar', "
                              "'' u 1:5 w lp lw 2 pt 7 lc rgb '{1}' t 'decoder-only LRU'\nunset multiplot\n",
-                             kColor[0], kColor[1])});
+                             kColor[0], kColor[1], ideal_lines)});
   }
   return f;
 }
@@ -239,13 +294,57 @@ std::string SweepTable(const json& report) {
                   "<th>Cedar saved vs decoder-only, no cache</th><th>decoder-only LRU saved vs decoder-only, no "
                   "cache</th></tr>\n";
   for (const json& p : report["sweep"]) {
-    h += fmt::format("<tr><td>{:.4g} GiB</td><td>{:.3f}</td><td>{:.3f}</td><td>{}</td><td>{}</td></tr>\n",
-                     p["ram_budget"].get<double>() / kGiB, p["cedar"]["hit_rate"].get<double>(),
+    h += fmt::format("<tr><td>{}</td><td>{:.3f}</td><td>{:.3f}</td><td>{}</td><td>{}</td></tr>\n",
+                     FormatBudget(p["ram_budget"].get<uint64_t>()), p["cedar"]["hit_rate"].get<double>(),
                      p["decoder-only-lru"]["hit_rate"].get<double>(),
                      Pct(p["cedar"]["saved_vs_decoder_only_no_cache"].get<double>()),
                      Pct(p["decoder-only-lru"]["saved_vs_decoder_only_no_cache"].get<double>()));
   }
   return h + "</table>\n";
+}
+
+// What the report shows first: the arrival model, the ideal, the working set, the concurrency.
+std::string FirstSection(const json& r) {
+  const json& a = r["arrival"];
+  const json& id = r["ideal"];
+  const json& w = r["working_set"];
+  std::string h = fmt::format(
+      "<p class=\"note\"><b>Arrival model: {}</b>{}. {} conversations, at most {} active at once (mean {:.1f} over the "
+      "run).</p>\n",
+      Html(a["model"].get<std::string>()),
+      a["model"] == "recorded" ? " (the default: every trace file starts at t = 0, so all conversations overlap; "
+                                 "--arrival poisson:R or concurrency:N model a deployment, see docs/PROFILE.md)"
+                               : "",
+      a["conversations"].get<int64_t>(), a.value("peak_active", 0), a.value("mean_active", 0.0));
+  h += "<table><tr><th></th><th>hit rate</th><th>RAM to reach it</th></tr>\n";
+  const auto at = [&](const json& v) { return v.is_null() ? std::string("beyond the sweep") : FormatBudget(v.get<uint64_t>()); };
+  h += fmt::format("<tr><td>ideal (a cache that never evicts, Cedar's pages and n &minus; 1 rule)</td><td>{:.3f}</td>"
+                   "<td>{} (everything the trace ever caches)</td></tr>\n",
+                   id["cedar"]["hit_rate"].get<double>(), FormatBudget(id["working_set_bytes"]["cedar"].get<uint64_t>()));
+  h += fmt::format("<tr><td>ideal, decoder-only blocks</td><td>{:.3f}</td><td>{}</td></tr>\n",
+                   id["decoder-only-lru"]["hit_rate"].get<double>(),
+                   FormatBudget(id["working_set_bytes"]["decoder-only-lru"].get<uint64_t>()));
+  if (r["sweep"].size() >= 2) {
+    h += fmt::format("<tr><td>Cedar within {:g} of its ideal (sweep)</td><td></td><td>{}</td></tr>\n",
+                     w["within"].get<double>(), at(w["cedar_reaches_ideal_at"]));
+    h += fmt::format("<tr><td>decoder-only LRU within {:g} of its ideal (sweep)</td><td></td><td>{}</td></tr>\n",
+                     w["within"].get<double>(), at(w["decoder_only_reaches_ideal_at"]));
+  }
+  h += "</table>\n";
+  const json& t = r["by_conversation_type"];
+  if (t["subagent"]["requests"].get<int64_t>() > 0) {
+    h += "<table><tr><th>conversation type</th><th>requests</th><th>prompt tokens</th><th>ideal</th><th>Cedar</th>"
+         "<th>decoder-only LRU</th></tr>\n";
+    for (const char* k : {"main", "subagent"}) {
+      const json& x = t[k];
+      h += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.3f}</td><td>{:.3f}</td><td>{:.3f}</td></tr>\n",
+                       std::string(k) == "main" ? "main conversations" : "sub-agents", x["requests"].get<int64_t>(),
+                       Human(x["prompt_tokens"].get<double>()), x["ideal_hit_rate"].get<double>(),
+                       x["cedar_hit_rate"].get<double>(), x["decoder_only_lru_hit_rate"].get<double>());
+    }
+    h += "</table>\n";
+  }
+  return h;
 }
 
 std::string IndexHtml(const json& r, const std::vector<Figure>& figures, const ReportFiles& files) {
@@ -258,17 +357,20 @@ std::string IndexHtml(const json& r, const std::vector<Figure>& figures, const R
       "margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}th{background:#f3f3f3}"
       "td:first-child{text-align:left}figure{margin:1.5em 0}img{max-width:100%}figcaption{color:#555}"
       ".note{background:#fff8e0;padding:6px 10px}</style></head><body>\n<h1>Cedar prefix-cache profile</h1>\n";
+  h += FirstSection(r);
   h += fmt::format("<p>Trace: {} requests in {} sessions from {} file(s), {} prompt tokens, {} malformed entries "
-                   "skipped. Model: {} (L = {}, E = {}, W = {}); Cedar caches {:.0f} bytes per token plus {} bytes per "
-                   "boundary snapshot, a decoder-only model of the same size {:.0f} bytes per token.</p>\n",
+                   "skipped. Model: {} (L = {}, E = {}, W = {}); Cedar caches {:.0f} bytes per token ({}) plus {} bytes per "
+                   "boundary snapshot, a decoder-only model of the same size {:.0f} bytes per token ({}).</p>\n",
                    t["requests"].get<int64_t>(), t["sessions"].get<int64_t>(), t["files"].size(),
                    Human(t["prompt_tokens"].get<double>()), t["malformed_skipped"].get<int64_t>(),
                    Html(m["name"].get<std::string>()), m["n_layers"].get<int>(), m["n_encoder_layers"].get<int>(),
-                   m["window"].get<int>(), m["cedar_bytes_per_token"].get<double>(), m["snapshot_bytes"].get<uint64_t>(),
-                   m["decoder_only_bytes_per_token"].get<double>());
-  h += fmt::format("<p>Budgets, the same for both caches: RAM {:.4g} GiB, disk {:.4g} GiB. Pages of {} tokens (Cedar), "
+                   m["window"].get<int>(), m["cedar_bytes_per_token"].get<double>(),
+                   m["cedar_kv_dtype"].get<std::string>(), m["snapshot_bytes"].get<uint64_t>(),
+                   m["decoder_only_bytes_per_token"].get<double>(), m["decoder_only_kv_dtype"].get<std::string>());
+  h += fmt::format("<p>Budgets, the same for both caches: RAM {}, disk {}. Pages of {} tokens (Cedar), "
                    "blocks of {} tokens (decoder-only LRU).</p>\n",
-                   c["ram_budget"].get<double>() / kGiB, c["disk_budget"].get<double>() / kGiB,
+                   FormatBudget(c["ram_budget"].get<uint64_t>()),
+                   c["disk_budget"].get<uint64_t>() ? FormatBudget(c["disk_budget"].get<uint64_t>()) : std::string("none"),
                    c["page_tokens"].get<int>(), c["decoder_only_block_tokens"].get<int>());
   if (c["payload_scale"].get<uint64_t>() > 1) {
     h += fmt::format("<p class=\"note\">Payloads and budgets were divided by {} (--payload-scale) and bytes scaled "
@@ -287,6 +389,10 @@ std::string IndexHtml(const json& r, const std::vector<Figure>& figures, const R
     if (std::find(files.images.begin(), files.images.end(), f.name + ".png") == files.images.end()) continue;
     h += fmt::format("<figure><img src=\"{}.png\" alt=\"{}\"><figcaption>{}</figcaption></figure>\n", f.name, f.name,
                      Html(f.caption));
+  }
+  if (std::none_of(figures.begin(), figures.end(), [](const Figure& f) { return f.name == "bytes"; })) {
+    h += "<p>No <code>bytes.png</code>: without a disk tier both caches sat at their RAM budget from early on (a flat "
+         "line); per-request bytes are in report.json and data/timeline.dat.</p>\n";
   }
   h += "<h2>Budget sweep</h2>\n" + SweepTable(r);
   if (!t["issues"].empty()) {
@@ -316,7 +422,8 @@ ReportFiles WriteReport(const std::string& dir_s, const json& report, const Repo
   WriteTimeline(dir, sim, *in.trace);
   WriteTtft(dir, sim);
   WriteSweep(dir, sim);
-  std::vector<Figure> figures = Figures(sim);
+  const TimeUnit tu = WriteConversations(dir, in.spans ? *in.spans : std::vector<ConversationSpan>{});
+  std::vector<Figure> figures = Figures(sim, report, tu);
   if (in.live) {
     for (LiveFigure& f : WriteLiveData(dir, *in.live, sim)) figures.push_back({f.name, f.caption, f.script});
   }

@@ -118,7 +118,7 @@ void Replay(const Trace& trace, const TokenSynth& synth, ReplayDriver& driver,
 
 size_t CacheSim::DecoderOnlyNodeBlocks(const SimConfig& config) {
   if (config.block_node_blocks > 0) return config.block_node_blocks;
-  const StateBytes b = ComputeStateBytes(config.model, config.page_tokens, config.block_tokens);
+  const StateBytes b = ComputeStateBytes(config.model, config.page_tokens, config.block_tokens, config.kv);
   const double cedar_node = double(cache::PrefixCacheConfig{}.max_node_pages) * double(b.cedar_page);
   return std::max<size_t>(1, size_t(cedar_node / double(b.decoder_only_page) + 0.5));
 }
@@ -127,7 +127,7 @@ CacheSim::CacheSim(Design design, const SimConfig& config, uint64_t ram_budget)
     : design_(design),
       config_(config),
       ram_budget_(ram_budget),
-      bytes_(ComputeStateBytes(config.model, config.page_tokens, config.block_tokens)) {
+      bytes_(ComputeStateBytes(config.model, config.page_tokens, config.block_tokens, config.kv)) {
   const bool cedar = design == Design::kCedar;
   cache::PrefixCacheConfig c;
   c.page_tokens = cedar ? config.page_tokens : config.block_tokens;

@@ -153,6 +153,7 @@ struct SimConfig {
   std::string disk_dir;              // parent of one folder per cache (REQUIRED when disk_budget > 0)
   std::vector<uint64_t> sweep_ram;   // extra RAM budgets (the main one is always a point)
   CostModel cost;
+  KvPrecision kv;                    // stored precision of each design's payloads (F32 by default)
   RestorePolicy restore = RestorePolicy::kStaircase;  // Cedar's
   SimDecoder decoder = SimDecoder::kAuto;             // Cedar's decoder policy (decoder tails)
   // Payloads and both budgets are divided by this (>= 1), so that a disk tier writes 1/K of the

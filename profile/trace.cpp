@@ -41,12 +41,21 @@ constexpr int kMooncakeBlock = 512;
 struct FileContext {
   std::string name;
   uint32_t scope = 0;
+  uint32_t conversation = 0;
   const LoadOptions* options = nullptr;
   Trace* trace = nullptr;
 
   void Issue(const std::string& where, const std::string& what) const {
     if (options->strict) throw std::runtime_error(where + ": " + what + " (--strict stops here)");
     trace->issues.push_back({where, what});
+  }
+  // --limit: no more requests once `limit` are loaded.
+  bool Full() const { return options->limit > 0 && trace->requests.size() >= options->limit; }
+  void Add(TraceRequest r) const {
+    r.conversation = conversation;
+    r.seq = trace->requests.size();
+    r.recorded_t = r.t;
+    trace->requests.push_back(std::move(r));
   }
 };
 
@@ -107,7 +116,7 @@ int LineOfByte(std::string_view text, size_t byte) {
 
 void ParseClaudeCodeRequests(const json& list, double base_t, const std::string& session, const std::string& path,
                              int block_size, uint32_t scope, const FileContext& ctx) {
-  for (size_t i = 0; i < list.size(); ++i) {
+  for (size_t i = 0; i < list.size() && !ctx.Full(); ++i) {
     const json& e = list[i];
     const std::string here = path + "[" + std::to_string(i) + "]";
     const std::string where = ctx.name + ": " + here;
@@ -135,6 +144,7 @@ void ParseClaudeCodeRequests(const json& list, double base_t, const std::string&
     TraceRequest r;
     r.t = base_t + t;
     r.session = session;
+    r.subagent = session.find('/') != std::string::npos;
     r.source = where;
     r.scope = scope;
     r.block_size = block_size;
@@ -142,7 +152,7 @@ void ParseClaudeCodeRequests(const json& list, double base_t, const std::string&
       ctx.Issue(where, err);
       continue;
     }
-    ctx.trace->requests.push_back(std::move(r));
+    ctx.Add(std::move(r));
   }
 }
 
@@ -174,7 +184,7 @@ void ParseClaudeCode(std::string_view text, const FileContext& ctx) {
 void ParseMooncake(std::string_view text, const FileContext& ctx) {
   const std::string session = fs::path(ctx.name).stem().string();
   size_t pos = 0;
-  for (int line = 1; pos < text.size(); ++line) {
+  for (int line = 1; pos < text.size() && !ctx.Full(); ++line) {
     size_t end = text.find('\n', pos);
     if (end == std::string_view::npos) end = text.size();
     const std::string_view s = text.substr(pos, end - pos);
@@ -189,7 +199,7 @@ void ParseMooncake(std::string_view text, const FileContext& ctx) {
     TraceRequest r;
     r.session = session;
     r.source = where;
-    r.scope = 0;  // mooncake ids are global
+    r.scope = ctx.scope;  // ids are global within the file; two files must not hit each other
     r.block_size = kMooncakeBlock;
     std::string err = ReadTime(j, "timestamp", 1e-3, &r.t);
     if (err.empty()) err = ReadRequestBody(j, "input_length", "output_length", &r);
@@ -197,7 +207,7 @@ void ParseMooncake(std::string_view text, const FileContext& ctx) {
       ctx.Issue(where, err);
       continue;
     }
-    ctx.trace->requests.push_back(std::move(r));
+    ctx.Add(std::move(r));
   }
 }
 
@@ -240,22 +250,36 @@ TraceFormat ParseTraceText(std::string_view text, const std::string& name, uint3
                            Trace* trace) {
   const TraceFormat f = options.format == TraceFormat::kAuto ? Detect(text, name) : options.format;
   if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) return f;  // empty: no requests
-  const FileContext ctx{name, scope, &options, trace};
+  const FileContext ctx{name, scope, scope, &options, trace};
+  const size_t before = trace->requests.size();
   if (f == TraceFormat::kMooncake) ParseMooncake(text, ctx);
   else ParseClaudeCode(text, ctx);
+  // Recorded time: each file starts at its own first timestamp (an arrival model then places it).
+  double first = 0;
+  for (size_t i = before; i < trace->requests.size(); ++i) {
+    first = i == before ? trace->requests[i].t : std::min(first, trace->requests[i].t);
+  }
+  for (size_t i = before; i < trace->requests.size(); ++i) {
+    trace->requests[i].t -= first;
+    trace->requests[i].recorded_t = trace->requests[i].t;
+  }
   return f;
 }
 
 void SortByArrival(Trace* trace) {
-  std::stable_sort(trace->requests.begin(), trace->requests.end(),
-                   [](const TraceRequest& a, const TraceRequest& b) { return a.t < b.t; });
+  std::stable_sort(trace->requests.begin(), trace->requests.end(), [](const TraceRequest& a, const TraceRequest& b) {
+    return a.t != b.t ? a.t < b.t : a.seq < b.seq;
+  });
 }
 
 Trace LoadTraces(const std::vector<std::string>& paths, const LoadOptions& options) {
   Trace trace;
   uint32_t next_scope = 1;
+  const auto full = [&] { return options.limit > 0 && trace.requests.size() >= options.limit; };
   for (const std::string& path : paths) {
+    if (full()) break;
     for (const fs::path& file : ExpandPath(path)) {
+      if (full()) break;
       const std::string text = ReadFile(file);
       const TraceFormat f = ParseTraceText(text, file.string(), next_scope++, options, &trace);
       trace.files.push_back(file.string());

@@ -27,10 +27,17 @@ const char* FormatName(TraceFormat f);                    // "auto", "claude-cod
 bool ParseFormat(const std::string& s, TraceFormat* out);
 
 struct TraceRequest {
-  double t = 0;                    // arrival, seconds from the start of its file
+  double t = 0;                    // arrival, seconds: recorded_t until an arrival model
+                                   // (profile/arrival.h) places its conversation
+  double recorded_t = 0;           // seconds from its file's first timestamp (as recorded)
   std::string session;             // conversation: file id, "<file id>/<agent id>" for sub-agents
+  uint32_t conversation = 0;       // the unit an arrival model starts: its file's index in load
+                                   // order (a sub-agent moves with its parent)
+  bool subagent = false;           // a nested sub-agent request (claude-code "subagent" entries)
+  size_t seq = 0;                  // load order, the tie-break among equal arrival times
   std::string source;              // "<file>:<line>" or "<file>: requests[3].requests[2]"
-  uint32_t scope = 0;              // block-id namespace: 0 = global, else one per local-scope file
+  uint32_t scope = 0;              // block-id namespace: 0 = global (claude-code "global" ids),
+                                   // else one per file (local-scope claude-code, every mooncake file)
   int block_size = 0;              // tokens per block id
   int64_t input_tokens = 0;        // exact prompt length, >= 1
   int64_t output_tokens = 0;       // >= 0
@@ -52,6 +59,7 @@ struct Trace {
 struct LoadOptions {
   TraceFormat format = TraceFormat::kAuto;
   bool strict = false;
+  size_t limit = 0;  // stop reading after this many requests, in file order (0 = all)
 };
 
 // Reads files and directories (every *.json and *.jsonl below a directory, sorted by path).
@@ -64,7 +72,7 @@ Trace LoadTraces(const std::vector<std::string>& paths, const LoadOptions& optio
 TraceFormat ParseTraceText(std::string_view text, const std::string& name, uint32_t scope,
                            const LoadOptions& options, Trace* trace);
 
-// Sorts requests by arrival time, keeping load order among equal times.
+// Sorts requests by arrival time, keeping load order (seq) among equal times.
 void SortByArrival(Trace* trace);
 
 }  // namespace cedar::profile

@@ -13,6 +13,7 @@
 // prompt contains either, so they never give hits.
 #include <doctest/doctest.h>
 
+#include <fstream>
 #include <sstream>
 
 #include "profile/profile.h"
@@ -168,6 +169,41 @@ TEST_CASE("live: failed requests are counted and reported, and the run goes on")
   CHECK(l["first_errors"][0]["i"] == 1);
   CHECK(l["first_errors"][0]["error"].get<std::string>().find("max_seq_len") != std::string::npos);
   CHECK(report["requests"][2]["live"]["cached_tokens"] == 128);
+}
+
+TEST_CASE("live: when the server would refuse every request, the run stops before sending, saying why") {
+  LiveServer server(session::RestorePolicy::kRecompute);
+  const std::string dir = TempDir("profile-live-too-long");
+  {
+    std::ofstream f(dir + "/too_long.json");
+    f << R"({"id": "too_long", "block_size": 64, "requests": [
+      {"t": 0, "in": 5000, "out": 4, "hash_ids": [1]}, {"t": 1, "in": 6000, "out": 4, "hash_ids": [1]}]})";
+  }
+  profile::ProfileOptions o;
+  o.traces = {dir + "/too_long.json"};
+  o.out = dir + "/out";
+  o.plots = false;
+  o.progress = 0;
+  o.live = true;
+  const profile_live::ServerAddress address{"unix:" + server.http->unix_path(), ""};
+  o.live_driver = [address](std::ostream& log) { return profile_live::ConnectLiveDriver(address, {}, log); };
+  std::ostringstream log;
+  CHECK_THROWS_WITH_AS(profile::RunProfile(o, log), doctest::Contains("every one of the 2 requests"), std::runtime_error);
+  CHECK_THROWS_WITH_AS(profile::RunProfile(o, log), doctest::Contains("max_seq_len"), std::runtime_error);
+}
+
+TEST_CASE("live: --live-max-tokens caps the simulated outputs too, and both still agree") {
+  LiveServer server(session::RestorePolicy::kRecompute);
+  const json report = RunLive(server, "profile_live/live_agree.json", profile::LiveOptions{.max_tokens = 1});
+  REQUIRE(report["requests"].size() == 13);
+  int64_t capped = 0;
+  for (const json& r : report["requests"]) {
+    CHECK(r["output_tokens"].get<int64_t>() <= 1);
+    CHECK(r["live"]["output_tokens"].get<int64_t>() <= 1);
+    capped += r["output_tokens"].get<int64_t>();
+  }
+  CHECK(capped > 0);  // the trace's outputs are longer than 1: each was cut to 1, not dropped
+  CHECK(report["live"]["agreement"]["equal_hit_tokens"] == 13);
 }
 
 TEST_CASE("live: a server that cannot be reached is a clear error") {

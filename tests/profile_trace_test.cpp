@@ -53,7 +53,7 @@ TEST_CASE("claude-code traces: requests, sub-agents as concurrent sessions, arri
   CHECK(t.requests[0].scope != 0);
 }
 
-TEST_CASE("mooncake traces: one request per line, ms timestamps, 512-token blocks, global ids") {
+TEST_CASE("mooncake traces: one request per line, ms timestamps, 512-token blocks, ids global within the file") {
   const Trace t = Load("mooncake_small.jsonl");
   REQUIRE(t.issues.empty());
   REQUIRE(t.formats == std::vector<std::string>{"mooncake"});
@@ -61,7 +61,8 @@ TEST_CASE("mooncake traces: one request per line, ms timestamps, 512-token block
   CHECK(t.requests[1].t == doctest::Approx(0.25));
   CHECK(t.requests[2].t == doctest::Approx(1.0));
   CHECK(t.requests[0].block_size == 512);
-  CHECK(t.requests[0].scope == 0);
+  CHECK(t.requests[0].scope == 1);  // the file's own scope (LoadTraces numbers files from 1)
+  CHECK(t.requests[2].scope == 1);
   CHECK(t.requests[0].input_tokens == 1000);
   CHECK(t.requests[2].source.size() > 2);
   CHECK(t.requests[2].source.substr(t.requests[2].source.size() - 2) == ":4");  // line 4
@@ -165,7 +166,7 @@ TEST_CASE("tokens: equal block ids give equal tokens, lengths are exact, outputs
   synth.Prompt(m.requests[1], &p1);
   REQUIRE(p1.size() == 700);
   CHECK(std::equal(p0.begin(), p0.begin() + 512, p1.begin()));  // block 0 shared
-  synth.AppendBlock(0, 2, 512, &full);
+  synth.AppendBlock(m.requests[1].scope, 2, 512, &full);
   CHECK(std::equal(p1.begin() + 512, p1.end(), full.begin()));
 }
 
