@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engram_classes.h"
+#include "tests/tokenizer_fixtures.h"
 
 using namespace cedar;
 using nlohmann::json;
@@ -133,4 +134,28 @@ TEST_CASE("a tokenizer the class table cannot use is refused naming the field") 
                        std::runtime_error);
   std::remove(path.c_str());
   CHECK_THROWS_AS(EngramNormalizeText(std::string("\xC3", 1)), std::invalid_argument);
+}
+
+TEST_CASE("the released tokenizer gives the released class count, and the same table as the reference") {
+  SkipWithoutTools();
+  if (cedar::testing::DeepSeekV3TokenizerDir().empty()) {
+    MESSAGE(cedar::testing::MissingTokenizerMessage());
+    return;
+  }
+  // DeepSeek-V3's tokenizer.json with the V4.1 added tokens laid over (what V4.1 ships): the
+  // released config says engram_compressed_vocab_size = 99,092 classes over 129,280 ids. Nothing
+  // in the class rules was fitted to that number; the released multipliers only match if it holds.
+  const std::string dir = cedar::testing::MakeDeepSeekV41TokenizerDir(TempPath("_v41tok"));
+  const std::string path = dir + "/tokenizer.json";
+  int64_t n = 0;
+  const std::vector<int32_t> got = EngramClassesFromTokenizerJson(path, 129280, 2, &n);
+  CHECK(n == 99092);
+  const json want = Reference("--classes " + path + " 129280 2");
+  CHECK(want["n_classes"].get<int64_t>() == 99092);
+  const std::vector<int32_t> ref = want["classes"].get<std::vector<int32_t>>();
+  REQUIRE(ref.size() == got.size());
+  int64_t differ = 0;
+  for (size_t i = 0; i < got.size(); ++i) differ += got[i] != ref[i];
+  MESSAGE("ids whose class differs from the reference's: " << differ);
+  CHECK(differ == 0);
 }
