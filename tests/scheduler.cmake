@@ -1,0 +1,4 @@
+# The mixed scheduler (issue 14): the engine's bit-exact pieces, the session manager's step loop.
+cedar_add_test(scheduler_engine_test model cedar_engine
+  ${CMAKE_CURRENT_SOURCE_DIR}/scheduler_engine_test.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/test_models.cpp)
