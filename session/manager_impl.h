@@ -48,6 +48,9 @@ struct SessionManager::Impl {
   std::list<ActiveTurn> waiting;     // queued turns, not yet admitted (no state)
   std::list<ActiveTurn> active;      // admitted: prefilling or decoding
   EngineMetrics metrics;
+  // State bytes per token of the last turn that finished its prefill: admission projects a
+  // prefilling turn's final size with it (scheduler.cpp).
+  double state_bytes_per_token = 0;
   bool sessionless_refusal_logged = false;  // a partial insert of a turn without a session was logged
 
   void Loop();

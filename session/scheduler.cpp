@@ -117,6 +117,9 @@ bool SessionManager::Impl::Admit(bool all) {
         in_flight = true;
         prefilling += a.phase == ActiveTurn::Phase::kPrefilling;
         if (a.state) bytes += a.state->Bytes();
+        // A prefilling turn will hold its whole prompt: project the rows it has still to run.
+        if (a.phase == ActiveTurn::Phase::kPrefilling)
+          bytes += uint64_t(state_bytes_per_token * double(int64_t(a.request.prompt.size()) - a.encode_next));
       }
       if (prefilling >= so.max_prefilling_turns) return false;
       // Session memory: idle sessions make room first; the turn waits (it is not dropped)
@@ -140,6 +143,8 @@ bool SessionManager::Impl::Admit(bool all) {
       queued--;
     }
     const double wait = Ms(a.submitted, std::chrono::steady_clock::now());
+    a.result.accounting.queue_ms = wait;
+    a.result.accounting.admission = metrics.turns_admitted;
     metrics.turns_admitted++;
     metrics.queue_wait_ms_total += wait;
     metrics.queue_wait_ms_max = std::max(metrics.queue_wait_ms_max, wait);
@@ -175,6 +180,7 @@ void SessionManager::Impl::StepMixed() {
   for (ActiveTurn& t : active)
     if (!t.done && t.phase == ActiveTurn::Phase::kPrefilling) pre.push_back(&t);
   std::stable_sort(pre.begin(), pre.end(), [](const ActiveTurn* a, const ActiveTurn* b) { return Before(*a, *b); });
+  metrics.prefilling_turns_max = std::max(metrics.prefilling_turns_max, int64_t(pre.size()));
   int64_t budget = int64_t(so.step_tokens) - int64_t(going.size());
   int64_t rows = 0;
   for (ActiveTurn* t : pre) {
@@ -205,6 +211,7 @@ void SessionManager::Impl::StepMixed() {
     metrics.steps++;
     metrics.step_prefill_rows += rows;
     metrics.step_decode_rows += int64_t(going.size());
+    metrics.step_decode_rows_max = std::max(metrics.step_decode_rows_max, int64_t(going.size()));
   }
 }
 

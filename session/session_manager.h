@@ -96,6 +96,8 @@ struct TurnAccounting {
   bool snapshot_hit = false;
   bool tail_hit = false;             // resumed from a snapshot's decoder tail at the prompt's end
                                      // (an exact repeat): no prompt row was computed
+  double queue_ms = 0;               // submit -> admission by the scheduler
+  int64_t admission = -1;            // the order the scheduler admitted turns in (0 first)
   double ttft_ms = 0;                // submit -> first token (or end of prefill)
   double total_ms = 0;
   int64_t cached_tokens() const { return matched_live + matched_ram + matched_disk; }
@@ -108,6 +110,8 @@ struct TurnResult {
   std::string error;                 // when error_kind != kNone
   TurnAccounting accounting;
   std::vector<float> prompt_logits;  // [V] after the prompt, when asked for
+  uint64_t logits_hash = 0;          // FNV-1a of the bytes of the turn's last logits [V] (0: none);
+                                     // equal hashes across runs = the same final state, bit for bit
 };
 
 struct SessionInfo {
@@ -132,6 +136,7 @@ struct EngineMetrics {
   int64_t queued_turns = 0;           // turns submitted and not yet admitted (now)
   int64_t prefilling_turns = 0;       // admitted turns with prompt rows still to run (now)
   int64_t decoding_turns = 0;         // turns generating tokens (now)
+  int64_t prefilling_turns_max = 0;   // the most turns prefilling at once so far
   int64_t turns_admitted = 0;         // turns that left the queue (summed below)
   double queue_wait_ms_total = 0;     // submit -> admission, summed over admitted turns
   double queue_wait_ms_max = 0;       // the longest such wait so far
@@ -140,6 +145,7 @@ struct EngineMetrics {
   int64_t steps = 0;                  // mixed-scheduler steps that ran something
   int64_t step_prefill_rows = 0;      // prompt rows those steps encoded
   int64_t step_decode_rows = 0;       // decode rows those steps ran
+  int64_t step_decode_rows_max = 0;   // the most decode rows in one step
   int64_t sessions = 0;
   // Session memory (--session-ram): live states plus the cache RAM their pins hold.
   uint64_t live_state_bytes = 0;      // live states: idle sessions' and in-flight turns'

@@ -298,6 +298,7 @@ void SessionManager::Impl::EndPrefill(ActiveTurn& t, std::optional<PrefillResult
     if (auto snap = SnapshotAt(HostView(st, copy), boundary, tail)) t.snapshots.push_back(*snap);
   }
   EnforceSessionBudget();  // the turn's state now counts: idle sessions make room
+  if (st.pos() > 0) state_bytes_per_token = double(st.Bytes()) / double(st.pos());
   t.sampler.emplace(rq.sampling);
   t.phase = ActiveTurn::Phase::kDecoding;
   if (rq.max_tokens == 0) {
@@ -328,9 +329,19 @@ void SessionManager::Impl::StepAll() {
   DecodeRows(going);
 }
 
+namespace {
+uint64_t Fnv1a(const std::vector<float>& v) {
+  uint64_t h = 1469598103934665603ull;
+  const auto* p = reinterpret_cast<const unsigned char*>(v.data());
+  for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+}  // namespace
+
 void SessionManager::Impl::Finish(ActiveTurn& t, const std::string& reason) {
   t.done = true;
   t.result.finish_reason = reason;
+  if (!t.logits.empty()) t.result.logits_hash = Fnv1a(t.logits);
   TurnAccounting& a = t.result.accounting;
   std::optional<SequenceState> copy;
   const SequenceState& st = HostView(*t.state, copy);  // the one Download of a turn's end

@@ -2,3 +2,6 @@
 cedar_add_test(scheduler_engine_test model cedar_engine
   ${CMAKE_CURRENT_SOURCE_DIR}/scheduler_engine_test.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/test_models.cpp)
+cedar_add_test(scheduler_session_test model cedar_session
+  ${CMAKE_CURRENT_SOURCE_DIR}/scheduler_session_test.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/test_models.cpp)
