@@ -119,7 +119,7 @@ bool SessionManager::Impl::Admit(bool all) {
         if (a.state) bytes += a.state->Bytes();
         // A prefilling turn will hold its whole prompt: project the rows it has still to run.
         if (a.phase == ActiveTurn::Phase::kPrefilling)
-          bytes += uint64_t(state_bytes_per_token * double(int64_t(a.request.prompt.size()) - a.encode_next));
+          bytes += uint64_t(std::max(state_bytes_per_token, 1.0) * double(int64_t(a.request.prompt.size()) - a.encode_next));
       }
       if (prefilling >= so.max_prefilling_turns) return false;
       // Session memory: idle sessions make room first; the turn waits (it is not dropped)
