@@ -82,6 +82,8 @@ int RunServe(int argc, char** argv) {
   int port = 0, io_threads = 2, threads = 0, max_sessions = 1024, default_max_tokens = 256;
   uint64_t max_connections = 1024, max_unix_connections = 256, max_body = 32u << 20, cache_ram = 0, cache_disk = 0, max_ram = 0;
   double read_timeout = 60, drain_timeout = 10, auth_timeout = 5;
+  session::SchedulerOptions sched;  // defaults: session/session_manager.h
+  std::string scheduler = session::SchedulerName(sched.kind);
   desc.add_options()("model", po::value(&model_dir)->required(), "model directory (config.json + model.safetensors)")(
       "socket", po::value(&socket_path),
       ("Unix socket path (mode 0600); default " + server::DefaultSocketPath() + "; \"none\" = TCP only").c_str())(
@@ -112,6 +114,17 @@ int RunServe(int argc, char** argv) {
       "released DeepSeek-V4.1 layout: most bytes of dequantised weights to hold (0 = no limit; too small = a clear error)")(
       "max-sessions", IntOption("--max-sessions", &max_sessions, 1, 1 << 20),
       "sessions at most, live or demoted into the cache (POST /v1/sessions answers 429 beyond)")(
+      "scheduler", po::value(&scheduler)->default_value(scheduler),
+      "mixed (steps of every decoding turn's row plus prefill chunks up to --step-tokens) | serial "
+      "(each prompt prefilled whole before anything else moves; the old loop, for comparison)")(
+      "step-tokens", IntOption("--step-tokens", &sched.step_tokens, 1, 1 << 20),
+      "mixed: rows per step, decode rows plus prefill chunks (a step runs at least one chunk)")(
+      "max-prefill-chunk", IntOption("--max-prefill-chunk", &sched.max_prefill_chunk, 1, 1 << 20),
+      "mixed: a prompt runs in chunks of this many tokens")(
+      "max-prefilling-turns", IntOption("--max-prefilling-turns", &sched.max_prefilling_turns, 1, 1 << 16),
+      "mixed: turns prefilling at once at most (the others wait in the queue)")(
+      "max-queued-turns", IntOption("--max-queued-turns", &sched.max_queued_turns, 0, 1 << 24),
+      "turns waiting for admission at most; past it 429 with Retry-After (0 = no limit)")(
       "default-max-tokens", IntOption("--default-max-tokens", &default_max_tokens, 1, 1 << 24),
       "max_tokens when a request gives none")(
       "io-threads", IntOption("--io-threads", &io_threads, 1, 256), "I/O threads")(
@@ -149,6 +162,9 @@ int RunServe(int argc, char** argv) {
   }
   if (!server::ParseDecoderPolicy(decoder_policy, &policies.decoder_policy)) {
     throw std::invalid_argument("--decoder-policy: expected auto, exact or bounded, found '" + decoder_policy + "'");
+  }
+  if (!session::ParseScheduler(scheduler, &sched.kind)) {
+    throw std::invalid_argument("--scheduler: expected mixed or serial, found '" + scheduler + "'");
   }
   // Keys: --api-key (repeatable), --api-key-file, CEDAR_API_KEY; all of them count.
   if (!api_key_file.empty()) {
@@ -195,6 +211,7 @@ int RunServe(int argc, char** argv) {
   mo.cache_dir = cache_dir;  // "" (or --cache-dir none, cleared above) = RAM only
   if (!session_ram.empty()) mo.session_ram_bytes = ParseBytesOption("--session-ram", session_ram, 1, kMaxBytesOption);
   mo.max_sessions = max_sessions;
+  mo.scheduler = sched;
   std::unique_ptr<session::SessionManager> manager = session::SessionManager::Start(model, mo);
 
   server::ApiOptions ao = policies;

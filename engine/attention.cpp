@@ -15,7 +15,12 @@ void AttendRows(const ModelConfig& c, const std::vector<AttentionRow>& rows, con
   const int n = int(rows.size()), H = c.n_heads, cd = c.head_dim;
   if (n == 0) return;
   // Tasks are (row, part of the heads); parts > 1 only when rows alone cannot fill the pool.
-  const int parts = std::max(1, std::min(H, (k::Threads() + n - 1) / n));
+  // Parts hold whole tiles of 4 heads (SinkAttention scores heads 4 at a time and the rest one
+  // by one, in a different summation order), so a row's result does not depend on how many
+  // rows share the call: a decoding turn gets the same bits alone or in a mixed step.
+  constexpr int kHeadTile = 4;
+  const int tiles = H % kHeadTile == 0 ? H / kHeadTile : 1;
+  const int parts = std::max(1, std::min(tiles, (k::Threads() + n - 1) / n));
   const int64_t tasks = int64_t(n) * parts;
   // Rows late in a prompt see more entries than early ones, so equal contiguous shares would
   // leave a core idle: each thread takes the next chunk of tasks.
@@ -25,7 +30,7 @@ void AttendRows(const ModelConfig& c, const std::vector<AttentionRow>& rows, con
     for (int64_t b; (b = next.fetch_add(chunk, std::memory_order_relaxed)) < tasks;)
       for (int64_t task = b; task < std::min(tasks, b + chunk); ++task) {
         const int r = int(task / parts), part = int(task % parts);
-        const int h0 = H * part / parts, h1 = H * (part + 1) / parts;
+        const int h0 = tiles * part / parts * (H / tiles), h1 = tiles * (part + 1) / parts * (H / tiles);
         const AttentionRow& a = rows[size_t(r)];
         const size_t off = (size_t(r) * H + h0) * cd;
         k::SinkAttention(q + off, h1 - h0, cd, a.win, a.n_win, a.pool, a.sel, a.n_sel, sink + h0, scale, o + off);

@@ -38,6 +38,13 @@ class CpuBackend final : public Backend {
     for (Sequence* s : seqs) states.push_back(&Cpu(*s).st);
     return cedar::DecodeBatch(m_, states, tokens, stats);
   }
+  bool SupportsChunkedPrefill() const override { return true; }
+  StepStats PrefillEncode(Sequence& s, std::span<const int32_t> t) const override {
+    return cedar::PrefillEncode(m_, Cpu(s).st, t);
+  }
+  PrefillResult PrefillFinish(Sequence& s, PrefillMode mode) const override {
+    return cedar::PrefillFinish(m_, Cpu(s).st, mode);
+  }
   StepStats EncoderReplay(Sequence& s) const override { return cedar::EncoderReplay(m_, Cpu(s).st); }
   StepStats ExactEncoderRestore(Sequence& s) const override { return cedar::ExactEncoderRestore(m_, Cpu(s).st); }
   void RebuildLayerEWindow(Sequence& s) const override { cedar::RebuildLayerEWindow(m_, Cpu(s).st); }

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,6 +45,16 @@ class Backend {
   // REQUIRES: distinct sequences of this backend.
   virtual std::vector<std::vector<float>> DecodeBatch(std::span<Sequence* const> seqs, std::span<const int32_t> tokens,
                                                       std::vector<StepStats>* stats = nullptr) const = 0;
+  // Chunked prefill (engine.h's PrefillEncode / PrefillFinish) for the mixed scheduler of
+  // session/. A backend without it keeps the defaults: SupportsChunkedPrefill() false, and the
+  // session layer then runs every prefill whole (the serial scheduler).
+  virtual bool SupportsChunkedPrefill() const { return false; }
+  virtual StepStats PrefillEncode(Sequence&, std::span<const int32_t>) const {
+    throw std::logic_error(std::string(name()) + " backend: no chunked prefill");
+  }
+  virtual PrefillResult PrefillFinish(Sequence&, PrefillMode) const {
+    throw std::logic_error(std::string(name()) + " backend: no chunked prefill");
+  }
   virtual StepStats EncoderReplay(Sequence& s) const = 0;
   virtual StepStats ExactEncoderRestore(Sequence& s) const = 0;
   virtual void RebuildLayerEWindow(Sequence& s) const = 0;

@@ -138,6 +138,45 @@ PrefillResult Prefill(const Model& m, SequenceState& st, std::span<const int32_t
   return res;
 }
 
+// The body of Prefill's chunk loop for one chunk of a non-full mode (kept in step with it).
+StepStats PrefillEncode(const Model& m, SequenceState& st, std::span<const int32_t> tokens) {
+  const ModelConfig& c = m.config();
+  CheckTokens(m, st, tokens);
+  StepStats s;
+  s.tokens = int64_t(tokens.size());
+  if (tokens.empty()) return s;
+  const int E = c.n_encoder_layers;
+  const int len = int(tokens.size());
+  PassContext ctx;
+  Rows h = Embed(m, tokens.data(), len, st.pos);
+  const int64_t first = st.pos;
+  for (int l = 0; l < E; ++l) RunLayer(m, st, l, h, first, 0, ctx);
+  for (int r = 0; r < len; ++r) std::copy(h.h.begin() + size_t(r) * c.dim, h.h.begin() + size_t(r + 1) * c.dim, st.h_e.Append(first + r));
+  RunLayer(m, st, E, h, first + len, 0, ctx);  // layer E's window entries and the decoder pool
+  st.pos = first + len;
+  st.tokens.insert(st.tokens.end(), tokens.begin(), tokens.end());
+  for (int l = 0; l < E; ++l) st.windows[size_t(l)].DropBefore(WindowKeepFrom(c, l, st.pos, st.keep_extra_rows));
+  s.layer_token_units = ctx.layer_token_units;
+  s.encoder_units = int64_t(len) * E;
+  s.decoder_units = ctx.layer_token_units - s.encoder_units;
+  return s;
+}
+
+PrefillResult PrefillFinish(const Model& m, SequenceState& st, PrefillMode mode) {
+  if (mode == PrefillMode::kFull) throw std::invalid_argument("PrefillFinish: full mode has no separate decoder phase");
+  PrefillResult res;
+  if (st.pos == st.decoder_pos) throw std::invalid_argument("PrefillFinish: no rows were encoded since the last decoder pass");
+  PassContext ctx;
+  std::vector<float> last_h;
+  RunDecoderPhase(m, st, mode, ctx, &last_h);
+  st.decoder_pos = st.pos;
+  TrimState(m.config(), st);
+  res.logits = ComputeLogits(m, last_h.data());
+  res.stats.layer_token_units = res.stats.decoder_units = ctx.layer_token_units;
+  res.stats.decoder_rows = ctx.last_layer_rows;
+  return res;
+}
+
 std::vector<float> DecodeStep(const Model& m, SequenceState& st, int32_t token, StepStats* stats) {
   PrefillOptions opt;
   opt.mode = PrefillMode::kFull;

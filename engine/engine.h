@@ -48,6 +48,17 @@ struct PrefillResult {
 PrefillResult Prefill(const Model& m, SequenceState& st, std::span<const int32_t> tokens,
                       const PrefillOptions& opt);
 
+// Chunked prefill, for a scheduler that interleaves the chunks of several turns with decode
+// steps (session/, issue 14). PrefillEncode appends `tokens` through the encoder [0, E) and
+// layer E's window entries and pool (no decoder rows); PrefillFinish then runs the decoder
+// phase of `mode` over everything appended since the last decoder pass and returns the logits
+// of the last row. Encode calls over chunks c1..ck then one Finish equal
+// Prefill(c1 + ... + ck, {mode, chunk_size}) with the same chunk boundaries, bit for bit.
+// REQUIRES: mode != kFull (full runs the decoder per chunk: use Prefill). Between the calls
+// the state is mid-prefill: only further PrefillEncode calls or PrefillFinish may touch it.
+StepStats PrefillEncode(const Model& m, SequenceState& st, std::span<const int32_t> tokens);
+PrefillResult PrefillFinish(const Model& m, SequenceState& st, PrefillMode mode);
+
 // One token through all L layers; returns its logits [V].
 std::vector<float> DecodeStep(const Model& m, SequenceState& st, int32_t token, StepStats* stats = nullptr);
 

@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cmath>
+
 namespace cedar::server {
 
 using nlohmann::json;
@@ -31,6 +34,11 @@ ApiError FromErrorKind(session::ErrorKind kind, const std::string& message, cons
     case ErrorKind::kPromptTooLong:
       return InvalidRequest(message, param.empty() ? "messages" : param, "context_length_exceeded");
     case ErrorKind::kShuttingDown: return ApiError(503, "server_error", "shutting_down", message);
+    case ErrorKind::kQueueFull: {
+      ApiError e(429, "rate_limit_error", "queue_full", message);
+      e.retry_after_s = 1;
+      return e;
+    }
     case ErrorKind::kNone:
     case ErrorKind::kInternal: break;
   }
@@ -50,6 +58,16 @@ HttpResponse JsonResponse(int status, const json& body) {
   return r;
 }
 
-HttpResponse ErrorResponse(const ApiError& error) { return JsonResponse(error.status, error.ToJson()); }
+HttpResponse ErrorResponse(const ApiError& error) {
+  HttpResponse r = JsonResponse(error.status, error.ToJson());
+  if (error.retry_after_s > 0) r.headers.emplace_back("Retry-After", std::to_string(error.retry_after_s));
+  return r;
+}
+
+int RetryAfterSeconds(const session::EngineMetrics& m) {
+  if (m.turns_admitted <= 0) return 1;
+  const double mean_s = m.queue_wait_ms_total / 1000.0 / double(m.turns_admitted);
+  return int(std::clamp(std::ceil(mean_s), 1.0, 60.0));
+}
 
 }  // namespace cedar::server

@@ -21,6 +21,7 @@ class ApiError : public std::runtime_error {
   std::string type;   // "invalid_request_error", "not_found_error", "authentication_error", ...
   std::string code;   // "context_length_exceeded", "session_busy", ... ("" = null)
   std::string param;  // the offending field ("" = null)
+  int retry_after_s = 0;  // > 0: the response carries `Retry-After: <seconds>` (429 queue_full)
 
   nlohmann::json ToJson() const;
 };
@@ -28,7 +29,12 @@ class ApiError : public std::runtime_error {
 // 400 invalid_request_error, naming `param`.
 ApiError InvalidRequest(const std::string& message, const std::string& param = "",
                         const std::string& code = "");
-// A session manager refusal: kInvalidRequest 400, kSessionNotFound 404, kSessionBusy 409,
+// Seconds a client refused with queue_full should wait: the mean queue wait so far, rounded up,
+// in [1, 60] (1 before any turn was admitted).
+int RetryAfterSeconds(const session::EngineMetrics& m);
+
+// A session manager refusal: kQueueFull 429 queue_full (Retry-After 1 unless the caller sets it),
+// kInvalidRequest 400, kSessionNotFound 404, kSessionBusy 409,
 // kPromptTooLong 400 context_length_exceeded, kShuttingDown 503, kInternal 500. `param` names
 // the field for 400s ("" = none; kPromptTooLong defaults to "messages").
 ApiError FromErrorKind(session::ErrorKind kind, const std::string& message, const std::string& param = "");

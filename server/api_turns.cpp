@@ -41,6 +41,7 @@ Api::TurnPlan Api::PlanTurn(const GenerationParams& params, std::vector<int32_t>
   r.prompt = std::move(prompt);
   r.max_tokens = params.max_tokens.value_or(options_.default_max_tokens);
   r.sampling = params.sampling;
+  r.priority = params.priority;
   r.decoder = options_.decoder_policy;
   r.restore = options_.restore_policy;
   r.owner = request.tenant;  // its session is looked up among the tenant's own
@@ -207,7 +208,10 @@ HttpResponse Api::RunTurn(TurnPlan plan, const HttpRequest& request, const std::
   });
   const std::string prompt_param = plan.chat ? "messages" : "prompt";
   if (auto refused = turn->RefusedAtOnce(); refused && refused->error_kind != session::ErrorKind::kNone) {
-    throw FromErrorKind(refused->error_kind, refused->error, prompt_param);
+    ApiError e = FromErrorKind(refused->error_kind, refused->error, prompt_param);
+    if (refused->error_kind == session::ErrorKind::kQueueFull)
+      e.retry_after_s = WithManager([](session::SessionManager& m) { return RetryAfterSeconds(m.Metrics()); });
+    throw e;
   }
   if (!plan.stream) {
     const session::TurnResult& r = turn->Wait();

@@ -15,6 +15,7 @@ std::shared_ptr<LiveTurn> LiveTurn::Submit(session::SessionManager& manager, ses
   std::shared_ptr<LiveTurn> turn(new LiveTurn(tokenizer, std::move(stop), std::move(cancelled)));
   // The callback holds the turn alive until the manager drops the request.
   request.on_token = [turn](int32_t id) { return turn->OnToken(id); };
+  request.cancelled = turn->cancelled_;  // the scheduler ends the turn at its next step once set
   turn->submitted_ = std::chrono::steady_clock::now();
   turn->future_ = manager.Submit(std::move(request));
   return turn;

@@ -102,6 +102,10 @@ GenerationParams ReadParams(const json& body, const HttpRequest& request) {
   if (auto t = ReadNumber(body, "top_p", 0, 1, true, "(0, 1]")) p.sampling.top_p = float(*t);
   if (auto s = ReadInt(body, "seed")) p.sampling.seed = uint64_t(*s);
   if (auto n = ReadInt(body, "n"); n && *n != 1) throw InvalidRequest("n: only n = 1 is supported", "n");
+  if (auto pr = ReadInt(body, "priority")) {
+    if (*pr < -1000000 || *pr > 1000000) Expected("priority", "an integer in [-1000000, 1000000]", body["priority"]);
+    p.priority = int(*pr);
+  }
   p.stop = ReadStop(body);
   p.stream = ReadBool(body, "stream", false);
   p.ignore_eos = ReadBool(body, "ignore_eos", false);

@@ -25,6 +25,7 @@ struct GenerationParams {
   bool stream = false;
   bool include_usage = false;        // stream_options.include_usage
   bool ignore_eos = false;           // `ignore_eos` (as vLLM): only max_tokens ends the turn
+  int priority = 0;                  // `priority` (as vLLM): lower values are scheduled first
 };
 
 inline constexpr size_t kMaxStopStrings = 16;

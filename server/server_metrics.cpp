@@ -147,6 +147,22 @@ std::string ServerMetrics::Render(const session::EngineMetrics& e) const {
          double(e.exact_restore_rows));
   Metric(out, "cedar_decoder_replays_total", "counter", "Decoder SWA Bounded Replays.", double(e.decoder_replays));
   Metric(out, "cedar_layer_token_units_total", "counter", "Work done, in layer-token units.", double(e.layer_token_units));
+  // The scheduler (issue 14).
+  Metric(out, "cedar_queue_turns", "gauge", "Turns submitted and waiting for admission.", double(e.queued_turns));
+  Metric(out, "cedar_prefilling_turns", "gauge", "Admitted turns with prompt rows still to run.", double(e.prefilling_turns));
+  Metric(out, "cedar_decoding_turns", "gauge", "Turns generating tokens.", double(e.decoding_turns));
+  Metric(out, "cedar_queue_admitted_total", "counter", "Turns that left the queue.", double(e.turns_admitted));
+  Metric(out, "cedar_queue_wait_seconds_total", "counter", "Submit-to-admission time summed over admitted turns.",
+         e.queue_wait_ms_total / 1000.0);
+  Metric(out, "cedar_queue_wait_seconds_max", "gauge", "The longest submit-to-admission wait so far.",
+         e.queue_wait_ms_max / 1000.0);
+  Metric(out, "cedar_queue_full_total", "counter", "Turns refused with 429 past --max-queued-turns.",
+         double(e.turns_queue_full));
+  Metric(out, "cedar_memory_waits_total", "counter", "Turns whose admission waited for session memory.",
+         double(e.memory_waits));
+  Metric(out, "cedar_steps_total", "counter", "Mixed-scheduler steps that ran rows.", double(e.steps));
+  Metric(out, "cedar_step_prefill_rows_total", "counter", "Prompt rows encoded by mixed steps.", double(e.step_prefill_rows));
+  Metric(out, "cedar_step_decode_rows_total", "counter", "Decode rows run by mixed steps.", double(e.step_decode_rows));
   Metric(out, "cedar_sessions", "gauge", "Sessions open.", double(e.sessions));
   Metric(out, "cedar_sessions_max", "gauge", "--max-sessions: sessions at most, live or demoted.", double(e.max_sessions));
   Metric(out, "cedar_live_sessions", "gauge", "Sessions holding a live state.", double(e.live_sessions));

@@ -36,14 +36,21 @@ struct SessionManager::Impl {
   // DeleteSession checks `busy` and erases here under one lock, so create, delete and a turn's
   // admission on one id are linearizable: a session either exists for every call or for none.
   std::set<std::string> ids;
+  int64_t queued = 0;               // turns submitted and not yet admitted (Submit's limit)
+  int64_t next_seq = 0;             // arrival numbers (ActiveTurn::seq)
+  int64_t queue_full_refusals = 0;  // Submit's kQueueFull answers
 
   std::mutex stats_mu;              // guards `stats`
   EngineMetrics stats;              // the last PublishStats()
 
   // engine thread only
   std::unordered_map<std::string, Session> sessions;  // by Key(owner, id)
-  std::list<ActiveTurn> active;
+  std::list<ActiveTurn> waiting;     // queued turns, not yet admitted (no state)
+  std::list<ActiveTurn> active;      // admitted: prefilling or decoding
   EngineMetrics metrics;
+  // State bytes per token of the last turn that finished its prefill: admission projects a
+  // prefilling turn's final size with it (scheduler.cpp).
+  double state_bytes_per_token = 0;
   bool sessionless_refusal_logged = false;  // a partial insert of a turn without a session was logged
 
   void Loop();
@@ -81,9 +88,21 @@ struct SessionManager::Impl {
   // Copies the counters and the cache's sizes into `stats` (engine thread).
   void PublishStats();
 
+  // scheduler.cpp: the engine thread's step (one call per loop iteration).
+  void Step();
+  void StepSerial();                  // admit everything (whole prefills), then one decode step
+  void StepMixed();                   // decode rows + prefill chunks up to the step budget
+  void CancelRequested();             // ends turns whose client is gone (any phase)
+  void Cancel(ActiveTurn& t);         // a turn without a finished prefill: drop it, cache nothing
+  bool Admit(bool all);               // waiting -> active by (priority, arrival); false: none left to try
+  void DecodeRows(const std::vector<ActiveTurn*>& going);  // one batched decode of their last tokens
   // turns.cpp
-  void StartTurn(ActiveTurn& t);
-  bool Sample(ActiveTurn& t);  // false when the turn ended
+  bool BeginTurn(ActiveTurn& t);      // validate, restore; false when the turn ended
+  void StartTurn(ActiveTurn& t);      // BeginTurn + the whole prefill + EndPrefill (serial)
+  void EndPrefill(ActiveTurn& t, std::optional<PrefillResult> pr);
+  // The one place a turn's next token is chosen from t.logits (a logits processor, e.g. a
+  // grammar mask, belongs right before its sampler call). False when the turn ended.
+  bool Sample(ActiveTurn& t);
   void StepAll();              // one batched decode step for every turn in flight
   void Finish(ActiveTurn& t, const std::string& reason);
   void Fail(ActiveTurn& t, ErrorKind kind, const std::string& message);

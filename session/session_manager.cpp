@@ -54,21 +54,23 @@ void SessionManager::Impl::Loop() {
     std::deque<std::function<void()>> batch;
     {
       std::unique_lock<std::mutex> lk(mu);
-      cv.wait(lk, [&] { return !tasks.empty() || !active.empty() || stopping; });
+      cv.wait(lk, [&] { return !tasks.empty() || !active.empty() || !waiting.empty() || stopping; });
       batch.swap(tasks);
-      if (stopping && batch.empty() && active.empty()) break;
+      if (stopping && batch.empty() && active.empty() && waiting.empty()) break;
     }
     for (auto& f : batch) f();
-    // One batched decode step for every turn in flight.
     bool cancel;
     {
       std::lock_guard<std::mutex> lk(mu);
       cancel = cancel_all;
     }
-    if (cancel)
+    if (cancel) {
+      for (ActiveTurn& t : waiting) Cancel(t);
       for (ActiveTurn& t : active)
-        if (!t.done) Finish(t, "cancelled");
-    StepAll();
+        if (!t.done) t.phase == ActiveTurn::Phase::kDecoding ? Finish(t, "cancelled") : Cancel(t);
+    }
+    Step();
+    waiting.remove_if([](const ActiveTurn& t) { return t.done; });
     active.remove_if([](const ActiveTurn& t) { return t.done; });
     PublishStats();
   }
@@ -104,6 +106,15 @@ void SessionManager::Impl::PublishStats() {
   m.pages_spilled = c.pages_spilled;
   m.disk_entries_deleted = c.disk_entries_deleted;
   m.corrupt_entries = c.corrupt_entries_dropped;
+  for (const ActiveTurn& t : active) {
+    if (t.done) continue;
+    (t.phase == ActiveTurn::Phase::kDecoding ? m.decoding_turns : m.prefilling_turns)++;
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    m.queued_turns = queued;
+    m.turns_queue_full = queue_full_refusals;
+  }
   std::lock_guard<std::mutex> lk(stats_mu);
   stats = m;
 }
@@ -127,6 +138,14 @@ std::unique_ptr<SessionManager> SessionManager::Start(std::shared_ptr<const Mode
   std::unique_ptr<SessionManager> m(new SessionManager(std::move(model), std::move(impl)));
   m->device_ = m->impl_->backend->name();
   m->device_detail_ = m->impl_->backend->Describe();
+  if (options.scheduler.kind == SchedulerKind::kMixed && !m->impl_->backend->SupportsChunkedPrefill()) {
+    spdlog::warn("the {} backend has no chunked prefill: the serial scheduler runs every prefill whole", m->device_);
+    m->impl_->opt.scheduler.kind = SchedulerKind::kSerial;
+  }
+  m->scheduler_ = m->impl_->opt.scheduler.kind;
+  spdlog::info("scheduler {}: step {} tokens, prefill chunks of {}, {} prefilling turns at most, {} queued turns at most",
+               SchedulerName(m->scheduler_), options.scheduler.step_tokens, options.scheduler.max_prefill_chunk,
+               options.scheduler.max_prefilling_turns, options.scheduler.max_queued_turns);
   Impl* raw = m->impl_.get();
   raw->PublishStats();  // before the engine thread starts: the budgets are known at once
   raw->engine = std::thread([raw] { raw->Loop(); });
@@ -177,16 +196,26 @@ std::future<TurnResult> SessionManager::Submit(TurnRequest request) {
         refuse(ErrorKind::kSessionBusy, "session '" + sid + "' already has a turn in flight");
         return fut;
       }
-      impl_->busy.insert(key);
     }
+    const int64_t limit = impl_->opt.scheduler.max_queued_turns;
+    if (limit > 0 && impl_->queued >= limit) {
+      impl_->queue_full_refusals++;
+      refuse(ErrorKind::kQueueFull, std::to_string(impl_->queued) + " turns are waiting already (--max-queued-turns " +
+                                        std::to_string(limit) + "); retry later");
+      return fut;
+    }
+    if (!sid.empty()) impl_->busy.insert(Impl::Key(turn->request.owner, sid));
+    impl_->queued++;
+    turn->seq = impl_->next_seq++;
     Impl* impl = impl_.get();
     impl_->tasks.push_back([impl, turn] {
-      impl->active.push_back(ActiveTurn{});
-      ActiveTurn& t = impl->active.back();
+      // Into the queue; Step admits it (by priority, then arrival).
+      impl->waiting.push_back(ActiveTurn{});
+      ActiveTurn& t = impl->waiting.back();
       t.request = std::move(turn->request);
       t.promise = std::move(turn->promise);
       t.submitted = turn->submitted;
-      impl->StartTurn(t);
+      t.seq = turn->seq;
     });
   }
   impl_->cv.notify_one();
@@ -312,8 +341,16 @@ std::string SessionManager::CheckCacheIntegrity() {
 }
 
 EngineMetrics SessionManager::Metrics() {
-  std::lock_guard<std::mutex> lk(impl_->stats_mu);
-  return impl_->stats;
+  EngineMetrics m;
+  {
+    std::lock_guard<std::mutex> lk(impl_->stats_mu);
+    m = impl_->stats;
+  }
+  // The queue as Submit sees it now (it changes without the engine thread).
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  m.queued_turns = impl_->queued;
+  m.turns_queue_full = impl_->queue_full_refusals;
+  return m;
 }
 
 }  // namespace cedar::session

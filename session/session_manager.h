@@ -14,6 +14,7 @@
 // missing), the suffix is encoded, the decoder replays, and the loop decodes. The prompt and
 // the output then go into the cache with snapshots, so the next turn and other sessions hit.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <future>
@@ -52,7 +53,8 @@ using SessionOwner = uint64_t;
 inline constexpr SessionOwner kLocalOwner = 0;
 
 // Why a request was refused; the server maps these to HTTP statuses.
-enum class ErrorKind { kNone, kInvalidRequest, kSessionNotFound, kSessionBusy, kPromptTooLong, kShuttingDown, kInternal };
+// kQueueFull: --max-queued-turns turns wait already (the server answers 429 with Retry-After).
+enum class ErrorKind { kNone, kInvalidRequest, kSessionNotFound, kSessionBusy, kPromptTooLong, kShuttingDown, kInternal, kQueueFull };
 
 struct TurnRequest {
   std::string session_id;             // "" = no session (the prefix cache is still used)
@@ -72,6 +74,13 @@ struct TurnRequest {
   // mask the logits and after it with the token; null = unconstrained. When it allows no
   // token the turn ends with finish_reason "stop".
   std::shared_ptr<LogitsProcessor> logits_processor;
+  // Scheduling (issue 14). Lower values are served first, as in vLLM's `priority` (default 0,
+  // negative allowed); equal priorities are first come first served. A priority orders the
+  // queue of turns not yet admitted and the prefill chunks of a step; it never preempts.
+  int priority = 0;
+  // Set by another thread (the server, when the client disconnects): the turn ends as
+  // "cancelled" at the next step, queued, prefilling or decoding, and frees its slot. nullptr = never.
+  std::shared_ptr<std::atomic<bool>> cancelled;
 };
 
 // Where the prompt's tokens came from and what the turn cost, in layer-token units.
@@ -91,6 +100,8 @@ struct TurnAccounting {
   bool snapshot_hit = false;
   bool tail_hit = false;             // resumed from a snapshot's decoder tail at the prompt's end
                                      // (an exact repeat): no prompt row was computed
+  double queue_ms = 0;               // submit -> admission by the scheduler
+  int64_t admission = -1;            // the order the scheduler admitted turns in (0 first)
   double ttft_ms = 0;                // submit -> first token (or end of prefill)
   double total_ms = 0;
   int64_t cached_tokens() const { return matched_live + matched_ram + matched_disk; }
@@ -103,6 +114,8 @@ struct TurnResult {
   std::string error;                 // when error_kind != kNone
   TurnAccounting accounting;
   std::vector<float> prompt_logits;  // [V] after the prompt, when asked for
+  uint64_t logits_hash = 0;          // FNV-1a of the bytes of the turn's last logits [V] (0: none);
+                                     // equal hashes across runs = the same final state, bit for bit
 };
 
 struct SessionInfo {
@@ -123,6 +136,20 @@ struct EngineMetrics {
   int64_t exact_restores = 0, exact_restore_rows = 0;  // staircase restores (snapshot missing)
   int64_t layer_token_units = 0;
   int64_t decode_batches = 0, decode_batch_rows = 0;  // batched decode steps and their rows
+  // The scheduler (issue 14):
+  int64_t queued_turns = 0;           // turns submitted and not yet admitted (now)
+  int64_t prefilling_turns = 0;       // admitted turns with prompt rows still to run (now)
+  int64_t decoding_turns = 0;         // turns generating tokens (now)
+  int64_t prefilling_turns_max = 0;   // the most turns prefilling at once so far
+  int64_t turns_admitted = 0;         // turns that left the queue (summed below)
+  double queue_wait_ms_total = 0;     // submit -> admission, summed over admitted turns
+  double queue_wait_ms_max = 0;       // the longest such wait so far
+  int64_t turns_queue_full = 0;       // turns refused with kQueueFull (429)
+  int64_t memory_waits = 0;           // turns whose admission waited for session memory
+  int64_t steps = 0;                  // mixed-scheduler steps that ran something
+  int64_t step_prefill_rows = 0;      // prompt rows those steps encoded
+  int64_t step_decode_rows = 0;       // decode rows those steps ran
+  int64_t step_decode_rows_max = 0;   // the most decode rows in one step
   int64_t sessions = 0;
   // Session memory (--session-ram): live states plus the cache RAM their pins hold.
   uint64_t live_state_bytes = 0;      // live states: idle sessions' and in-flight turns'
@@ -138,6 +165,29 @@ struct EngineMetrics {
   int64_t page_tokens = 0;  // the cache's page size
   uint64_t snapshots_dropped = 0, pages_spilled = 0, disk_entries_deleted = 0, corrupt_entries = 0;
 };
+
+// How the engine thread orders work (issue 14, docs/SERVER.md "Scheduling").
+enum class SchedulerKind {
+  kSerial,  // one turn's whole prefill at a time, then a batched decode step (the old loop)
+  kMixed,   // steps: every decoding turn's row plus prefill chunks of several turns up to a budget
+};
+struct SchedulerOptions {
+  SchedulerKind kind = SchedulerKind::kMixed;  // --scheduler serial|mixed (mixed needs a backend
+                                               // with chunked prefill: the CPU; else serial)
+  int step_tokens = 1024;        // --step-tokens: rows per mixed step (decode rows + prefill chunks);
+                                 // a step always runs its decode rows and at least one chunk
+  int max_prefill_chunk = 1024;  // --max-prefill-chunk: a turn's prompt runs in chunks of this
+                                 // size from where its state starts (boundaries fixed per turn,
+                                 // so its result does not depend on the other turns). Measured
+                                 // on `small` (docs/SERVER.md): encoder ms per row 15 at 64, 11 at
+                                 // 256, 7.9 at 1024 (sgemm packs x per product), so smaller chunks
+                                 // shorten steps but cost the long prompt's TTFT
+  int max_prefilling_turns = 4;  // --max-prefilling-turns: turns admitted with prompt rows left
+  int max_queued_turns = 256;    // --max-queued-turns: turns waiting for admission; past it
+                                 // Submit refuses with kQueueFull (0 = no limit)
+};
+const char* SchedulerName(SchedulerKind k);                 // "serial" or "mixed"
+bool ParseScheduler(const std::string& s, SchedulerKind* out);
 
 struct ManagerOptions {
   uint64_t cache_ram_bytes = 1ull << 30;  // --cache-ram
@@ -155,6 +205,7 @@ struct ManagerOptions {
                                           // throws SessionLimitError)
   bool snapshot_decoder_windows = true;   // snapshots also hold decoder windows (exact restore)
   BackendOptions backend;                 // --device (default cpu: the engine of engine/engine.h), F32 device weights
+  SchedulerOptions scheduler;             // --scheduler, --step-tokens, --max-prefill-chunk, ...
 };
 
 // CreateSession when max_sessions sessions exist (the server answers 429).
@@ -207,6 +258,8 @@ class SessionManager {
   const Model& model() const { return *model_; }
   const std::string& device() const { return device_; }              // "cpu" or "cuda": the backend in use
   const std::string& device_detail() const { return device_detail_; }  // Backend::Describe()
+  SchedulerKind scheduler() const { return scheduler_; }  // the one in use (mixed falls back to serial
+                                                          // on a backend without chunked prefill)
 
   // Stops accepting work; in-flight and queued turns finish (cancel = false) or end as
   // "cancelled" (cancel = true); flushes the cache's disk tier; joins the engine thread.
@@ -217,6 +270,7 @@ class SessionManager {
   SessionManager(std::shared_ptr<const Model> model, std::unique_ptr<Impl> impl);
   std::shared_ptr<const Model> model_;
   std::string device_, device_detail_;  // fixed at Start (the backend itself is the engine thread's)
+  SchedulerKind scheduler_ = SchedulerKind::kSerial;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -43,6 +43,15 @@ struct ActiveTurn {
   TurnResult result;
   bool first_token_seen = false;
   bool done = false;
+  // The scheduler (session/scheduler.cpp):
+  enum class Phase { kQueued, kPrefilling, kDecoding };
+  Phase phase = Phase::kQueued;            // queued: no state yet; prefilling: chunks to go
+  int64_t seq = 0;                         // arrival order: first come first served among equal priorities
+  PrefillMode mode = PrefillMode::kBounded;  // the decoder phase of this turn's prefill
+  int64_t encode_next = 0;                 // the next prompt position to encode (mixed scheduler)
+  bool waited_for_memory = false;          // admission was deferred for session memory (counted once)
+  // True once the client is gone (TurnRequest::cancelled set).
+  bool CancelRequested() const { return request.cancelled && request.cancelled->load(std::memory_order_relaxed); }
 };
 
 }  // namespace cedar::session

@@ -201,25 +201,27 @@ std::unique_ptr<Sequence> SessionManager::Impl::Restore(ActiveTurn& t, Session* 
   return out;
 }
 
-void SessionManager::Impl::StartTurn(ActiveTurn& t) {
+// Validation and the state the turn starts from (live, cache or empty); decides the decoder
+// policy of its prefill. False when the turn ended here (refused or failed).
+bool SessionManager::Impl::BeginTurn(ActiveTurn& t) {
   const ModelConfig& c = model->config();
   TurnRequest& rq = t.request;
   TurnAccounting& a = t.result.accounting;
   Session* s = nullptr;
   if (!rq.session_id.empty()) {
     auto it = sessions.find(Key(rq.owner, rq.session_id));
-    if (it == sessions.end()) return Fail(t, ErrorKind::kSessionNotFound, "unknown session '" + rq.session_id + "'");
+    if (it == sessions.end()) return Fail(t, ErrorKind::kSessionNotFound, "unknown session '" + rq.session_id + "'"), false;
     s = &it->second;
     s->last_used = std::chrono::steady_clock::now();
   }
-  if (rq.prompt.empty()) return Fail(t, ErrorKind::kInvalidRequest, "the prompt is empty");
+  if (rq.prompt.empty()) return Fail(t, ErrorKind::kInvalidRequest, "the prompt is empty"), false;
   for (int32_t tok : rq.prompt)
     if (tok < 0 || tok >= c.vocab_size)
-      return Fail(t, ErrorKind::kInvalidRequest, "token " + std::to_string(tok) + " is outside the vocabulary");
+      return Fail(t, ErrorKind::kInvalidRequest, "token " + std::to_string(tok) + " is outside the vocabulary"), false;
   if (int64_t(rq.prompt.size()) >= c.max_seq_len)
     return Fail(t, ErrorKind::kPromptTooLong, "prompt of " + std::to_string(rq.prompt.size()) + " tokens; the model's limit is " +
-                                                  std::to_string(c.max_seq_len));
-  if (rq.max_tokens < 0) return Fail(t, ErrorKind::kInvalidRequest, "max_tokens must be >= 0");
+                                                  std::to_string(c.max_seq_len)), false;
+  if (rq.max_tokens < 0) return Fail(t, ErrorKind::kInvalidRequest, "max_tokens must be >= 0"), false;
   rq.max_tokens = int(std::min<int64_t>(rq.max_tokens, c.max_seq_len - int64_t(rq.prompt.size())));
   try {
     t.state = Restore(t, s);
@@ -229,46 +231,79 @@ void SessionManager::Impl::StartTurn(ActiveTurn& t) {
     a.prompt_tokens = N;
     a.tokens_encoded = fresh_rows;
     a.no_cache_units = N * c.n_layers;
+    t.encode_next = p0;
     if (fresh_rows > 0) {
       const bool live_decoder = st.decoder_pos() == p0 && p0 > 0;
-      PrefillOptions po;
-      po.chunk_size = kPrefillChunk;
       if (rq.decoder == DecoderPolicy::kExact || (live_decoder && fresh_rows <= c.window && rq.decoder == DecoderPolicy::kAuto))
-        po.mode = PrefillMode::kExact;
+        t.mode = PrefillMode::kExact;
       else
-        po.mode = PrefillMode::kBounded;
-      if (p0 == 0 && rq.decoder == DecoderPolicy::kAuto && N <= c.window) po.mode = PrefillMode::kExact;
-      PrefillResult pr = backend->Prefill(st, std::span<const int32_t>(rq.prompt.data() + p0, size_t(fresh_rows)), po);
-      if (po.mode == PrefillMode::kBounded && N > c.window) metrics.decoder_replays++;
-      // A bounded replay of N <= W rows is the exact computation.
-      t.tail_kind = po.mode == PrefillMode::kExact || N <= c.window ? cache::DecoderTail::kExact : cache::DecoderTail::kBounded;
-      a.decoder_rows = pr.stats.decoder_rows;
-      a.prefill_units += pr.stats.layer_token_units;
-      a.layer_token_units += pr.stats.layer_token_units;
-      t.logits = std::move(pr.logits);
-    }  // else an exact repeat: Restore set the logits and the tail kind
-    const int64_t matched = a.matched_live + a.matched_ram + a.matched_disk;
-    a.decoder_only_cached_units = (N - matched) * c.n_layers;
-    if (rq.return_prompt_logits) t.result.prompt_logits = t.logits;
-    // The snapshot at the prompt's last page boundary must be cut now: decoding moves the
-    // windows past it. With nothing to decode, Finish cuts the same one from the same state
-    // (so a device downloads once). Cut at the prompt's very end, it carries the decoder tail
-    // (an exact repeat of this prompt then computes nothing); a repeat has it already.
-    const int64_t boundary = N / int64_t(opt.page_tokens) * int64_t(opt.page_tokens);
-    if (rq.max_tokens > 0 && boundary > 0 && fresh_rows > 0) {
-      std::optional<SequenceState> copy;
-      cache::TailInput tail;
-      if (boundary == N) tail = {t.tail_kind, t.logits};
-      if (auto snap = SnapshotAt(HostView(st, copy), boundary, tail)) t.snapshots.push_back(*snap);
+        t.mode = PrefillMode::kBounded;
+      if (p0 == 0 && rq.decoder == DecoderPolicy::kAuto && N <= c.window) t.mode = PrefillMode::kExact;
     }
-    EnforceSessionBudget();  // the turn's state now counts: idle sessions make room
-    t.sampler.emplace(rq.sampling);
-    if (rq.max_tokens == 0) {
-      a.ttft_ms = Ms(t.submitted, std::chrono::steady_clock::now());
-      Finish(t, "length");
-    }
+    return true;
   } catch (const std::exception& e) {
     Fail(t, ErrorKind::kInternal, e.what());
+    return false;
+  }
+}
+
+// The serial scheduler: the whole prefill at once (chunks of kPrefillChunk, back to back).
+void SessionManager::Impl::StartTurn(ActiveTurn& t) {
+  if (!BeginTurn(t)) return;
+  try {
+    const int64_t N = int64_t(t.request.prompt.size()), p0 = t.state->pos();
+    std::optional<PrefillResult> pr;
+    if (N > p0) {
+      PrefillOptions po;
+      po.chunk_size = kPrefillChunk;
+      po.mode = t.mode;
+      pr = backend->Prefill(*t.state, std::span<const int32_t>(t.request.prompt.data() + p0, size_t(N - p0)), po);
+    }
+    EndPrefill(t, std::move(pr));
+  } catch (const std::exception& e) {
+    Fail(t, ErrorKind::kInternal, e.what());
+  }
+}
+
+// After the prefill (`pr`: its result; nullopt for an exact repeat, whose logits Restore set):
+// accounting, the snapshot at the prompt's end, the sampler. The turn then decodes.
+void SessionManager::Impl::EndPrefill(ActiveTurn& t, std::optional<PrefillResult> pr) {
+  const ModelConfig& c = model->config();
+  TurnRequest& rq = t.request;
+  TurnAccounting& a = t.result.accounting;
+  Sequence& st = *t.state;
+  const int64_t N = int64_t(rq.prompt.size());
+  const int64_t fresh_rows = a.tokens_encoded;
+  if (pr) {
+    if (t.mode == PrefillMode::kBounded && N > c.window) metrics.decoder_replays++;
+    // A bounded replay of N <= W rows is the exact computation.
+    t.tail_kind = t.mode == PrefillMode::kExact || N <= c.window ? cache::DecoderTail::kExact : cache::DecoderTail::kBounded;
+    a.decoder_rows = pr->stats.decoder_rows;
+    a.prefill_units += pr->stats.layer_token_units;
+    a.layer_token_units += pr->stats.layer_token_units;
+    t.logits = std::move(pr->logits);
+  }  // else an exact repeat: Restore set the logits and the tail kind
+  const int64_t matched = a.matched_live + a.matched_ram + a.matched_disk;
+  a.decoder_only_cached_units = (N - matched) * c.n_layers;
+  if (rq.return_prompt_logits) t.result.prompt_logits = t.logits;
+  // The snapshot at the prompt's last page boundary must be cut now: decoding moves the
+  // windows past it. With nothing to decode, Finish cuts the same one from the same state
+  // (so a device downloads once). Cut at the prompt's very end, it carries the decoder tail
+  // (an exact repeat of this prompt then computes nothing); a repeat has it already.
+  const int64_t boundary = N / int64_t(opt.page_tokens) * int64_t(opt.page_tokens);
+  if (rq.max_tokens > 0 && boundary > 0 && fresh_rows > 0) {
+    std::optional<SequenceState> copy;
+    cache::TailInput tail;
+    if (boundary == N) tail = {t.tail_kind, t.logits};
+    if (auto snap = SnapshotAt(HostView(st, copy), boundary, tail)) t.snapshots.push_back(*snap);
+  }
+  EnforceSessionBudget();  // the turn's state now counts: idle sessions make room
+  if (st.pos() > 0) state_bytes_per_token = double(st.Bytes()) / double(st.pos());
+  t.sampler.emplace(rq.sampling);
+  t.phase = ActiveTurn::Phase::kDecoding;
+  if (rq.max_tokens == 0) {
+    a.ttft_ms = Ms(t.submitted, std::chrono::steady_clock::now());
+    Finish(t, "length");
   }
 }
 
@@ -303,30 +338,22 @@ void SessionManager::Impl::StepAll() {
   std::vector<ActiveTurn*> going;
   for (ActiveTurn& t : active)
     if (!t.done && Sample(t)) going.push_back(&t);
-  if (going.empty()) return;
-  std::vector<Sequence*> states;
-  std::vector<int32_t> tokens;
-  for (ActiveTurn* t : going) {
-    states.push_back(t->state.get());
-    tokens.push_back(t->result.output.back());
-  }
-  try {
-    std::vector<StepStats> stats;
-    auto logits = backend->DecodeBatch(states, tokens, &stats);
-    for (size_t i = 0; i < going.size(); ++i) {
-      going[i]->logits = std::move(logits[i]);
-      going[i]->result.accounting.layer_token_units += stats[i].layer_token_units;
-    }
-    metrics.decode_batches++;
-    metrics.decode_batch_rows += int64_t(going.size());
-  } catch (const std::exception& e) {
-    for (ActiveTurn* t : going) Fail(*t, ErrorKind::kInternal, e.what());
-  }
+  DecodeRows(going);
 }
+
+namespace {
+uint64_t Fnv1a(const std::vector<float>& v) {
+  uint64_t h = 1469598103934665603ull;
+  const auto* p = reinterpret_cast<const unsigned char*>(v.data());
+  for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+}  // namespace
 
 void SessionManager::Impl::Finish(ActiveTurn& t, const std::string& reason) {
   t.done = true;
   t.result.finish_reason = reason;
+  if (!t.logits.empty()) t.result.logits_hash = Fnv1a(t.logits);
   TurnAccounting& a = t.result.accounting;
   std::optional<SequenceState> copy;
   const SequenceState& st = HostView(*t.state, copy);  // the one Download of a turn's end

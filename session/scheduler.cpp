@@ -1,0 +1,241 @@
+// The engine thread's step (issue 14): which turns run, in what order, and how much of each.
+//
+// serial: every queued turn is admitted at once and prefilled whole (chunks of 2048, back to
+//   back), then one batched decode step runs for every decoding turn: one long prompt stops
+//   every other session's tokens for the length of its prefill (the loop before issue 14,
+//   kept for comparison: --scheduler serial).
+// mixed: each step runs the decode row of every decoding turn, then prefill chunks of the
+//   admitted turns (by priority, then arrival) until the step's budget (--step-tokens) is
+//   spent; a step always runs at least one chunk, so a prompt always advances. Decoding
+//   sessions therefore emit a token every step, and a step's length is bounded by the budget.
+//
+// Exactness: a turn's result never depends on the other turns of a step. Its prompt is cut
+// into chunks of --max-prefill-chunk from where its state starts, whatever the load (the
+// budget only decides how many chunks run in a step), and each chunk runs alone through the
+// engine (PrefillEncode), then its decoder phase (PrefillFinish): the same products, rows and
+// order as when the turn is alone. Prefill rows of different turns are not put into one
+// product: above 16 rows the products run on OpenBLAS sgemm, whose row results change with
+// the number of rows (measured: a row of a 64-, 700- or 2048-row product differs from the
+// same row alone), and the row-invariant kernel (MatmulFewRows' order) runs those products at
+// about half sgemm's rate here. Decode rows are batched in groups of at most 16
+// (MatmulFewRows and MatVec sum every row in the same order: bit for bit what the row gets
+// alone; tests/scheduler_engine_test.cpp). The serial scheduler batches all decode rows into
+// one product, as before.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "session/manager_impl.h"
+
+namespace cedar::session {
+
+namespace {
+
+double Ms(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// Priority first (lower first, as vLLM), then arrival.
+bool Before(const ActiveTurn& a, const ActiveTurn& b) {
+  return a.request.priority != b.request.priority ? a.request.priority < b.request.priority : a.seq < b.seq;
+}
+
+// Decode rows per product: MatmulFewRows' range (kernels/cpu_internal.h kFewRowsMax), where a
+// row's result does not depend on the batch.
+constexpr size_t kDecodeGroup = 16;
+
+}  // namespace
+
+const char* SchedulerName(SchedulerKind k) { return k == SchedulerKind::kSerial ? "serial" : "mixed"; }
+
+bool ParseScheduler(const std::string& s, SchedulerKind* out) {
+  for (SchedulerKind k : {SchedulerKind::kSerial, SchedulerKind::kMixed})
+    if (s == SchedulerName(k)) {
+      *out = k;
+      return true;
+    }
+  return false;
+}
+
+void SessionManager::Impl::Step() {
+  CancelRequested();
+  if (opt.scheduler.kind == SchedulerKind::kSerial)
+    StepSerial();
+  else
+    StepMixed();
+}
+
+void SessionManager::Impl::CancelRequested() {
+  for (ActiveTurn& t : waiting)
+    if (!t.done && t.CancelRequested()) Cancel(t);
+  for (ActiveTurn& t : active) {
+    if (t.done || !t.CancelRequested()) continue;
+    spdlog::debug("turn {}: the client is gone, cancelled", t.seq);
+    if (t.phase == ActiveTurn::Phase::kDecoding)
+      Finish(t, "cancelled");
+    else
+      Cancel(t);
+  }
+}
+
+// A turn cancelled before its prefill finished: its state (if any) is mid-prefill, with decoder
+// windows behind its encoder, so nothing of it goes into the cache; it is simply dropped.
+void SessionManager::Impl::Cancel(ActiveTurn& t) {
+  if (t.done) return;
+  if (t.phase == ActiveTurn::Phase::kDecoding) return Finish(t, "cancelled");
+  t.done = true;
+  t.result.finish_reason = "cancelled";
+  t.state.reset();
+  metrics.turns++;
+  metrics.turns_cancelled++;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (t.phase == ActiveTurn::Phase::kQueued) queued--;
+    if (!t.request.session_id.empty()) busy.erase(Key(t.request.owner, t.request.session_id));
+  }
+  t.result.accounting.total_ms = Ms(t.submitted, std::chrono::steady_clock::now());
+  PublishStats();
+  t.promise.set_value(std::move(t.result));
+}
+
+bool SessionManager::Impl::Admit(bool all) {
+  waiting.sort(Before);  // stable: arrival order among equal priorities
+  const SchedulerOptions& so = opt.scheduler;
+  while (!waiting.empty()) {
+    ActiveTurn& t = waiting.front();
+    if (t.done) {
+      waiting.pop_front();
+      continue;
+    }
+    if (!all) {
+      int prefilling = 0;
+      bool in_flight = false;
+      uint64_t bytes = 0;
+      for (const ActiveTurn& a : active) {
+        if (a.done) continue;
+        in_flight = true;
+        prefilling += a.phase == ActiveTurn::Phase::kPrefilling;
+        if (a.state) bytes += a.state->Bytes();
+        // A prefilling turn will hold its whole prompt: project the rows it has still to run.
+        if (a.phase == ActiveTurn::Phase::kPrefilling)
+          bytes += uint64_t(std::max(state_bytes_per_token, 1.0) * double(int64_t(a.request.prompt.size()) - a.encode_next));
+      }
+      if (prefilling >= so.max_prefilling_turns) return false;
+      // Session memory: idle sessions make room first; the turn waits (it is not dropped)
+      // while the turns in flight fill the budget. With nothing in flight it always starts.
+      if (in_flight) {
+        EnforceSessionBudget();
+        if (bytes >= SessionRamBudget()) {
+          if (!t.waited_for_memory) {
+            t.waited_for_memory = true;
+            metrics.memory_waits++;
+            spdlog::debug("turn {} waits for session memory: {} bytes in flight, budget {}", t.seq, bytes, SessionRamBudget());
+          }
+          return false;
+        }
+      }
+    }
+    active.splice(active.end(), waiting, waiting.begin());
+    ActiveTurn& a = active.back();
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      queued--;
+    }
+    const double wait = Ms(a.submitted, std::chrono::steady_clock::now());
+    a.result.accounting.queue_ms = wait;
+    a.result.accounting.admission = metrics.turns_admitted;
+    metrics.turns_admitted++;
+    metrics.queue_wait_ms_total += wait;
+    metrics.queue_wait_ms_max = std::max(metrics.queue_wait_ms_max, wait);
+    a.phase = ActiveTurn::Phase::kPrefilling;
+    spdlog::debug("turn {} admitted (priority {}) after {:.1f} ms in the queue", a.seq, a.request.priority, wait);
+    if (all) {
+      StartTurn(a);
+    } else if (BeginTurn(a) && a.encode_next >= int64_t(a.request.prompt.size())) {
+      try {
+        EndPrefill(a, std::nullopt);  // an exact repeat: nothing to encode
+      } catch (const std::exception& e) {
+        Fail(a, ErrorKind::kInternal, e.what());
+      }
+    }
+  }
+  return true;
+}
+
+void SessionManager::Impl::StepSerial() {
+  Admit(true);
+  StepAll();
+}
+
+void SessionManager::Impl::StepMixed() {
+  Admit(false);
+  const SchedulerOptions& so = opt.scheduler;
+  // The decode rows: every decoding turn samples its next token; those that go on decode.
+  std::vector<ActiveTurn*> going;
+  for (ActiveTurn& t : active)
+    if (!t.done && t.phase == ActiveTurn::Phase::kDecoding && Sample(t)) going.push_back(&t);
+  // Prefill chunks in priority order until the budget is spent (at least one chunk per step).
+  std::vector<ActiveTurn*> pre;
+  for (ActiveTurn& t : active)
+    if (!t.done && t.phase == ActiveTurn::Phase::kPrefilling) pre.push_back(&t);
+  std::stable_sort(pre.begin(), pre.end(), [](const ActiveTurn* a, const ActiveTurn* b) { return Before(*a, *b); });
+  metrics.prefilling_turns_max = std::max(metrics.prefilling_turns_max, int64_t(pre.size()));
+  int64_t budget = int64_t(so.step_tokens) - int64_t(going.size());
+  int64_t rows = 0;
+  for (ActiveTurn* t : pre) {
+    if (rows > 0 && budget <= 0) break;
+    const std::vector<int32_t>& prompt = t->request.prompt;
+    const int64_t N = int64_t(prompt.size());
+    TurnAccounting& a = t->result.accounting;
+    try {
+      while (t->encode_next < N) {
+        const int64_t len = std::min<int64_t>(so.max_prefill_chunk, N - t->encode_next);
+        if (rows > 0 && len > budget) break;
+        const StepStats s =
+            backend->PrefillEncode(*t->state, std::span<const int32_t>(prompt.data() + t->encode_next, size_t(len)));
+        a.prefill_units += s.layer_token_units;
+        a.layer_token_units += s.layer_token_units;
+        t->encode_next += len;
+        budget -= len;
+        rows += len;
+      }
+      if (t->encode_next >= N) EndPrefill(*t, backend->PrefillFinish(*t->state, t->mode));
+    } catch (const std::exception& e) {
+      Fail(*t, ErrorKind::kInternal, e.what());
+    }
+  }
+  for (size_t g = 0; g < going.size(); g += kDecodeGroup)
+    DecodeRows(std::vector<ActiveTurn*>(going.begin() + g, going.begin() + std::min(going.size(), g + kDecodeGroup)));
+  if (rows > 0 || !going.empty()) {
+    metrics.steps++;
+    metrics.step_prefill_rows += rows;
+    metrics.step_decode_rows += int64_t(going.size());
+    metrics.step_decode_rows_max = std::max(metrics.step_decode_rows_max, int64_t(going.size()));
+  }
+}
+
+// One batched decode of `going` (each turn's last sampled token).
+void SessionManager::Impl::DecodeRows(const std::vector<ActiveTurn*>& going) {
+  if (going.empty()) return;
+  std::vector<Sequence*> states;
+  std::vector<int32_t> tokens;
+  for (ActiveTurn* t : going) {
+    states.push_back(t->state.get());
+    tokens.push_back(t->result.output.back());
+  }
+  try {
+    std::vector<StepStats> stats;
+    auto logits = backend->DecodeBatch(states, tokens, &stats);
+    for (size_t i = 0; i < going.size(); ++i) {
+      going[i]->logits = std::move(logits[i]);
+      going[i]->result.accounting.layer_token_units += stats[i].layer_token_units;
+    }
+    metrics.decode_batches++;
+    metrics.decode_batch_rows += int64_t(going.size());
+  } catch (const std::exception& e) {
+    for (ActiveTurn* t : going) Fail(*t, ErrorKind::kInternal, e.what());
+  }
+}
+
+}  // namespace cedar::session
