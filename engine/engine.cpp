@@ -147,11 +147,15 @@ StepStats PrefillEncode(const Model& m, SequenceState& st, std::span<const int32
   if (tokens.empty()) return s;
   const int E = c.n_encoder_layers;
   const int len = int(tokens.size());
+  const int rw = c.ResidualWidth();  // floats per residual row (H_E, h)
   PassContext ctx;
+  ctx.new_tokens = tokens.data();
+  ctx.new_tokens_first = st.pos;
+  ctx.n_new_tokens = len;
   Rows h = Embed(m, tokens.data(), len, st.pos);
   const int64_t first = st.pos;
   for (int l = 0; l < E; ++l) RunLayer(m, st, l, h, first, 0, ctx);
-  for (int r = 0; r < len; ++r) std::copy(h.h.begin() + size_t(r) * c.dim, h.h.begin() + size_t(r + 1) * c.dim, st.h_e.Append(first + r));
+  for (int r = 0; r < len; ++r) std::copy(h.h.begin() + size_t(r) * rw, h.h.begin() + size_t(r + 1) * rw, st.h_e.Append(first + r));
   RunLayer(m, st, E, h, first + len, 0, ctx);  // layer E's window entries and the decoder pool
   st.pos = first + len;
   st.tokens.insert(st.tokens.end(), tokens.begin(), tokens.end());

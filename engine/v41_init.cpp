@@ -118,14 +118,14 @@ bool V41PresetConfig(const std::string& name, V41Config* out) {
     c.kv_source_layers = {1, 3};
     c.index_source_layers = {1, 3, 5};
     c.candidate_source_layer = 3; c.candidate_topk_blocks = 12;
-    c.index_n_heads = 2; c.index_head_dim = 16; c.index_topk = 8;
+    c.index_n_heads = 2; c.index_head_dim = 32; c.index_topk = 8;
     c.moe_inter_dim = 64; c.n_routed_experts = 4; c.n_activated_experts = 2;
     c.dspark_target_layer_ids = {3, 4, 5}; c.dspark_markov_rank = 8;
     c.dspark_n_routed_experts = 4; c.dspark_n_activated_experts = 2;
     if (name == "v41-tiny-engram") {
       c.engram_layer_ids = {1};
       c.engram_max_ngram = 3; c.engram_vocab_size = 1000; c.engram_n_heads = 2; c.engram_head_dim = 32;
-      c.engram_pad_id = 2; c.engram_compressed_vocab = 500;
+      c.engram_pad_id = 2; c.engram_compressed_vocab = 99092;  // the released tokenizer's class count (init writes it)
       c.engram_num_embeddings = ComputeEngramHashConstants(c.engram_layer_ids, c.engram_max_ngram, c.engram_n_heads,
                                                            c.engram_vocab_size, c.engram_compressed_vocab).table_rows;
     }

@@ -205,7 +205,7 @@ ModelConfig ModelConfigFromV41(const V41Config& v, const std::string& where) {
   c.rope_beta_slow = float(v.beta_slow);
   c.score_func = v.score_func;
   c.norm_topk_prob = v.norm_topk_prob;
-  c.kv_dtype = "f32";  // the released KV precision is switched on by the KV work (v41kv), not by the loader
+  c.kv_dtype = "released";  // the released forward rounds its stored KV (docs/v41-contract.md §3)
   c.engram_layers = v.engram_layer_ids;
   c.engram_table_rows = v.engram_num_embeddings;
   c.engram_max_ngram = v.engram_max_ngram;

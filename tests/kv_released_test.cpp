@@ -173,7 +173,7 @@ TEST_CASE("the CUDA engine refuses KV as released by name; --device auto runs it
   const Model& q = TinyKvqModel();
   BackendOptions cuda;
   cuda.device = "cuda";
-  CHECK_THROWS_WITH_AS(MakeBackend(q, cuda), doctest::Contains("kv_dtype is \"released\""), std::runtime_error);
+  CHECK_THROWS_WITH_AS(MakeBackend(q, cuda), doctest::Contains("kv_dtype \"released\""), std::runtime_error);
   BackendOptions autod;
   autod.device = "auto";
   auto b = MakeBackend(q, autod);

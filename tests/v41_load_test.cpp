@@ -22,6 +22,7 @@
 #include "engine/engine.h"
 #include "engine/expert_cache.h"
 #include "engine/model.h"
+#include "engine/pcg64.h"
 #include "engine/safetensors.h"
 #include "engine/v41_init.h"
 #include "engine/v41_load.h"
@@ -149,7 +150,7 @@ TEST_CASE("v41-tiny written in the released layout loads; weights equal the code
   CHECK(c.rope_factor == 4.0f);
   CHECK(c.rope_original_seq_len == 1024);
   CHECK(c.max_seq_len == 4096);
-  CHECK(c.kv_dtype == "f32");
+  CHECK(c.kv_dtype == "released");  // the released forward rounds its stored KV
   CHECK(c.n_mtp_layers == 1);
   REQUIRE(m->released_load() != nullptr);
   CHECK(m->released_load()->tensors > 0);
@@ -331,15 +332,37 @@ TEST_CASE("released checkpoint defects are refused with errors naming them") {
   }
 }
 
-TEST_CASE("a checkpoint with Engram layers is refused until Engram is wired") {
+TEST_CASE("a checkpoint with Engram layers loads its Engram (class table from tokenizer.json) and runs it") {
   TempDir d("engram");
   V41Config v;
   REQUIRE(V41PresetConfig("v41-tiny-engram", &v));
+  v.vocab_size = 1024;
   WriteReleasedModel(v, 1, d.str());
   const Checkpoint ck(d.str());
   CHECK(ck.Get("layers.1.engram.embed.weight").dtype == DType::F8_E4M3);
-  const std::string e = LoadError(d.str());
-  CHECK(e.find("Engram layers [1] (layers.N.engram.*) are not supported yet") != std::string::npos);
+  // 99,092 classes (the released tokenizer's) over 1,024 ids without a tokenizer.json: refused by name.
+  CHECK(LoadError(d.str()).find("tokenizer.json") != std::string::npos);
+  // With as many classes as ids the identity table serves (our own models, tests).
+  TempDir e("engram_identity");
+  v.engram_compressed_vocab = v.vocab_size;
+  v.engram_num_embeddings = ComputeEngramHashConstants(v.engram_layer_ids, v.engram_max_ngram, v.engram_n_heads,
+                                                       v.engram_vocab_size, v.engram_compressed_vocab).table_rows;
+  WriteReleasedModel(v, 1, e.str());
+  const auto m = Model::Load(e.str());
+  REQUIRE(m->engram().size() == 1);
+  CHECK(m->engram()[0].layer == 1);
+  BackendOptions bo;
+  const auto b = MakeBackend(*m, bo);
+  const std::vector<int32_t> prompt = {5, 17, 300, 2, 999, 42, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17};
+  PrefillOptions whole, chunked;
+  whole.mode = chunked.mode = PrefillMode::kExact;
+  chunked.chunk_size = 5;
+  auto s1 = b->NewSequence(), s2 = b->NewSequence();
+  const std::vector<float> a = b->Prefill(*s1, prompt, whole).logits, c = b->Prefill(*s2, prompt, chunked).logits;
+  REQUIRE(a.size() == c.size());
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, double(std::fabs(a[i] - c[i]))), scale = std::max(scale, double(std::fabs(a[i])));
+  CHECK(worst <= 1e-4 * scale);  // Engram's wkv product rounds per chunk size like every other product (engram.h)
 }
 
 TEST_CASE("hc_mult 1 in the released layout runs today's forward: logits equal the same weights in Cedar's layout") {
