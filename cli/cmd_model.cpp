@@ -91,7 +91,9 @@ std::string WriteV41Tokenizer(const std::string& from, const std::string& out, s
   if (!overlay.empty()) {
     std::map<int, nlohmann::json> by_id;
     for (const auto& a : tok["added_tokens"]) by_id[a["id"].get<int>()] = a;
-    for (const auto& a : nlohmann::json::parse(std::ifstream(overlay))["added_tokens"]) by_id[a["id"].get<int>()] = a;
+    // Named: a range-for over a member of parse()'s temporary would read it after its destruction.
+    const nlohmann::json overlay_json = nlohmann::json::parse(std::ifstream(overlay));
+    for (const auto& a : overlay_json.at("added_tokens")) by_id[a["id"].get<int>()] = a;
     nlohmann::json added = nlohmann::json::array();
     for (auto& [id, a] : by_id) added.push_back(a);
     tok["added_tokens"] = added;
