@@ -18,14 +18,7 @@ using cedar::test::RandomTokens;
 
 namespace {
 
-std::shared_ptr<const Model> Tiny() {
-  static std::shared_ptr<const Model> m = [] {
-    ModelConfig c;
-    PresetConfig("tiny", &c);
-    return std::shared_ptr<const Model>(cedar::test::MakeModel(c, 1));
-  }();
-  return m;
-}
+std::shared_ptr<const Model> Tiny() { return cedar::test::SharedPresetModel("tiny"); }
 
 TurnResult Turn(SessionManager& sm, const std::vector<int32_t>& prompt, int max_tokens) {
   TurnRequest rq;

@@ -18,14 +18,7 @@ namespace {
 
 constexpr double kF32Tol = 2e-5;  // tests/gpu_model_test.cpp's kF32Tol
 
-std::shared_ptr<const Model> Tiny() {
-  static std::shared_ptr<const Model> m = [] {
-    ModelConfig c;
-    PresetConfig("tiny", &c);
-    return std::shared_ptr<const Model>(cedar::test::MakeModel(c, 1));
-  }();
-  return m;
-}
+std::shared_ptr<const Model> Tiny() { return cedar::test::SharedPresetModel("tiny"); }
 
 std::unique_ptr<SessionManager> Start(const std::string& device) {
   ManagerOptions o;

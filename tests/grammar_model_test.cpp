@@ -22,14 +22,7 @@ using nlohmann::json;
 
 namespace {
 
-std::shared_ptr<const Model> Tiny() {
-  static std::shared_ptr<const Model> m = [] {
-    ModelConfig c;
-    PresetConfig("tiny", &c);
-    return std::shared_ptr<const Model>(cedar::test::MakeModel(c, 1));
-  }();
-  return m;
-}
+std::shared_ptr<const Model> Tiny() { return cedar::test::SharedPresetModel("tiny"); }
 
 session::TurnRequest Request(uint64_t seed, int max_tokens, std::shared_ptr<LogitsProcessor> processor,
                              const std::vector<int32_t>& end_ids) {

@@ -17,14 +17,7 @@ using cedar::test::RandomTokens;
 
 namespace {
 
-std::shared_ptr<const Model> Tiny() {
-  static std::shared_ptr<const Model> m = [] {
-    ModelConfig c;
-    PresetConfig("tiny", &c);
-    return std::shared_ptr<const Model>(cedar::test::MakeModel(c, 1));
-  }();
-  return m;
-}
+std::shared_ptr<const Model> Tiny() { return cedar::test::SharedPresetModel("tiny"); }
 
 ManagerOptions Mixed(int step_tokens = 48, int chunk = 16) {
   ManagerOptions o;

@@ -15,14 +15,7 @@ using cedar::test::RelError;
 
 namespace {
 
-std::shared_ptr<const Model> Tiny() {
-  static std::shared_ptr<const Model> m = [] {
-    ModelConfig c;
-    PresetConfig("tiny", &c);
-    return std::shared_ptr<const Model>(cedar::test::MakeModel(c, 1));
-  }();
-  return m;
-}
+std::shared_ptr<const Model> Tiny() { return cedar::test::SharedPresetModel("tiny"); }
 
 struct Reference {
   std::vector<float> logits;
