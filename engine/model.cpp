@@ -116,6 +116,10 @@ std::unique_ptr<const Model> Model::Load(const std::string& dir, const LoadOptio
   std::unique_ptr<Model> m(new Model());
   m->dir_ = dir;
   m->config_ = LoadConfigFile(dir + "/config.json");
+  if (!m->config_.engram_layers.empty())
+    throw std::runtime_error("model: " + dir + "/config.json: engram_layers is set, but Engram weights are read only from the "
+                             "released layout (FP8 tables with E8M0 scales, read on demand: docs/v41-contract.md section 8); "
+                             "found Cedar's single-file layout");
   m->file_ = std::make_unique<SafetensorsFile>(dir + "/model.safetensors");
   const ModelConfig& c = m->config_;
   std::map<std::string, std::vector<int64_t>> shapes;

@@ -50,7 +50,16 @@ def released_switches(rng: random.Random, cfg: dict):
     if rng.random() < 0.5:
         cfg["kv_dtype"] = "released"
         cfg["head_dim"], cfg["index_head_dim"] = 32, 32
-    if cfg["n_encoder_layers"] >= 1 and rng.random() < 0.4:   # Engram before 1 or 2 encoder layers
+    # the released layout has no n_encoder_layers key: the reference takes the last kv source as the
+    # cut, `cedar info` prints num_hidden_layers / 2; draw it only where both readings agree
+    if cfg["n_routed_experts"] > 0 and cfg["n_encoder_layers"] == cfg["n_layers"] // 2 and rng.random() < 0.3:
+        cfg["weight_layout"] = "deepseek_v41"
+        cfg["dim"], cfg["moe_inter_dim"] = 32, 32
+        cfg["kv_dtype"] = "released"   # a released checkpoint always rounds its stored KV
+        cfg["head_dim"], cfg["index_head_dim"] = 32, 32
+    # Engram weights come in the released layout (FP8 tables read on demand); Cedar's own layout
+    # has none, so Engram is drawn only onto released-layout cases.
+    if cfg.get("weight_layout") == "deepseek_v41" and cfg["n_encoder_layers"] >= 1 and rng.random() < 0.6:
         sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "v41"))
         import engram as v41engram
         layers = sorted(rng.sample(range(cfg["n_encoder_layers"]), min(cfg["n_encoder_layers"], rng.choice([1, 2]))))
@@ -59,11 +68,6 @@ def released_switches(rng: random.Random, cfg: dict):
         cfg.update({"engram_layers": layers, "engram_table_rows": [sum(p) for p in primes], "engram_max_ngram": N,
                     "engram_n_heads": heads, "engram_head_dim": 32, "engram_vocab_size": base,
                     "engram_compressed_vocab": cfg["vocab_size"], "engram_pad_id": rng.randrange(cfg["vocab_size"])})
-    # the released layout has no n_encoder_layers key: the reference takes the last kv source as the
-    # cut, `cedar info` prints num_hidden_layers / 2; draw it only where both readings agree
-    if cfg["n_routed_experts"] > 0 and cfg["n_encoder_layers"] == cfg["n_layers"] // 2 and rng.random() < 0.3:
-        cfg["weight_layout"] = "deepseek_v41"
-        cfg["dim"], cfg["moe_inter_dim"] = 32, 32
     return cfg
 
 
