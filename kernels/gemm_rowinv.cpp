@@ -1,0 +1,219 @@
+// Row-invariant GEMM (see gemm_rowinv.h for the summation order it keeps).
+//
+// Blocking: the weights are decoded one panel of kPanelRows rows x all of K at a time (once
+// per panel, reused by every row of x); rows of x go in blocks of kRowBlock, K in steps of
+// kKStep, and the register tile is 4 rows of x x 3 rows of W. A tile holds one 8-lane
+// accumulator per output and runs twice per K step: once over the even 8-float chunks (lanes
+// 0-7 of the lane-16 order) and once over the odd ones (lanes 8-15), because two accumulator
+// sets at once would need 24 of AVX2's 16 registers. Per 16 floats of K a tile does 12 FMAs
+// per half for 7 loads; the accumulators live in a small buffer between K steps and are
+// reduced to the output once K is done.
+#include "kernels/gemm_rowinv.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define CEDAR_GEMM_AVX2 1
+#endif
+
+#include "kernels/thread_pool.h"
+
+namespace cedar::kernels {
+
+namespace {
+
+constexpr int kPanelRows = 48;  // rows of W decoded per panel (multiple of kNr)
+constexpr int kRowBlock = 32;   // rows of x whose accumulators stay in the buffer together
+constexpr int kKStep = 512;     // floats of K per pass over the tiles (multiple of 16)
+constexpr int kMr = 4;          // rows of x per register tile
+constexpr int kNr = 3;          // rows of W per register tile
+constexpr int kTileAcc = 2 * kMr * kNr * 8;  // floats of accumulator per tile (two 8-lane halves)
+
+int RoundUp16(int k) { return (k + 15) / 16 * 16; }
+
+void DecodeF32(const WeightPanelSource& s, int row0, int nrows, int k0, int nk, float* dst) {
+  const float* w = static_cast<const float*>(s.ctx);
+  for (int r = 0; r < nrows; ++r)
+    std::memcpy(dst + size_t(r) * nk, w + size_t(row0 + r) * s.in + k0, sizeof(float) * size_t(nk));
+}
+
+// GCC's _mm512_reduce_add_ps order over a[0..16).
+inline float Reduce16(const float* a) {
+  float t[8], u[4];
+  for (int i = 0; i < 8; ++i) t[i] = a[i] + a[i + 8];
+  for (int i = 0; i < 4; ++i) u[i] = t[i] + t[i + 4];
+  return (u[0] + u[2]) + (u[1] + u[3]);
+}
+
+// Rows [row0, row0 + nrows) of W, all of K, into panel[round_up(nrows, kNr), kp] with zeros past
+// `in` and in the padding rows.
+void DecodePanel(const WeightPanelSource& w, int row0, int nrows, int kp, std::vector<float>& panel,
+                 std::vector<float>& raw) {
+  const int prow = (nrows + kNr - 1) / kNr * kNr;
+  panel.resize(size_t(prow) * kp);
+  if (kp == w.in) {
+    w.decode(w, row0, nrows, 0, w.in, panel.data());
+  } else {
+    raw.resize(size_t(nrows) * w.in);
+    w.decode(w, row0, nrows, 0, w.in, raw.data());
+    for (int r = 0; r < nrows; ++r) {
+      std::memcpy(panel.data() + size_t(r) * kp, raw.data() + size_t(r) * w.in, sizeof(float) * size_t(w.in));
+      std::fill(panel.data() + size_t(r) * kp + w.in, panel.data() + size_t(r + 1) * kp, 0.0f);
+    }
+  }
+  std::fill(panel.data() + size_t(nrows) * kp, panel.data() + size_t(prow) * kp, 0.0f);
+}
+
+#if defined(CEDAR_GEMM_AVX2)
+
+// MR rows of x (leading dimension ldx) against 3 rows of W (leading dimension ldw) over
+// nblk16 blocks of 16 floats; acc[2][MR][3][8] is loaded (or zeroed when init) and stored back.
+template <int MR>
+void Tile(const float* x, int ldx, const float* w, int ldw, int nblk16, float* acc, bool init) {
+  for (int h = 0; h < 2; ++h) {
+    float* ah = acc + h * MR * kNr * 8;
+    __m256 a[MR][kNr];
+    for (int b = 0; b < MR; ++b)
+      for (int r = 0; r < kNr; ++r) a[b][r] = init ? _mm256_setzero_ps() : _mm256_loadu_ps(ah + (b * kNr + r) * 8);
+    const float* xh = x + 8 * h;
+    const float* wh = w + 8 * h;
+    for (int c = 0; c < nblk16; ++c) {
+      const int k = 16 * c;
+      const __m256 w0 = _mm256_loadu_ps(wh + k);
+      const __m256 w1 = _mm256_loadu_ps(wh + size_t(ldw) + k);
+      const __m256 w2 = _mm256_loadu_ps(wh + 2 * size_t(ldw) + k);
+#pragma GCC unroll 4
+      for (int b = 0; b < MR; ++b) {
+        const __m256 xv = _mm256_loadu_ps(xh + size_t(b) * ldx + k);
+        a[b][0] = _mm256_fmadd_ps(w0, xv, a[b][0]);
+        a[b][1] = _mm256_fmadd_ps(w1, xv, a[b][1]);
+        a[b][2] = _mm256_fmadd_ps(w2, xv, a[b][2]);
+      }
+    }
+    for (int b = 0; b < MR; ++b)
+      for (int r = 0; r < kNr; ++r) _mm256_storeu_ps(ah + (b * kNr + r) * 8, a[b][r]);
+  }
+}
+
+// Reduce16 of the two halves lo (lanes 0-7) and hi (lanes 8-15), vectorised.
+inline float ReduceHalves(const float* lo, const float* hi) {
+  const __m256 t = _mm256_add_ps(_mm256_loadu_ps(lo), _mm256_loadu_ps(hi));
+  const __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+  const __m128 v = _mm_add_ps(u, _mm_shuffle_ps(u, u, _MM_SHUFFLE(1, 0, 3, 2)));
+  return _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps(v, v, 1)));
+}
+
+void RunTile(int mr, const float* x, int ldx, const float* w, int ldw, int nblk16, float* acc, bool init) {
+  switch (mr) {
+    case 1: Tile<1>(x, ldx, w, ldw, nblk16, acc, init); break;
+    case 2: Tile<2>(x, ldx, w, ldw, nblk16, acc, init); break;
+    case 3: Tile<3>(x, ldx, w, ldw, nblk16, acc, init); break;
+    default: Tile<4>(x, ldx, w, ldw, nblk16, acc, init); break;
+  }
+}
+
+#endif
+
+}  // namespace
+
+WeightPanelSource F32Panels(const float* w, int out, int in) {
+  WeightPanelSource s;
+  s.decode = DecodeF32;
+  s.ctx = w;
+  s.out = out;
+  s.in = in;
+  return s;
+}
+
+void GemmRowInvariant(const float* x, int n, const WeightPanelSource& w, float* y, int y_stride, int col0,
+                      int col1) {
+#if !defined(CEDAR_GEMM_AVX2)
+  ref::GemmRowInvariant(x, n, w, y, y_stride, col0, col1);
+#else
+  if (n <= 0 || col1 <= col0) return;
+  const int in = w.in;
+  if (in <= 0) {
+    for (int b = 0; b < n; ++b) std::fill(y + size_t(b) * y_stride + col0, y + size_t(b) * y_stride + col1, 0.0f);
+    return;
+  }
+  const int kp = RoundUp16(in);
+  thread_local std::vector<float> xpad, panel, raw, accbuf;
+  const float* xs = x;
+  int ldx = in;
+  if (kp != in) {  // zero-pad x's rows to a multiple of 16 (the order sums the padding too)
+    xpad.assign(size_t(n) * kp, 0.0f);
+    for (int b = 0; b < n; ++b) std::memcpy(xpad.data() + size_t(b) * kp, x + size_t(b) * in, sizeof(float) * size_t(in));
+    xs = xpad.data();
+    ldx = kp;
+  }
+  for (int jc = col0; jc < col1; jc += kPanelRows) {
+    const int nc = std::min(kPanelRows, col1 - jc);
+    const int njt = (nc + kNr - 1) / kNr;
+    DecodePanel(w, jc, nc, kp, panel, raw);
+    for (int ic = 0; ic < n; ic += kRowBlock) {
+      const int mc = std::min(kRowBlock, n - ic);
+      const int nit = (mc + kMr - 1) / kMr;
+      accbuf.resize(size_t(nit) * njt * kTileAcc);
+      for (int k0 = 0; k0 < kp; k0 += kKStep) {
+        const int nblk16 = std::min(kKStep, kp - k0) / 16;
+        for (int it = 0; it < nit; ++it) {
+          const int b0 = ic + it * kMr;
+          const int mr = std::min(kMr, n - b0);
+          for (int jt = 0; jt < njt; ++jt)
+            RunTile(mr, xs + size_t(b0) * ldx + k0, ldx, panel.data() + size_t(jt) * kNr * kp + k0, kp, nblk16,
+                    accbuf.data() + (size_t(it) * njt + jt) * kTileAcc, k0 == 0);
+        }
+      }
+      for (int it = 0; it < nit; ++it) {
+        const int b0 = ic + it * kMr;
+        const int mr = std::min(kMr, n - b0);
+        for (int jt = 0; jt < njt; ++jt) {
+          const float* acc = accbuf.data() + (size_t(it) * njt + jt) * kTileAcc;
+          for (int b = 0; b < mr; ++b)
+            for (int r = 0; r < kNr && jt * kNr + r < nc; ++r) {
+              const float* lo = acc + (b * kNr + r) * 8;
+              y[size_t(b0 + b) * y_stride + jc + jt * kNr + r] = ReduceHalves(lo, lo + mr * kNr * 8);
+            }
+        }
+      }
+    }
+  }
+#endif
+}
+
+void MatmulRowInvariant(const float* x, const float* w, float* y, int n, int in, int out) {
+  const WeightPanelSource src = F32Panels(w, out, in);
+  const double work = double(n) * in * out;
+  ParallelFor(out, work < 2e5 ? out : kPanelRows, [&](int64_t b, int64_t e) {
+    GemmRowInvariant(x, n, src, y, out, int(b), int(e));
+  });
+}
+
+namespace ref {
+
+float DotLane16(const float* w, const float* x, int in) {
+  float acc[16] = {};
+  const int kp = RoundUp16(in);
+  for (int k = 0; k < kp; ++k) {
+    const float wk = k < in ? w[k] : 0.0f, xk = k < in ? x[k] : 0.0f;
+    acc[k % 16] = std::fma(wk, xk, acc[k % 16]);
+  }
+  return Reduce16(acc);
+}
+
+void GemmRowInvariant(const float* x, int n, const WeightPanelSource& w, float* y, int y_stride, int col0,
+                      int col1) {
+  std::vector<float> row(size_t(std::max(w.in, 0)));
+  for (int c = col0; c < col1; ++c) {
+    if (w.in > 0) w.decode(w, c, 1, 0, w.in, row.data());
+    for (int b = 0; b < n; ++b) y[size_t(b) * y_stride + c] = DotLane16(row.data(), x + size_t(b) * w.in, w.in);
+  }
+}
+
+}  // namespace ref
+
+}  // namespace cedar::kernels
