@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -27,13 +28,23 @@ namespace cedar::kernels {
 namespace {
 
 constexpr int kPanelRows = 48;  // rows of W decoded per panel (multiple of kNr)
-constexpr int kRowBlock = 32;   // rows of x whose accumulators stay in the buffer together
 constexpr int kKStep = 512;     // floats of K per pass over the tiles (multiple of 16)
+constexpr size_t kGroupFloats = size_t(2) << 20;  // packed W per column group (8 MB, L3)
+constexpr size_t kXBlockFloats = 32 << 10;        // packed x per row block (128 KB, in L2)
 constexpr int kMr = 4;          // rows of x per register tile
 constexpr int kNr = 3;          // rows of W per register tile
 constexpr int kTileAcc = 2 * kMr * kNr * 8;  // floats of accumulator per tile (two 8-lane halves)
 
 int RoundUp16(int k) { return (k + 15) / 16 * 16; }
+
+// v sized for n floats starting at a 64-byte boundary; returns that start. Packed tiles are read
+// 32 bytes at a time, and a buffer only 16-byte aligned (what malloc gives) splits every other
+// load across two cache lines.
+float* Aligned64(std::vector<float>& v, size_t n) {
+  v.resize(n + 16);
+  const auto p = reinterpret_cast<uintptr_t>(v.data());
+  return v.data() + ((64 - p % 64) % 64) / sizeof(float);
+}
 
 void DecodeF32(const WeightPanelSource& s, int row0, int nrows, int k0, int nk, float* dst) {
   const float* w = static_cast<const float*>(s.ctx);
@@ -70,25 +81,26 @@ void DecodePanel(const WeightPanelSource& w, int row0, int nrows, int kp, std::v
 
 #if defined(CEDAR_GEMM_AVX2)
 
-// MR rows of x (leading dimension ldx) against 3 rows of W (leading dimension ldw) over
-// nblk16 blocks of 16 floats; acc[2][MR][3][8] is loaded (or zeroed when init) and stored back.
+// MR rows of x against 3 rows of W over nblk16 blocks of 16 floats of K, from packed tiles:
+// xp[2][nblk16][MR][8] and wp[2][nblk16][3][8] (half 0: floats 0-7 of each block, half 1:
+// floats 8-15). acc[2][MR][3][8] is loaded (or zeroed when init) and stored back.
 template <int MR>
-void Tile(const float* x, int ldx, const float* w, int ldw, int nblk16, float* acc, bool init) {
+void Tile(const float* xp, const float* wp, int nblk16, float* acc, bool init) {
   for (int h = 0; h < 2; ++h) {
     float* ah = acc + h * MR * kNr * 8;
     __m256 a[MR][kNr];
     for (int b = 0; b < MR; ++b)
       for (int r = 0; r < kNr; ++r) a[b][r] = init ? _mm256_setzero_ps() : _mm256_loadu_ps(ah + (b * kNr + r) * 8);
-    const float* xh = x + 8 * h;
-    const float* wh = w + 8 * h;
+    const float* xh = xp + size_t(h) * nblk16 * MR * 8;
+    const float* wh = wp + size_t(h) * nblk16 * kNr * 8;
+#pragma GCC unroll 2
     for (int c = 0; c < nblk16; ++c) {
-      const int k = 16 * c;
-      const __m256 w0 = _mm256_loadu_ps(wh + k);
-      const __m256 w1 = _mm256_loadu_ps(wh + size_t(ldw) + k);
-      const __m256 w2 = _mm256_loadu_ps(wh + 2 * size_t(ldw) + k);
+      const __m256 w0 = _mm256_loadu_ps(wh + c * kNr * 8);
+      const __m256 w1 = _mm256_loadu_ps(wh + c * kNr * 8 + 8);
+      const __m256 w2 = _mm256_loadu_ps(wh + c * kNr * 8 + 16);
 #pragma GCC unroll 4
       for (int b = 0; b < MR; ++b) {
-        const __m256 xv = _mm256_loadu_ps(xh + size_t(b) * ldx + k);
+        const __m256 xv = _mm256_loadu_ps(xh + (c * MR + b) * 8);
         a[b][0] = _mm256_fmadd_ps(w0, xv, a[b][0]);
         a[b][1] = _mm256_fmadd_ps(w1, xv, a[b][1]);
         a[b][2] = _mm256_fmadd_ps(w2, xv, a[b][2]);
@@ -107,12 +119,33 @@ inline float ReduceHalves(const float* lo, const float* hi) {
   return _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps(v, v, 1)));
 }
 
-void RunTile(int mr, const float* x, int ldx, const float* w, int ldw, int nblk16, float* acc, bool init) {
+void RunTile(int mr, const float* xp, const float* wp, int nblk16, float* acc, bool init) {
   switch (mr) {
-    case 1: Tile<1>(x, ldx, w, ldw, nblk16, acc, init); break;
-    case 2: Tile<2>(x, ldx, w, ldw, nblk16, acc, init); break;
-    case 3: Tile<3>(x, ldx, w, ldw, nblk16, acc, init); break;
-    default: Tile<4>(x, ldx, w, ldw, nblk16, acc, init); break;
+    case 1: Tile<1>(xp, wp, nblk16, acc, init); break;
+    case 2: Tile<2>(xp, wp, nblk16, acc, init); break;
+    case 3: Tile<3>(xp, wp, nblk16, acc, init); break;
+    default: Tile<4>(xp, wp, nblk16, acc, init); break;
+  }
+}
+
+// `rows` rows of src (leading dimension ld, `in` valid floats each, zeros past them) into the
+// packed tile layout: for each K step of kKStep floats, [2][blocks of 16][rows][8]. A tile of
+// `rows` rows over all of K takes rows * kp floats.
+void PackRows(const float* src, size_t ld, int rows, int in, int kp, float* dst) {
+  for (int k0 = 0; k0 < kp; k0 += kKStep) {
+    const int nblk16 = std::min(kKStep, kp - k0) / 16;
+    for (int h = 0; h < 2; ++h)
+      for (int c = 0; c < nblk16; ++c)
+        for (int b = 0; b < rows; ++b) {
+          const int k = k0 + 16 * c + 8 * h;
+          const float* s = src + b * ld + k;
+          if (k + 8 <= in) {
+            std::memcpy(dst, s, 8 * sizeof(float));
+          } else {
+            for (int i = 0; i < 8; ++i) dst[i] = k + i < in ? s[i] : 0.0f;
+          }
+          dst += 8;
+        }
   }
 }
 
@@ -141,43 +174,55 @@ void GemmRowInvariant(const float* x, int n, const WeightPanelSource& w, float* 
     return;
   }
   const int kp = RoundUp16(in);
-  thread_local std::vector<float> xpad, panel, raw, accbuf;
-  const float* xs = x;
-  int ldx = in;
-  if (kp != in) {  // zero-pad x's rows to a multiple of 16 (the order sums the padding too)
-    xpad.assign(size_t(n) * kp, 0.0f);
-    for (int b = 0; b < n; ++b) std::memcpy(xpad.data() + size_t(b) * kp, x + size_t(b) * in, sizeof(float) * size_t(in));
-    xs = xpad.data();
-    ldx = kp;
-  }
-  for (int jc = col0; jc < col1; jc += kPanelRows) {
-    const int nc = std::min(kPanelRows, col1 - jc);
-    const int njt = (nc + kNr - 1) / kNr;
-    DecodePanel(w, jc, nc, kp, panel, raw);
-    for (int ic = 0; ic < n; ic += kRowBlock) {
-      const int mc = std::min(kRowBlock, n - ic);
-      const int nit = (mc + kMr - 1) / kMr;
-      accbuf.resize(size_t(nit) * njt * kTileAcc);
-      for (int k0 = 0; k0 < kp; k0 += kKStep) {
-        const int nblk16 = std::min(kKStep, kp - k0) / 16;
-        for (int it = 0; it < nit; ++it) {
-          const int b0 = ic + it * kMr;
-          const int mr = std::min(kMr, n - b0);
-          for (int jt = 0; jt < njt; ++jt)
-            RunTile(mr, xs + size_t(b0) * ldx + k0, ldx, panel.data() + size_t(jt) * kNr * kp + k0, kp, nblk16,
-                    accbuf.data() + (size_t(it) * njt + jt) * kTileAcc, k0 == 0);
-        }
-      }
-      for (int it = 0; it < nit; ++it) {
-        const int b0 = ic + it * kMr;
-        const int mr = std::min(kMr, n - b0);
-        for (int jt = 0; jt < njt; ++jt) {
-          const float* acc = accbuf.data() + (size_t(it) * njt + jt) * kTileAcc;
-          for (int b = 0; b < mr; ++b)
-            for (int r = 0; r < kNr && jt * kNr + r < nc; ++r) {
-              const float* lo = acc + (b * kNr + r) * 8;
-              y[size_t(b0 + b) * y_stride + jc + jt * kNr + r] = ReduceHalves(lo, lo + mr * kNr * 8);
+  thread_local std::vector<float> xpack, panel, raw, wpack, accbuf;  // reused across calls
+  // x in tiles of kMr rows, each packed over all of K (a tile's K step k0 starts at k0 * rows).
+  const int n_tiles = (n + kMr - 1) / kMr;
+  float* const xp0 = Aligned64(xpack, size_t(n_tiles) * kMr * kp);
+  for (int it = 0; it < n_tiles; ++it)
+    PackRows(x + size_t(it) * kMr * in, size_t(in), std::min(kMr, n - it * kMr), in, kp,
+             xp0 + size_t(it) * kMr * kp);
+  // Columns in groups whose packed weights (decoded once per panel) stay in L3; rows of x in
+  // blocks that stay in L2 while the group's panels stream past them.
+  const int group_cols = std::max(kPanelRows, int(kGroupFloats / size_t(kp)) / kPanelRows * kPanelRows);
+  const int row_block = std::clamp(int(kXBlockFloats / size_t(kp)) / kMr * kMr, kMr, 256);
+  for (int g0 = col0; g0 < col1; g0 += group_cols) {
+    const int g1 = std::min(col1, g0 + group_cols);
+    const int n_panels = (g1 - g0 + kPanelRows - 1) / kPanelRows;
+    const size_t panel_floats = size_t(kPanelRows) * kp;
+    float* const wp0 = Aligned64(wpack, size_t(n_panels) * panel_floats);
+    for (int p = 0; p < n_panels; ++p) {
+      const int jc = g0 + p * kPanelRows, nc = std::min(kPanelRows, g1 - jc);
+      DecodePanel(w, jc, nc, kp, panel, raw);
+      for (int jt = 0; jt < (nc + kNr - 1) / kNr; ++jt)
+        PackRows(panel.data() + size_t(jt) * kNr * kp, size_t(kp), kNr, kp, kp,
+                 wp0 + p * panel_floats + size_t(jt) * kNr * kp);
+    }
+    for (int ic = 0; ic < n; ic += row_block) {
+      const int nit = (std::min(row_block, n - ic) + kMr - 1) / kMr;
+      for (int p = 0; p < n_panels; ++p) {
+        const int jc = g0 + p * kPanelRows, nc = std::min(kPanelRows, g1 - jc);
+        const int njt = (nc + kNr - 1) / kNr;
+        const float* wp = wp0 + p * panel_floats;
+        float* const acc0 = Aligned64(accbuf, size_t(nit) * njt * kTileAcc);
+        for (int k0 = 0; k0 < kp; k0 += kKStep) {
+          const int nblk16 = std::min(kKStep, kp - k0) / 16;
+          const bool last = k0 + kKStep >= kp;
+          for (int it = 0; it < nit; ++it) {
+            const int b0 = ic + it * kMr;
+            const int mr = std::min(kMr, n - b0);
+            const float* xp = xp0 + size_t(b0) * kp + size_t(k0) * mr;
+            for (int jt = 0; jt < njt; ++jt) {
+              float* acc = acc0 + (size_t(it) * njt + jt) * kTileAcc;
+              RunTile(mr, xp, wp + size_t(jt) * kNr * kp + size_t(k0) * kNr, nblk16, acc, k0 == 0);
+              if (!last) continue;
+              // K is done for this tile: reduce while its accumulators are in L1.
+              for (int b = 0; b < mr; ++b)
+                for (int r = 0; r < kNr && jt * kNr + r < nc; ++r) {
+                  const float* lo = acc + (b * kNr + r) * 8;
+                  y[size_t(b0 + b) * y_stride + jc + jt * kNr + r] = ReduceHalves(lo, lo + mr * kNr * 8);
+                }
             }
+          }
         }
       }
     }

@@ -8,7 +8,7 @@
 #include <chrono>
 #include <vector>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
 
@@ -57,6 +57,47 @@ void MatVecRows(const float* w, const float* x, float* y, int in) {
 }
 
 }  // namespace
+#elif defined(__AVX2__) && defined(__FMA__)
+namespace {
+
+// The AVX-512 path's order on AVX2 (gemm_rowinv.h's lane-16 order): two 8-lane accumulators per
+// row stand for lanes 0-7 and 8-15 of the 16-lane one, and the lane sum is
+// _mm512_reduce_add_ps's. So decode gives the same bits here as on AVX-512 machines, and the
+// row-invariant GEMM reproduces it for any number of rows. 6 rows side by side: 12
+// accumulators and the 2 halves of x in 14 of the 16 registers.
+template <int R>
+void MatVecRows(const float* w, const float* x, float* y, int in) {
+  const int in16 = in / 16 * 16;
+  __m256 a[R][2];
+  for (int k = 0; k < R; ++k) a[k][0] = a[k][1] = _mm256_setzero_ps();
+  for (int i = 0; i < in16; i += 16) {
+    const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+#pragma GCC unroll 8
+    for (int k = 0; k < R; ++k) {
+      a[k][0] = _mm256_fmadd_ps(_mm256_loadu_ps(w + size_t(k) * in + i), x0, a[k][0]);
+      a[k][1] = _mm256_fmadd_ps(_mm256_loadu_ps(w + size_t(k) * in + i + 8), x1, a[k][1]);
+    }
+  }
+  if (in16 < in) {  // the tail as zero-padded lanes, as the AVX-512 path's masked loads do
+    const int rem = in - in16;
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(rem), lane);
+    const __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(rem - 8), lane);
+    const __m256 x0 = _mm256_maskload_ps(x + in16, m0), x1 = _mm256_maskload_ps(x + in16 + 8, m1);
+    for (int k = 0; k < R; ++k) {
+      a[k][0] = _mm256_fmadd_ps(_mm256_maskload_ps(w + size_t(k) * in + in16, m0), x0, a[k][0]);
+      a[k][1] = _mm256_fmadd_ps(_mm256_maskload_ps(w + size_t(k) * in + in16 + 8, m1), x1, a[k][1]);
+    }
+  }
+  for (int k = 0; k < R; ++k) {
+    const __m256 t = _mm256_add_ps(a[k][0], a[k][1]);
+    const __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+    const __m128 v = _mm_add_ps(u, _mm_shuffle_ps(u, u, _MM_SHUFFLE(1, 0, 3, 2)));
+    y[k] = _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps(v, v, 1)));
+  }
+}
+
+}  // namespace
 #endif
 
 void MatVec(const float* w, const float* x, float* y, int rows, int in) {
@@ -66,6 +107,14 @@ void MatVec(const float* w, const float* x, float* y, int rows, int in) {
   if (r + 4 <= rows) {
     MatVecRows<4>(w + size_t(r) * in, x, y + r, in);
     r += 4;
+  }
+  for (; r < rows; ++r) MatVecRows<1>(w + size_t(r) * in, x, y + r, in);
+#elif defined(__AVX2__) && defined(__FMA__)
+  int r = 0;
+  for (; r + 6 <= rows; r += 6) MatVecRows<6>(w + size_t(r) * in, x, y + r, in);
+  if (r + 3 <= rows) {
+    MatVecRows<3>(w + size_t(r) * in, x, y + r, in);
+    r += 3;
   }
   for (; r < rows; ++r) MatVecRows<1>(w + size_t(r) * in, x, y + r, in);
 #else

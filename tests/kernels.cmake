@@ -1,3 +1,5 @@
 cedar_add_test(kernels_test kernels cedar_kernels ${CMAKE_CURRENT_SOURCE_DIR}/kernels_test.cpp)
 # The released KV row formats (FP8 window, FP4 + E4M3 main entries, MXFP4 index K/Q), bit-exact.
 cedar_add_test(kv_quant_test kernels "cedar_kernels;nlohmann_json::nlohmann_json" ${CMAKE_CURRENT_SOURCE_DIR}/kv_quant_test.cpp)
+# The row-invariant GEMM: bitwise equal to its reference and to MatVec row by row (n = 1..300).
+cedar_add_test(gemm_rowinv_test kernels cedar_kernels ${CMAKE_CURRENT_SOURCE_DIR}/gemm_rowinv_test.cpp)

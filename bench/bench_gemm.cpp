@@ -1,0 +1,138 @@
+// The row-invariant GEMM (kernels/gemm_rowinv.h) against OpenBLAS sgemm in the same run, on the
+// `small` preset's product shapes. Prints one JSON line per (shape, rows). Never asserts a timing.
+//
+//   bench_gemm [--rows 16,64,512,2048] [--reps 5] [--threads 0 (pool default)]
+//
+// Each rep times sgemm then the row-invariant GEMM back to back (interleaved, so load on this
+// shared machine hits both alike); the figures are the best rep of each and their ratio.
+// sgemm runs as kernels::Matmul ran it above 16 rows: column slices of >= 64 over the pool.
+// "matmul" is kernels::Matmul as routed in this build. At 1 row the baseline is sgemv.
+#include <cblas.h>
+#include <sys/sysinfo.h>
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/gemm_rowinv.h"
+#include "kernels/ops.h"
+#include "kernels/thread_pool.h"
+
+using namespace cedar;
+
+namespace {
+
+struct Shape {
+  const char* name;
+  int out, in;
+};
+
+double CpuNow() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+// Wall seconds and process CPU seconds of f. On a loaded machine the CPU seconds (all threads
+// together) are the steadier figure: time spent descheduled is not counted.
+std::pair<double, double> Seconds(const std::function<void()>& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const double c0 = CpuNow();
+  f();
+  return {std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), CpuNow() - c0};
+}
+
+double Load1() {
+  double l[3] = {0, 0, 0};
+  return getloadavg(l, 3) >= 1 ? l[0] : -1.0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int> rows = {16, 64, 512, 2048};
+  int reps = 5, threads = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i], v = argv[i + 1];
+    if (a == "--rows") {
+      rows.clear();
+      std::stringstream ss(v);
+      for (std::string t; std::getline(ss, t, ',');) rows.push_back(std::atoi(t.c_str()));
+    } else if (a == "--reps") {
+      reps = std::max(1, std::atoi(v.c_str()));
+    } else if (a == "--threads") {
+      threads = std::atoi(v.c_str());
+    } else {
+      std::fprintf(stderr, "bench_gemm: unknown flag %s (expected --rows, --reps, --threads)\n", a.c_str());
+      return 2;
+    }
+  }
+  openblas_set_num_threads(1);
+  kernels::SetThreads(threads);
+  // small: d 512, q_lora 256, 8 heads x 128, o groups 2 x rank 256, experts inter 320, vocab 512.
+  const Shape shapes[] = {{"q_a", 256, 512},  {"q_b", 1024, 256},  {"o_a", 256, 512},
+                          {"o_b", 512, 512},  {"expert_up", 320, 512}, {"expert_down", 512, 320},
+                          {"head", 512, 512}};
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (const Shape& s : shapes) {
+    std::vector<float> w(size_t(s.out) * s.in);
+    for (float& v : w) v = u(rng);
+    for (int n : rows) {
+      std::vector<float> x(size_t(n) * s.in), y(size_t(n) * s.out);
+      for (float& v : x) v = u(rng);
+      auto sgemm = [&] {
+        kernels::ParallelFor(s.out, 64, [&](int64_t b, int64_t e) {
+          if (n == 1)  // the one-row baseline is sgemv (what MatVec was on AVX2 before the lane-16 order)
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, int(e - b), s.in, 1.0f, w.data() + size_t(b) * s.in, s.in,
+                        x.data(), 1, 0.0f, y.data() + b, 1);
+          else
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, int(e - b), s.in, 1.0f, x.data(), s.in,
+                      w.data() + size_t(b) * s.in, s.in, 0.0f, y.data() + b, s.out);
+        });
+      };
+      auto rowinv = [&] { kernels::MatmulRowInvariant(x.data(), w.data(), y.data(), n, s.in, s.out); };
+      auto matmul = [&] { kernels::Matmul(x.data(), w.data(), y.data(), n, s.in, s.out); };
+      // Enough calls per timing for ~20 ms of work at ~50 GFLOP/s.
+      const double flop = 2.0 * n * s.in * s.out;
+      const int calls = std::max(1, int(1e9 / flop));
+      auto timed = [&](const std::function<void()>& f) {
+        auto [wall, cpu] = Seconds([&] {
+          for (int c = 0; c < calls; ++c) f();
+        });
+        return std::pair<double, double>(wall / calls, cpu / calls);
+      };
+      sgemm();
+      rowinv();
+      matmul();  // warm-up
+      // Best rep of each, by wall time and by CPU time.
+      std::pair<double, double> ts{1e30, 1e30}, tr = ts, tm = ts;
+      auto keep = [](std::pair<double, double>& best, std::pair<double, double> t) {
+        best.first = std::min(best.first, t.first);
+        best.second = std::min(best.second, t.second);
+      };
+      for (int r = 0; r < reps; ++r) {
+        keep(ts, timed(sgemm));
+        keep(tr, timed(rowinv));
+        keep(tm, timed(matmul));
+      }
+      std::printf(
+          "{\"shape\":\"%s\",\"out\":%d,\"in\":%d,\"rows\":%d,\"threads\":%d,\"sgemm_gflops\":%.1f,"
+          "\"rowinv_gflops\":%.1f,\"matmul_gflops\":%.1f,\"rowinv_over_sgemm\":%.3f,"
+          "\"sgemm_gflops_per_cpu_s\":%.1f,\"rowinv_gflops_per_cpu_s\":%.1f,\"rowinv_over_sgemm_cpu\":%.3f,"
+          "\"load1\":%.2f}\n",
+          s.name, s.out, s.in, n, kernels::Threads(), flop / ts.first * 1e-9, flop / tr.first * 1e-9,
+          flop / tm.first * 1e-9, ts.first / tr.first, flop / ts.second * 1e-9, flop / tr.second * 1e-9,
+          ts.second / tr.second, Load1());
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
