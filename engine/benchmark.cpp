@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <stdlib.h>
 #include <random>
 #include <sstream>
 #include <string>
@@ -48,19 +49,58 @@ void AddCpuWorkFigures(double sgemm, double seconds, nlohmann::json* j) {
   (*j)["model_fraction_of_sgemm"] = model_flops / seconds / 1e9 / sgemm;
 }
 
-void Emit(const nlohmann::json& j) {
+// The 1-minute load average (-1 when unavailable): on a shared machine figures move 2-5x with
+// load, so every line carries it.
+double LoadAverage1() {
+  double l[3] = {-1, -1, -1};
+  return getloadavg(l, 3) >= 1 ? l[0] : -1.0;
+}
+
+void Emit(nlohmann::json j) {
+  j["load1"] = LoadAverage1();
   std::printf("%s\n", j.dump().c_str());
   std::fflush(stdout);
 }
 
+// min / median / max of a figure over the timed reps.
+struct Spread {
+  double min = 0, median = 0, max = 0;
+};
+Spread SpreadOf(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return {v.front(), n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]), v.back()};
+}
+// Adds name_min / name_median / name_max.
+void AddSpread(const std::string& name, const Spread& s, nlohmann::json* j) {
+  (*j)[name + "_min"] = s.min;
+  (*j)[name + "_median"] = s.median;
+  (*j)[name + "_max"] = s.max;
+}
+
+// Without --model: where the benchmark model lives, whether this run wrote it, and its size.
+struct BenchModel {
+  std::string dir;
+  bool written = false;  // this run wrote it (else reused from an earlier --keep-model run)
+  uintmax_t bytes = 0;
+};
+uintmax_t DirectoryBytes(const std::string& dir) {
+  uintmax_t total = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) total += e.file_size();
+  return total;
+}
+
 // The machine line: the CPU's sgemm rate and read bandwidth, or the GPU's BF16 GEMM rate and
 // copy bandwidth (both as "matmul GFLOP/s" and "bandwidth GB/s" for the fractions below).
-void MeasureMachine(const Backend& b, const ModelConfig& c, double* matmul_gflops, double* bw_gbs) {
+// probe_mib: the CPU read probe's buffer, at least what one decode step streams (so the probe
+// is never served from cache more than decode is).
+void MeasureMachine(const Backend& b, const ModelConfig& c, int probe_mib, double* matmul_gflops, double* bw_gbs) {
   if (std::string(b.name()) == "cpu") {
     *matmul_gflops = kernels::MeasureSgemmGflops(512, c.dim, 4 * c.dim, 5);
-    *bw_gbs = kernels::MeasureReadBandwidthGBs(1024, 5);
+    *bw_gbs = kernels::MeasureReadBandwidthGBs(probe_mib, 5);
     Emit({{"bench", "machine"}, {"device", "cpu"}, {"sgemm_gflops", *matmul_gflops}, {"sgemm_shape", {512, c.dim, 4 * c.dim}},
-          {"read_bandwidth_gbs", *bw_gbs}});
+          {"read_bandwidth_gbs", *bw_gbs}, {"read_probe_mib", probe_mib}});
     return;
   }
 #ifdef CEDAR_HAVE_CUDA
@@ -79,9 +119,9 @@ void MeasureMachine(const Backend& b, const ModelConfig& c, double* matmul_gflop
 int RunEngineBenchMain(int argc, char** argv) {
   std::string model_dir, preset = "small", lengths_s = "512,4096,16384", batches_s = "1,8";
   std::string device = "auto";
-  bool f32_weights = false;
+  bool f32_weights = false, keep_model = false;
   LoadOptions load;  // --mmap-weights
-  int decode_n = 32, threads = 0;
+  int decode_n = 32, threads = 0, reps = 3, decode_context = 512;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -89,18 +129,28 @@ int RunEngineBenchMain(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--help" || a == "-h") {
-      std::printf("usage: cedar bench [--model DIR | --preset small|medium] [--lengths 512,4096,16384] [--decode N] [--decode-batch 1,8]\n"
-                  "                   [--threads N] [--device cpu|cuda|auto] [--f32-weights] [--mmap-weights]\n"
+      std::printf("usage: cedar bench [--model DIR | --preset small|medium [--keep-model]] [--lengths 512,4096,16384]\n"
+                  "                   [--decode N] [--decode-batch 1,8] [--decode-context 512] [--reps 3] [--threads N]\n"
+                  "                   [--device cpu|cuda|auto] [--f32-weights] [--mmap-weights]\n"
                   "Prints one JSON object per result: the machine's matmul rate and bandwidth (the CPU's sgemm and read\n"
                   "bandwidth, or the GPU's BF16 GEMM and copy bandwidth), then prefill tokens/s per length in full and\n"
-                  "bounded, then decode tokens/s, each with its fraction of the hardware. --device auto (the default)\n"
-                  "is cuda when this build has CUDA and a device exists; --f32-weights keeps F32 weights on the GPU;\n"
-                  "--mmap-weights reads F32 weights in place from the file instead of the huge-page copy.\n");
+                  "bounded, then decode tokens/s, each with its fraction of the hardware. Every figure is timed --reps\n"
+                  "times after one untimed warm-up pass and reported as min / median / max (the plain figure is the\n"
+                  "median); every line carries the 1-minute load average (load1). Decode runs --decode-batch sequences\n"
+                  "of --decode-context prompt tokens each. Without --model the preset's random model is written under\n"
+                  "$TMPDIR (a \"model\" line says where and how big) and removed at the end unless --keep-model; one\n"
+                  "found there (kept by an earlier run) is reused and left.\n"
+                  "--device auto (the default) is cuda when this build has CUDA and a device exists;\n"
+                  "--f32-weights keeps F32 weights on the GPU; --mmap-weights reads F32 weights in place from the file\n"
+                  "instead of the huge-page copy.\n");
       return 0;
     } else if (a == "--model") model_dir = next();
     else if (a == "--preset") preset = next();
     else if (a == "--lengths") lengths_s = next();
-    else if (a == "--decode") decode_n = ParseIntFlag("--decode", next(), 0, 1 << 20);
+    else if (a == "--decode") decode_n = ParseIntFlag("--decode", next(), 1, 1 << 20);
+    else if (a == "--decode-context") decode_context = ParseIntFlag("--decode-context", next(), 1, 1 << 24);
+    else if (a == "--reps") reps = ParseIntFlag("--reps", next(), 1, 1000);
+    else if (a == "--keep-model") keep_model = true;
     else if (a == "--threads") threads = ParseIntFlag("--threads", next(), 0, 4096);
     else if (a == "--decode-batch") batches_s = next();
     else if (a == "--device") device = next();
@@ -111,16 +161,32 @@ int RunEngineBenchMain(int argc, char** argv) {
   // Checked before anything runs.
   const std::vector<int> lengths = ParseIntListFlag<int>("--lengths", lengths_s, 1, 1 << 24);
   const std::vector<int> batches = ParseIntListFlag<int>("--decode-batch", batches_s, 1, 4096);
+  if (keep_model && !model_dir.empty()) throw std::invalid_argument("--keep-model is for the preset's written model; --model DIR is never removed");
   kernels::SetThreads(threads);
   std::string why;
   if (ResolveDevice(device) == "cuda" && !CudaAvailable(&why))  // before writing a model it cannot run
     throw std::runtime_error("--device cuda: " + why);
+  BenchModel written;  // set when the model is the preset's, under $TMPDIR
   if (model_dir.empty()) {
     ModelConfig c;
     if (!PresetConfig(preset, &c)) throw std::invalid_argument("unknown preset " + preset);
-    model_dir = (std::filesystem::temp_directory_path() / ("cedar-bench-" + preset)).string();
-    if (!std::filesystem::exists(model_dir + "/model.safetensors")) WriteRandomModel(c, 1, model_dir);
+    written.dir = (std::filesystem::temp_directory_path() / ("cedar-bench-" + preset)).string();
+    written.written = !std::filesystem::exists(written.dir + "/model.safetensors");
+    if (written.written) WriteRandomModel(c, 1, written.dir);
+    written.bytes = DirectoryBytes(written.dir);
+    model_dir = written.dir;
+    Emit({{"bench", "model"}, {"preset", preset}, {"path", written.dir}, {"bytes", written.bytes},
+          {"written_now", written.written}, {"removed_at_end", written.written && !keep_model}});
   }
+  // A model this run wrote goes when this function returns (also on an exception), unless
+  // --keep-model; one it found (an earlier --keep-model run's, maybe in use) stays.
+  struct RemoveAtEnd {
+    std::string dir;
+    ~RemoveAtEnd() {
+      std::error_code ec;
+      if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+    }
+  } remover{written.written && !keep_model ? written.dir : std::string()};
   auto m = Model::Load(model_dir, load);
   const ModelConfig& c = m->config();
   BackendOptions bo;
@@ -133,76 +199,113 @@ int RunEngineBenchMain(int argc, char** argv) {
   // Matmul parameters a row touches in one layer, averaged over layers (attention projections,
   // routed experts actually used, shared expert): the FLOPs below count 2 per parameter.
   const double layer_params = double(info.active_per_decode_token - info.head_params) / c.n_layers;
+  const double weight_bytes = on_gpu && !f32_weights ? 2.0 : 4.0;
+  const double bytes_per_step = double(info.active_per_decode_token) * weight_bytes;  // routed experts differ per row: a lower bound
+  const int probe_mib = std::max(1024, int(bytes_per_step / (1 << 20)) + 1);
 
   double sgemm = 0, bw = 0;  // on a GPU: its BF16 GEMM rate and copy bandwidth
   kernels::EnableWorkCounters(true);
-  MeasureMachine(*be, c, &sgemm, &bw);
-  const double weight_bytes = on_gpu && !f32_weights ? 2.0 : 4.0;
+  MeasureMachine(*be, c, probe_mib, &sgemm, &bw);
 
   std::mt19937_64 rng(1);
-  for (int n : lengths) {
+  auto random_tokens = [&](int n) {
     std::vector<int32_t> t(static_cast<size_t>(n));
     for (auto& x : t) x = int32_t(rng() % uint64_t(c.vocab_size));
+    return t;
+  };
+  {
+    // Warm-up, untimed: a short prefill and a few decode steps fault the weights in and ramp the
+    // clocks (the first products of a process ran up to 35% slower here).
+    auto st = be->NewSequence();
+    PrefillOptions opt;
+    opt.mode = PrefillMode::kFull;
+    be->Prefill(*st, random_tokens(std::min(512, lengths.empty() ? 512 : lengths.front())), opt);
+    std::vector<Sequence*> one{st.get()};
+    for (int i = 0; i < 4; ++i) be->DecodeBatch(one, std::vector<int32_t>{1});
+  }
+  for (int n : lengths) {
+    const std::vector<int32_t> t = random_tokens(n);
     double full_tps = 0;
     for (PrefillMode mode : {PrefillMode::kFull, PrefillMode::kBounded}) {
-      auto st = be->NewSequence();
-      PrefillOptions opt;
-      opt.mode = mode;
-      opt.chunk_size = 2048;
-      kernels::ResetWorkCounters();
-      auto t0 = std::chrono::steady_clock::now();
-      PrefillResult r = be->Prefill(*st, t, opt);
-      const double s = Since(t0);
-      const double tps = n / s;
-      const double gflops = 2.0 * layer_params * double(r.stats.layer_token_units) / s / 1e9;
+      std::vector<double> secs, tpss, gfs;
+      PrefillResult r;
+      for (int rep = 0; rep < reps; ++rep) {
+        auto st = be->NewSequence();
+        PrefillOptions opt;
+        opt.mode = mode;
+        opt.chunk_size = 2048;
+        kernels::ResetWorkCounters();
+        auto t0 = std::chrono::steady_clock::now();
+        r = be->Prefill(*st, t, opt);
+        const double s = Since(t0);
+        secs.push_back(s);
+        tpss.push_back(n / s);
+        gfs.push_back(2.0 * layer_params * double(r.stats.layer_token_units) / s / 1e9);
+      }
+      const Spread tps = SpreadOf(tpss), gf = SpreadOf(gfs), sec = SpreadOf(secs);
       nlohmann::json j = {{"bench", "prefill"}, {"device", be->name()}, {"model", model_name}, {"n_tokens", n},
-                          {"mode", ModeName(mode)}, {"seconds", s}, {"tokens_per_s", tps},
-                          {"layer_token_units", r.stats.layer_token_units}, {"matmul_gflops", gflops},
-                          {on_gpu ? "fraction_of_matmul" : "fraction_of_sgemm", gflops / sgemm}};
-      if (!on_gpu) AddCpuWorkFigures(sgemm, s, &j);
-      if (mode == PrefillMode::kFull) full_tps = tps;
-      else j["speedup_vs_full"] = tps / full_tps;
+                          {"mode", ModeName(mode)}, {"reps", reps}, {"seconds", sec.median}, {"tokens_per_s", tps.median},
+                          {"layer_token_units", r.stats.layer_token_units}, {"matmul_gflops", gf.median},
+                          {on_gpu ? "fraction_of_matmul" : "fraction_of_sgemm", gf.median / sgemm}};
+      AddSpread("tokens_per_s", tps, &j);
+      AddSpread(on_gpu ? "fraction_of_matmul" : "fraction_of_sgemm", {gf.min / sgemm, gf.median / sgemm, gf.max / sgemm}, &j);
+      if (!on_gpu) AddCpuWorkFigures(sgemm, secs.back(), &j);  // the work counters of the last rep
+      if (mode == PrefillMode::kFull) full_tps = tps.median;
+      else j["speedup_vs_full"] = tps.median / full_tps;
       Emit(j);
     }
   }
   for (int batch : batches) {
-    // `batch` sequences of 512 tokens, then decode_n steps of all of them together.
+    // `batch` sequences of decode_context tokens, then reps x decode_n steps of all of them
+    // together (each rep continues the same sequences: context grows by decode_n per rep).
     std::vector<std::unique_ptr<Sequence>> states;
     std::vector<Sequence*> ptrs;
     for (int b = 0; b < batch; ++b) {
       states.push_back(be->NewSequence());
-      std::vector<int32_t> t(512);
-      for (auto& x : t) x = int32_t(rng() % uint64_t(c.vocab_size));
       PrefillOptions opt;
       opt.mode = PrefillMode::kBounded;
-      be->Prefill(*states.back(), t, opt);
+      be->Prefill(*states.back(), random_tokens(decode_context), opt);
     }
     for (auto& st : states) ptrs.push_back(st.get());
     std::vector<int32_t> toks(size_t(batch), 1);
-    kernels::ResetWorkCounters();
-    auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < decode_n; ++i) {
-      auto logits = be->DecodeBatch(ptrs, toks);
-      for (int b = 0; b < batch; ++b) toks[size_t(b)] = int32_t(logits[size_t(b)].size() % 7 + b);
+    std::vector<double> tpss;
+    double in_matmul_gbs = 0, matmul_share = 0;
+    for (int rep = 0; rep < reps; ++rep) {
+      kernels::ResetWorkCounters();
+      auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < decode_n; ++i) {
+        auto logits = be->DecodeBatch(ptrs, toks);
+        for (int b = 0; b < batch; ++b) toks[size_t(b)] = int32_t(logits[size_t(b)].size() % 7 + b);
+      }
+      const double s = Since(t0);
+      tpss.push_back(batch * decode_n / s);
+      if (!on_gpu) {
+        const kernels::WorkCounters w = kernels::ReadWorkCounters();
+        matmul_share = w.matmul_seconds / s;
+        // Weight bytes the matmul calls streamed per second (F32: 4 bytes and 2 FLOPs per weight).
+        in_matmul_gbs = std::max(in_matmul_gbs, w.matmul_flops / 2.0 * 4.0 / w.matmul_seconds / 1e9);
+      }
     }
-    const double s = Since(t0);
-    // This VM's bandwidth moves by +-30% over a minute, so on the CPU the bound takes the best
-    // of the first probe and one taken right after the decode run.
+    // The bound's bandwidth: the best of the probe before, one right after the decode run (this
+    // VM's bandwidth moves by +-30% over a minute), and, at batch 1, the rate decode's own
+    // matmuls streamed weights at, so the bound is never below what decode itself reached.
     double bw_now = bw;
-    if (!on_gpu) bw_now = std::max(bw, kernels::MeasureReadBandwidthGBs(1024, 5));
-    const double bytes_per_step = double(info.active_per_decode_token) * weight_bytes;  // routed experts differ per row: a lower bound
+    if (!on_gpu) bw_now = std::max(bw, kernels::MeasureReadBandwidthGBs(probe_mib, 5));
+    const bool decode_faster = !on_gpu && batch == 1 && in_matmul_gbs > bw_now;
+    if (decode_faster) bw_now = in_matmul_gbs;
     const double bound = bw_now * 1e9 / bytes_per_step * batch;
-    nlohmann::json j = {{"bench", "decode"}, {"device", be->name()}, {"model", model_name}, {"batch", batch}, {"context", 512},
-                        {"steps", decode_n}, {"tokens_per_s", batch * decode_n / s}, {"bandwidth_gbs", bw_now},
+    const Spread tps = SpreadOf(tpss);
+    nlohmann::json j = {{"bench", "decode"}, {"device", be->name()}, {"model", model_name}, {"batch", batch},
+                        {"context", decode_context}, {"steps", decode_n}, {"reps", reps}, {"tokens_per_s", tps.median},
+                        {"bandwidth_gbs", bw_now}, {"bandwidth_from_decode_itself", decode_faster},
                         {"weight_bytes_per_step_lower_bound", bytes_per_step},
-                        {"weight_streaming_bound_tokens_per_s", bound}, {"fraction_of_bound", batch * decode_n / s / bound}};
+                        {"weight_streaming_bound_tokens_per_s", bound}, {"fraction_of_bound", tps.median / bound}};
+    AddSpread("tokens_per_s", tps, &j);
+    AddSpread("fraction_of_bound", {tps.min / bound, tps.median / bound, tps.max / bound}, &j);
     if (!on_gpu) {
-      // Where the step's time goes: the share spent inside matmul calls, and the weight bytes
-      // those calls streamed per second (F32: 4 bytes per weight; 2 FLOPs per weight).
-      const kernels::WorkCounters w = kernels::ReadWorkCounters();
-      j["matmul_share_of_time"] = w.matmul_seconds / s;
+      j["matmul_share_of_time"] = matmul_share;  // of the last rep
       // (batch 1 only: in a batch each routed expert sees a different number of rows)
-      if (batch == 1) j["weight_gbs_while_in_matmuls"] = w.matmul_flops / 2.0 * 4.0 / w.matmul_seconds / 1e9;
+      if (batch == 1) j["weight_gbs_while_in_matmuls"] = in_matmul_gbs;
     }
     Emit(j);
   }

@@ -5,7 +5,8 @@
 namespace cedar::kernels {
 // GFLOP/s of Matmul on [n, k] x [m, k]^T, best of `reps` runs.
 double MeasureSgemmGflops(int n, int k, int m, int reps);
-// GB/s reading a buffer of `mbytes` MiB (a streaming sum split over the thread pool), best of `reps`.
+// GB/s reading a buffer of `mbytes` MiB (a streaming sum split over the thread pool, 8 streams per
+// thread as decode reads its weight rows), best of `reps`.
 double MeasureReadBandwidthGBs(int mbytes, int reps);
 // Process setting for the engine's large per-layer buffers: keep freed memory in the heap
 // instead of returning it to the kernel, so the next layer's [rows, dim] buffers do not
