@@ -119,6 +119,28 @@ inline float ReduceHalves(const float* lo, const float* hi) {
   return _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps(v, v, 1)));
 }
 
+// ReduceHalves of four outputs at once: lo[k] / hi[k] are output k's two halves. The same adds
+// as ReduceHalves, in the same pairing (t = lo + hi; u = t[0:4] + t[4:8]; v = u[0:2] + u[2:4];
+// y = v[0] + v[1]), only four outputs side by side in the lanes.
+inline void ReduceHalves4(const float* const lo[4], const float* const hi[4], float out[4]) {
+  __m256 t[4];
+  for (int k = 0; k < 4; ++k) t[k] = _mm256_add_ps(_mm256_loadu_ps(lo[k]), _mm256_loadu_ps(hi[k]));
+  // u01 = [u0 | u1], u23 = [u2 | u3] (one output's 4 u's per 128-bit lane).
+  const __m256 u01 = _mm256_add_ps(_mm256_permute2f128_ps(t[0], t[1], 0x20), _mm256_permute2f128_ps(t[0], t[1], 0x31));
+  const __m256 u23 = _mm256_add_ps(_mm256_permute2f128_ps(t[2], t[3], 0x20), _mm256_permute2f128_ps(t[2], t[3], 0x31));
+  // v: low lane [v0(o0), v1(o0), v0(o2), v1(o2)], high lane the same for o1, o3.
+  const __m256 v = _mm256_add_ps(_mm256_shuffle_ps(u01, u23, _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm256_shuffle_ps(u01, u23, _MM_SHUFFLE(3, 2, 3, 2)));
+  // r: low lane [y(o0), y(o2), ...], high lane [y(o1), y(o3), ...].
+  const __m256 r = _mm256_add_ps(_mm256_shuffle_ps(v, v, _MM_SHUFFLE(2, 0, 2, 0)), _mm256_shuffle_ps(v, v, _MM_SHUFFLE(3, 1, 3, 1)));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, r);
+  out[0] = lanes[0];
+  out[1] = lanes[4];
+  out[2] = lanes[1];
+  out[3] = lanes[5];
+}
+
 void RunTile(int mr, const float* xp, const float* wp, int nblk16, float* acc, bool init) {
   switch (mr) {
     case 1: Tile<1>(xp, wp, nblk16, acc, init); break;
@@ -215,12 +237,29 @@ void GemmRowInvariant(const float* x, int n, const WeightPanelSource& w, float* 
               float* acc = acc0 + (size_t(it) * njt + jt) * kTileAcc;
               RunTile(mr, xp, wp + size_t(jt) * kNr * kp + size_t(k0) * kNr, nblk16, acc, k0 == 0);
               if (!last) continue;
-              // K is done for this tile: reduce while its accumulators are in L1.
-              for (int b = 0; b < mr; ++b)
-                for (int r = 0; r < kNr && jt * kNr + r < nc; ++r) {
-                  const float* lo = acc + (b * kNr + r) * 8;
-                  y[size_t(b0 + b) * y_stride + jc + jt * kNr + r] = ReduceHalves(lo, lo + mr * kNr * 8);
+              // K is done for this tile: reduce while its accumulators are in L1, four outputs
+              // (o = b * kNr + r) at a time, the rest one by one.
+              const int outs = mr * kNr;
+              int o = 0;
+              for (; o + 4 <= outs; o += 4) {
+                const float* lo[4];
+                const float* hi[4];
+                float res[4];
+                for (int q = 0; q < 4; ++q) {
+                  lo[q] = acc + (o + q) * 8;
+                  hi[q] = lo[q] + outs * 8;
                 }
+                ReduceHalves4(lo, hi, res);
+                for (int q = 0; q < 4; ++q) {
+                  const int b = (o + q) / kNr, r = (o + q) % kNr;
+                  if (jt * kNr + r < nc) y[size_t(b0 + b) * y_stride + jc + jt * kNr + r] = res[q];
+                }
+              }
+              for (; o < outs; ++o) {
+                const int b = o / kNr, r = o % kNr;
+                const float* lo = acc + o * 8;
+                if (jt * kNr + r < nc) y[size_t(b0 + b) * y_stride + jc + jt * kNr + r] = ReduceHalves(lo, lo + outs * 8);
+              }
             }
           }
         }
