@@ -119,7 +119,7 @@ void MeasureMachine(const Backend& b, const ModelConfig& c, int probe_mib, doubl
 int RunEngineBenchMain(int argc, char** argv) {
   std::string model_dir, preset = "small", lengths_s = "512,4096,16384", batches_s = "1,8";
   std::string device = "auto";
-  bool f32_weights = false, keep_model = false;
+  bool f32_weights = false, keep_model = false, row_invariant = false;
   LoadOptions load;  // --mmap-weights
   int decode_n = 32, threads = 0, reps = 3, decode_context = 512;
   for (int i = 1; i < argc; ++i) {
@@ -131,7 +131,7 @@ int RunEngineBenchMain(int argc, char** argv) {
     if (a == "--help" || a == "-h") {
       std::printf("usage: cedar bench [--model DIR | --preset small|medium [--keep-model]] [--lengths 512,4096,16384]\n"
                   "                   [--decode N] [--decode-batch 1,8] [--decode-context 512] [--reps 3] [--threads N]\n"
-                  "                   [--device cpu|cuda|auto] [--f32-weights] [--mmap-weights]\n"
+                  "                   [--device cpu|cuda|auto] [--f32-weights] [--mmap-weights] [--row-invariant-matmul]\n"
                   "Prints one JSON object per result: the machine's matmul rate and bandwidth (the CPU's sgemm and read\n"
                   "bandwidth, or the GPU's BF16 GEMM and copy bandwidth), then prefill tokens/s per length in full and\n"
                   "bounded, then decode tokens/s, each with its fraction of the hardware. Every figure is timed --reps\n"
@@ -142,7 +142,8 @@ int RunEngineBenchMain(int argc, char** argv) {
                   "found there (kept by an earlier run) is reused and left.\n"
                   "--device auto (the default) is cuda when this build has CUDA and a device exists;\n"
                   "--f32-weights keeps F32 weights on the GPU; --mmap-weights reads F32 weights in place from the file\n"
-                  "instead of the huge-page copy.\n");
+                  "instead of the huge-page copy; --row-invariant-matmul runs products above 16 rows on the row-invariant\n"
+                  "GEMM instead of sgemm (the machine line's sgemm is measured before it is switched on).\n");
       return 0;
     } else if (a == "--model") model_dir = next();
     else if (a == "--preset") preset = next();
@@ -151,6 +152,7 @@ int RunEngineBenchMain(int argc, char** argv) {
     else if (a == "--decode-context") decode_context = ParseIntFlag("--decode-context", next(), 1, 1 << 24);
     else if (a == "--reps") reps = ParseIntFlag("--reps", next(), 1, 1000);
     else if (a == "--keep-model") keep_model = true;
+    else if (a == "--row-invariant-matmul") row_invariant = true;
     else if (a == "--threads") threads = ParseIntFlag("--threads", next(), 0, 4096);
     else if (a == "--decode-batch") batches_s = next();
     else if (a == "--device") device = next();
@@ -206,6 +208,7 @@ int RunEngineBenchMain(int argc, char** argv) {
   double sgemm = 0, bw = 0;  // on a GPU: its BF16 GEMM rate and copy bandwidth
   kernels::EnableWorkCounters(true);
   MeasureMachine(*be, c, probe_mib, &sgemm, &bw);
+  kernels::SetRowInvariantMatmul(row_invariant);  // after the sgemm probe, which runs Matmul
 
   std::mt19937_64 rng(1);
   auto random_tokens = [&](int n) {
@@ -244,7 +247,7 @@ int RunEngineBenchMain(int argc, char** argv) {
       }
       const Spread tps = SpreadOf(tpss), gf = SpreadOf(gfs), sec = SpreadOf(secs);
       nlohmann::json j = {{"bench", "prefill"}, {"device", be->name()}, {"model", model_name}, {"n_tokens", n},
-                          {"mode", ModeName(mode)}, {"reps", reps}, {"seconds", sec.median}, {"tokens_per_s", tps.median},
+                          {"mode", ModeName(mode)}, {"reps", reps}, {"row_invariant_matmul", row_invariant}, {"seconds", sec.median}, {"tokens_per_s", tps.median},
                           {"layer_token_units", r.stats.layer_token_units}, {"matmul_gflops", gf.median},
                           {on_gpu ? "fraction_of_matmul" : "fraction_of_sgemm", gf.median / sgemm}};
       AddSpread("tokens_per_s", tps, &j);

@@ -49,6 +49,21 @@ void MatmulImpl(const float* x, const float* w, float* y, int n, int in, int out
     internal::RunMatmulJobs(&job, 1);
     return;
   }
+  if (RowInvariantMatmul() && (n > internal::kFewRowsMax || beta != 0.0f)) {
+    // Column slices on the row-invariant GEMM; an accumulate adds the product afterwards (the
+    // product's bits do not depend on the rows, so neither does the sum).
+    const MatmulJob job{x, w, y, n, in, out};
+    if (beta == 0.0f) {
+      internal::RunMatmulJobs(&job, 1);
+      return;
+    }
+    std::vector<float> p(size_t(n) * out);
+    MatmulJob pj = job;
+    pj.y = p.data();
+    internal::RunMatmulJobs(&pj, 1);
+    for (size_t i = 0; i < p.size(); ++i) y[i] += p[i];
+    return;
+  }
   const bool few = n <= internal::kFewRowsMax;
   const double split_above = few ? 3e4 : 2e5;  // smaller products stay on one thread
   const int64_t min_cols = work < split_above ? out : (few ? 16 : 64);

@@ -13,6 +13,7 @@
 #endif
 
 #include "kernels/cpu_internal.h"
+#include "kernels/gemm_rowinv.h"
 #include "kernels/ops.h"
 #include "kernels/thread_pool.h"
 #include "kernels/work_counters.h"
@@ -122,6 +123,10 @@ void MatVec(const float* w, const float* x, float* y, int rows, int in) {
 #endif
 }
 
+namespace {
+std::atomic<bool> row_invariant_matmul{false};
+}  // namespace
+
 void MatmulColumns(const MatmulJob& j, int col0, int col1) {
   const int cols = col1 - col0;
   if (j.in <= 0) {
@@ -130,6 +135,8 @@ void MatmulColumns(const MatmulJob& j, int col0, int col1) {
     MatVec(j.w + size_t(col0) * j.in, j.x, j.y + col0, cols, j.in);
   } else if (j.n <= kFewRowsMax) {
     MatmulFewRows(j.x, j.w + size_t(col0) * j.in, j.y + col0, j.n, j.in, cols, j.out);
+  } else if (row_invariant_matmul.load(std::memory_order_relaxed)) {
+    GemmRowInvariant(j.x, j.n, F32Panels(j.w, j.out, j.in), j.y, j.out, col0, col1);
   } else {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j.n, cols, j.in, 1.0f, j.x, j.in, j.w + size_t(col0) * j.in,
                 j.in, 0.0f, j.y + col0, j.out);
@@ -178,6 +185,9 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
 }
 
 }  // namespace internal
+
+void SetRowInvariantMatmul(bool on) { internal::row_invariant_matmul.store(on); }
+bool RowInvariantMatmul() { return internal::row_invariant_matmul.load(std::memory_order_relaxed); }
 
 void MatmulMany(const MatmulJob* jobs, int n_jobs) {
   if (!internal::WorkCountersOn()) {

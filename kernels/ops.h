@@ -72,6 +72,15 @@ void IndexScores(const float* q, const float* w, const float* keys, int n_rows, 
 int TopK(const float* scores, int n, int k, int32_t* out);
 }  // namespace ref
 
+// Products of more than 16 rows on the row-invariant GEMM (kernels/gemm_rowinv.h) instead of
+// OpenBLAS sgemm: every row of every product then equals the one-row product (decode) of that
+// row bit for bit, whatever else shares the product, which a step scheduler needs to put decode
+// rows and several turns' prefill chunks into one pass without changing any result. Costs
+// ~20% of those products' rate on AVX2 (bench_gemm: 0.65-0.86x sgemm on small's shapes), so
+// it is off by default. Process-wide; set it before products run, not during.
+void SetRowInvariantMatmul(bool on);
+bool RowInvariantMatmul();
+
 // Sets the BLAS thread count (0 = library default). Our own loops are single-threaded.
 void SetThreads(int n);
 

@@ -151,3 +151,34 @@ TEST_CASE("a quantised source decodes through the panel interface: equals the re
   k::MatmulRowInvariant(x.data(), wf.data(), yf.data(), n, in, out);
   CHECK(SameBits(y.data(), yf.data(), y.size()));
 }
+
+TEST_CASE("with SetRowInvariantMatmul(true), Matmul, MatmulAccumulate and MatmulMany rows equal decode's bit for bit") {
+  k::SetRowInvariantMatmul(true);
+  for (int threads : {1, 2}) {
+    k::SetPoolThreads(threads);
+    for (int n : {1, 5, 16, 17, 40, 129})
+      for (int in : {9, 64, 300})
+        for (int out : {7, 100, 130}) {
+          const auto x = Random(size_t(n) * in, 500 + n), w = Random(size_t(out) * in, 600 + out);
+          std::vector<float> y(size_t(n) * out), acc(size_t(n) * out, 0.5f), many(size_t(n) * out), row(static_cast<size_t>(out));
+          k::Matmul(x.data(), w.data(), y.data(), n, in, out);
+          k::MatmulAccumulate(x.data(), w.data(), acc.data(), n, in, out);
+          const k::MatmulJob job{x.data(), w.data(), many.data(), n, in, out};
+          k::MatmulMany(&job, 1);
+          bool same = true;
+          for (int b = 0; b < n; ++b) {
+            k::internal::MatVec(w.data(), x.data() + size_t(b) * in, row.data(), out, in);
+            same = same && SameBits(row.data(), y.data() + size_t(b) * out, size_t(out)) &&
+                   SameBits(row.data(), many.data() + size_t(b) * out, size_t(out));
+            for (int c = 0; c < out; ++c) {
+              const float want = 0.5f + row[size_t(c)];
+              same = same && std::memcmp(&want, &acc[size_t(b) * out + c], 4) == 0;
+            }
+          }
+          INFO("n=" << n << " in=" << in << " out=" << out << " threads=" << threads);
+          CHECK(same);
+        }
+  }
+  k::SetRowInvariantMatmul(false);
+  k::SetPoolThreads(2);
+}
