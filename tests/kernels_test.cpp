@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/gemm_rowinv.h"
 #include "kernels/ops.h"
 #include "kernels/thread_pool.h"
 
@@ -66,6 +67,19 @@ TEST_CASE("Matmul and MatmulAccumulate match the reference over a sweep of shape
         k::MatmulAccumulate(x.data(), w.data(), a.data(), n, in, out);
         k::ref::MatmulAccumulate(x.data(), w.data(), ar.data(), n, in, out);
         ExpectClose("MatmulAccumulate", a, ar, growth);
+      }
+}
+
+TEST_CASE("the row-invariant GEMM matches the reference over a sweep of shapes") {
+  for (int n : {1, 2, 5, 17, 33})
+    for (int in : {1, 3, 16, 31, 130})
+      for (int out : {1, 2, 9, 64, 65}) {
+        auto x = Random(size_t(n) * in, 1 + n), w = Random(size_t(out) * in, 2 + out);
+        std::vector<float> y(size_t(n) * out, 0.5f), yr = y;
+        k::MatmulRowInvariant(x.data(), w.data(), y.data(), n, in, out);
+        k::ref::Matmul(x.data(), w.data(), yr.data(), n, in, out);
+        const double growth = 4.0 * std::sqrt(double(std::max(in, 1))) * 4;  // as Matmul's row above
+        ExpectClose("MatmulRowInvariant n=" + std::to_string(n) + " in=" + std::to_string(in) + " out=" + std::to_string(out), y, yr, growth);
       }
 }
 
