@@ -1,7 +1,10 @@
 // The row-invariant GEMM (kernels/gemm_rowinv.h) against OpenBLAS sgemm in the same run, on the
 // `small` preset's product shapes. Prints one JSON line per (shape, rows). Never asserts a timing.
 //
-//   bench_gemm [--rows 16,64,512,2048] [--reps 5] [--threads 0 (pool default)]
+//   bench_gemm [--rows 16,64,512,2048] [--reps 5] [--threads 0 (pool default)] [--stream]
+//
+// --stream: one [32768, 2048] weight matrix (256 MiB, far above any cache) instead of small's
+// shapes, i.e. decode's memory-bound regime (run it with --rows 1,8: MatVec vs sgemv).
 //
 // Each rep times sgemm then the row-invariant GEMM back to back (interleaved, so load on this
 // shared machine hits both alike); the figures are the best rep of each and their ratio.
@@ -59,8 +62,19 @@ double Load1() {
 int main(int argc, char** argv) {
   std::vector<int> rows = {16, 64, 512, 2048};
   int reps = 5, threads = 0;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i], v = argv[i + 1];
+  bool stream = false;
+  for (int i = 1; i < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--stream") {
+      stream = true;
+      --i;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "bench_gemm: %s needs a value\n", a.c_str());
+      return 2;
+    }
+    const std::string v = argv[i + 1];
     if (a == "--rows") {
       rows.clear();
       std::stringstream ss(v);
@@ -70,16 +84,17 @@ int main(int argc, char** argv) {
     } else if (a == "--threads") {
       threads = std::atoi(v.c_str());
     } else {
-      std::fprintf(stderr, "bench_gemm: unknown flag %s (expected --rows, --reps, --threads)\n", a.c_str());
+      std::fprintf(stderr, "bench_gemm: unknown flag %s (expected --rows, --reps, --threads, --stream)\n", a.c_str());
       return 2;
     }
   }
   openblas_set_num_threads(1);
   kernels::SetThreads(threads);
   // small: d 512, q_lora 256, 8 heads x 128, o groups 2 x rank 256, experts inter 320, vocab 512.
-  const Shape shapes[] = {{"q_a", 256, 512},  {"q_b", 1024, 256},  {"o_a", 256, 512},
-                          {"o_b", 512, 512},  {"expert_up", 320, 512}, {"expert_down", 512, 320},
-                          {"head", 512, 512}};
+  const std::vector<Shape> shapes =
+      stream ? std::vector<Shape>{{"stream", 32768, 2048}}
+             : std::vector<Shape>{{"q_a", 256, 512},       {"q_b", 1024, 256},        {"o_a", 256, 512}, {"o_b", 512, 512},
+                                  {"expert_up", 320, 512}, {"expert_down", 512, 320}, {"head", 512, 512}};
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (const Shape& s : shapes) {
