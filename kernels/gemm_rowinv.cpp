@@ -1,13 +1,16 @@
 // Row-invariant GEMM (see gemm_rowinv.h for the summation order it keeps).
 //
-// Blocking: the weights are decoded one panel of kPanelRows rows x all of K at a time (once
-// per panel, reused by every row of x); rows of x go in blocks of kRowBlock, K in steps of
-// kKStep, and the register tile is 4 rows of x x 3 rows of W. A tile holds one 8-lane
-// accumulator per output and runs twice per K step: once over the even 8-float chunks (lanes
-// 0-7 of the lane-16 order) and once over the odd ones (lanes 8-15), because two accumulator
-// sets at once would need 24 of AVX2's 16 registers. Per 16 floats of K a tile does 12 FMAs
-// per half for 7 loads; the accumulators live in a small buffer between K steps and are
-// reduced to the output once K is done.
+// Blocking: x is packed once per call (tiles of 4 rows over all of K); the weights are decoded
+// one panel of kPanelRows rows x all of K at a time (once per panel per call, reused by every
+// row of x) and packed in tiles of 3 rows, a column group of panels at a time (kGroupFloats,
+// L3); rows of x go in blocks that stay in L2 (kXBlockFloats) while the group's panels stream
+// past, K in steps of kKStep. A 4 x 3 register tile holds one 8-lane accumulator per output and
+// runs twice per K step: once over the even 8-float chunks (lanes 0-7 of the lane-16 order) and
+// once over the odd ones (lanes 8-15), because two accumulator sets at once would need 24 of
+// AVX2's 16 registers. Per 16 floats of K a tile does 12 FMAs per half for 7 loads; the
+// accumulators live in a small buffer between K steps and are reduced to the output (the
+// lane-16 add tree) as soon as a tile's K is done. AVX-512 builds run the same AVX2 kernel (the
+// order is what matters; a 16-lane version would need the same two-pass structure).
 #include "kernels/gemm_rowinv.h"
 
 #include <algorithm>
