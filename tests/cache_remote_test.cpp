@@ -203,3 +203,36 @@ TEST_CASE("Redis down, slow or full: every read is a miss, an outage is logged o
     for (size_t i = 0; i < h->pages().size(); ++i) CHECK(*h->pages()[i] == *PagePayload(many, (i + 1) * kPage, 20000));
   }
 }
+
+TEST_CASE("--cache-remote URLs and durations: what parses, and errors that name what was expected") {
+  auto tcp = ParseRemoteUrl("redis://10.0.0.5:6380/2");
+  REQUIRE(tcp.ok());
+  CHECK(!tcp->unix_socket);
+  CHECK(tcp->host == "10.0.0.5");
+  CHECK(tcp->port == 6380);
+  CHECK(tcp->db == 2);
+  auto plain = ParseRemoteUrl("redis://cache-host");
+  REQUIRE(plain.ok());
+  CHECK(plain->port == 6379);
+  CHECK(plain->db == 0);
+  auto sock = ParseRemoteUrl("unix:///run/redis/r.sock?db=3");
+  REQUIRE(sock.ok());
+  CHECK(sock->unix_socket);
+  CHECK(sock->path == "/run/redis/r.sock");
+  CHECK(sock->db == 3);
+  for (const char* bad : {"http://h:1", "redis://", "redis://h:0", "redis://h:70000", "redis://h/x", "redis://u:p@h",
+                          "unix://relative.sock", "unix:///s.sock?db=x", ""}) {
+    CAPTURE(bad);
+    auto r = ParseRemoteUrl(bad);
+    REQUIRE(!r.ok());
+    CHECK(r.status().message().find("expected redis://HOST[:PORT][/DB] or unix:///PATH[?db=DB]") != std::string::npos);
+  }
+  CHECK(ParseDuration("72h").value() == std::chrono::hours(72));
+  CHECK(ParseDuration("30m").value() == std::chrono::minutes(30));
+  CHECK(ParseDuration("90s").value() == std::chrono::seconds(90));
+  CHECK(ParseDuration("50ms").value() == std::chrono::milliseconds(50));
+  for (const char* bad : {"5", "h", "-5s", "5 s", "5d", ""}) {
+    CAPTURE(bad);
+    CHECK(!ParseDuration(bad).ok());
+  }
+}
