@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/spec_bench.h"
+
 #include "engine/backend.h"
 #include "engine/engine.h"
 #include "engine/flag_values.h"
@@ -81,7 +83,7 @@ int RunEngineBenchMain(int argc, char** argv) {
   std::string device = "auto";
   bool f32_weights = false;
   LoadOptions load;  // --mmap-weights
-  int decode_n = 32, threads = 0;
+  int decode_n = 32, threads = 0, spec_tokens = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -89,13 +91,16 @@ int RunEngineBenchMain(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--help" || a == "-h") {
-      std::printf("usage: cedar bench [--model DIR | --preset small|medium] [--lengths 512,4096,16384] [--decode N] [--decode-batch 1,8]\n"
+      std::printf("usage: cedar bench [--model DIR | --preset small|medium] [--lengths 512,4096,16384] [--decode N] [--decode-batch 1,8] [--spec-tokens K]\n"
                   "                   [--threads N] [--device cpu|cuda|auto] [--f32-weights] [--mmap-weights]\n"
                   "Prints one JSON object per result: the machine's matmul rate and bandwidth (the CPU's sgemm and read\n"
                   "bandwidth, or the GPU's BF16 GEMM and copy bandwidth), then prefill tokens/s per length in full and\n"
                   "bounded, then decode tokens/s, each with its fraction of the hardware. --device auto (the default)\n"
                   "is cuda when this build has CUDA and a device exists; --f32-weights keeps F32 weights on the GPU;\n"
-                  "--mmap-weights reads F32 weights in place from the file instead of the huge-page copy.\n");
+                  "--mmap-weights reads F32 weights in place from the file instead of the huge-page copy.\n"
+                  "--spec-tokens K (released layout with DSpark, --preset v41-tiny|v41-small or --model DIR): greedy decode\n"
+                  "of --decode N tokens after 4 prompts, plain and speculative with K drafts per pass (CPU): one JSON line\n"
+                  "with the acceptance rate and both decode rates; nothing else runs.\n");
       return 0;
     } else if (a == "--model") model_dir = next();
     else if (a == "--preset") preset = next();
@@ -106,7 +111,13 @@ int RunEngineBenchMain(int argc, char** argv) {
     else if (a == "--device") device = next();
     else if (a == "--f32-weights") f32_weights = true;
     else if (a == "--mmap-weights") load.mmap_weights = true;
+    else if (a == "--spec-tokens") spec_tokens = ParseIntFlag("--spec-tokens", next(), 1, 15);
     else throw std::invalid_argument("unknown option " + a);
+  }
+  if (spec_tokens > 0) {
+    kernels::SetThreads(threads);
+    RunSpecBench(model_dir, preset, spec_tokens, decode_n, 4);
+    return 0;
   }
   // Checked before anything runs.
   const std::vector<int> lengths = ParseIntListFlag<int>("--lengths", lengths_s, 1, 1 << 24);
