@@ -72,6 +72,9 @@ GenerateResult Generate(const Model& m, SequenceState& st, std::vector<float> lo
     std::vector<std::vector<double>> q;
     if (k > 0) drafter->Propose(st, t0, k, opt.sampling, rng, &drafts, &q);
     if (int(drafts.size()) > k) drafts.resize(size_t(k));
+    if (!greedy && q.size() < drafts.size())
+      throw std::logic_error("speculative sampling: the drafter gave " + std::to_string(drafts.size()) + " drafts but " +
+                             std::to_string(q.size()) + " draft distributions");
     rows.insert(rows.end(), drafts.begin(), drafts.end());
     VerifyMark mark;
     std::vector<std::vector<float>> hidden;
