@@ -25,6 +25,8 @@
 #include "engine/v41_init.h"
 #include "engine/v41_load.h"
 #include "engine/sampling.h"
+#include "engine/dspark.h"
+#include "engine/speculative.h"
 #include "kernels/ops.h"
 #include "tools_bridge/lib/bpe_tokenizer.h"
 #include "tools_bridge/lib/model_tokenizer.h"
@@ -235,7 +237,7 @@ int RunInfo(int argc, char** argv) {
 int RunGenerate(int argc, char** argv) {
   po::options_description desc("cedar generate");
   std::string model, prompt, tokens, mode_s, stop, device;
-  int max_tokens = 16, chunk = 0, threads = 0;
+  int max_tokens = 16, chunk = 0, threads = 0, spec_tokens = 0;
   float temperature = 0, top_p = 1;
   uint64_t seed = 0, max_ram = 0;
   desc.add_options()("model", po::value(&model)->required(), "model directory")(
@@ -247,13 +249,14 @@ int RunGenerate(int argc, char** argv) {
       "top-p", RealOption("--top-p", &top_p, 0.0f, 1.0f, /*lo_open=*/true), "nucleus mass")(
       "seed", IntOption<uint64_t>("--seed", &seed, 0, UINT64_MAX), "sampling seed")(
       "stop", po::value(&stop), "comma-separated stop token ids")(
+      "spec-tokens", IntOption("--spec-tokens", &spec_tokens, 0, 15), "speculative decoding: DSpark drafts verified per pass (0 = off; CPU, models with mtp.* only)")(
       "threads", IntOption("--threads", &threads, 0, 4096), "CPU threads (0 = default)")(
       "device", po::value(&device)->default_value("auto"), "cpu | cuda | auto (cuda when built with CUDA and a GPU exists)")(
       "f32-weights", "CUDA: keep F32 weights on the device (default BF16)")(
       "mmap-weights", "read F32 weights in place from the file (less RAM, slower decode)")(
       "max-ram", BytesOption("--max-ram", &max_ram, "0"), "released layout: most bytes of dequantised weights to hold (0 = no limit)")("json", "print JSON");
   po::variables_map vm;
-  if (!Parse(argc, argv, "usage: cedar generate --model DIR --prompt TEXT|--tokens IDS --mode M --max-tokens N [--json]", desc, vm)) return 0;
+  if (!Parse(argc, argv, "usage: cedar generate --model DIR --prompt TEXT|--tokens IDS --mode M --max-tokens N [--spec-tokens K] [--json]", desc, vm)) return 0;
   kernels::SetThreads(threads);
   PrefillMode mode;
   if (!ParseMode(mode_s, &mode)) throw std::invalid_argument("--mode: expected full, exact, bounded or bounded-paper, found " + mode_s);
@@ -285,17 +288,37 @@ int RunGenerate(int argc, char** argv) {
   std::vector<float> logits = pr.logits;
   int64_t units = pr.stats.layer_token_units;
   std::string finish = "length";
-  for (int i = 0; i < max_tokens; ++i) {
-    const int32_t next = sampler.Sample(logits);
-    out.push_back(next);
-    if (std::find(stops.begin(), stops.end(), next) != stops.end()) {
-      finish = "stop";
-      break;
+  nlohmann::json spec_json;
+  if (spec_tokens > 0) {
+    // Speculative decoding (engine/speculative.h) runs on the host state with the DSpark drafter.
+    SequenceState* host = be->MutableHostState(*st);
+    if (!host) throw std::invalid_argument("--spec-tokens: speculative decoding runs on the CPU backend only (--device cpu), found " + std::string(be->name()));
+    DSparkDrafter drafter(*m);
+    GenerateOptions go;
+    go.max_tokens = max_tokens;
+    go.stops = stops;
+    go.sampling = {temperature, top_p, seed};
+    go.spec_tokens = spec_tokens;
+    GenerateResult g = Generate(*m, *host, std::move(logits), go, &drafter);
+    out = g.tokens;
+    finish = g.finish;
+    logits = std::move(g.logits);
+    units += g.layer_token_units;
+    spec_json = {{"spec_tokens", spec_tokens}, {"verify_passes", g.passes}, {"drafted", g.drafted}, {"accepted", g.accepted},
+                 {"acceptance_rate", g.drafted > 0 ? double(g.accepted) / double(g.drafted) : 0.0}};
+  } else {
+    for (int i = 0; i < max_tokens; ++i) {
+      const int32_t next = sampler.Sample(logits);
+      out.push_back(next);
+      if (std::find(stops.begin(), stops.end(), next) != stops.end()) {
+        finish = "stop";
+        break;
+      }
+      if (i + 1 == max_tokens) break;
+      StepStats s;
+      logits = be->DecodeStep(*st, next, &s);
+      units += s.layer_token_units;
     }
-    if (i + 1 == max_tokens) break;
-    StepStats s;
-    logits = be->DecodeStep(*st, next, &s);
-    units += s.layer_token_units;
   }
   auto t2 = std::chrono::steady_clock::now();
   const uint64_t hash = XXH3_64bits(logits.data(), logits.size() * sizeof(float));
@@ -306,6 +329,7 @@ int RunGenerate(int argc, char** argv) {
                         {"finish_reason", finish}, {"prefill_layer_token_units", pr.stats.layer_token_units},
                         {"layer_token_units", units}, {"final_logits_xxh3", hash}, {"prefill_seconds", prefill_s},
                         {"decode_seconds", decode_s}};
+    if (!spec_json.is_null()) j["speculative"] = spec_json;
     std::cout << j.dump() << "\n";
   } else {
     std::printf("tokens:");

@@ -56,6 +56,7 @@ class CpuBackend final : public Backend {
   }
   std::unique_ptr<Sequence> Adopt(SequenceState&& st) const override { return std::make_unique<CpuSequence>(std::move(st)); }
   const SequenceState* HostState(const Sequence& s) const override { return &static_cast<const CpuSequence&>(s).st; }
+  SequenceState* MutableHostState(Sequence& s) const override { return &Cpu(s).st; }
 
  private:
   const Model& m_;

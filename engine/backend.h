@@ -65,6 +65,8 @@ class Backend {
   // The sequence's own host state when it lives on the host (the CPU), so a reader needs no
   // Download copy; nullptr on a device.
   virtual const SequenceState* HostState(const Sequence&) const { return nullptr; }
+  // The same, writable: host-only engine calls (speculative decoding, engine/speculative.h) run on it.
+  virtual SequenceState* MutableHostState(Sequence&) const { return nullptr; }
 };
 
 // A backend's Sequence over its own state type (SequenceState on the CPU, gpu::DeviceState on

@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/spec_bench.h"
+
 #include "engine/backend.h"
 #include "engine/engine.h"
 #include "engine/flag_values.h"
@@ -121,7 +123,7 @@ int RunEngineBenchMain(int argc, char** argv) {
   std::string device = "auto";
   bool f32_weights = false, keep_model = false, row_invariant = false;
   LoadOptions load;  // --mmap-weights
-  int decode_n = 32, threads = 0, reps = 3, decode_context = 512;
+  int decode_n = 32, threads = 0, reps = 3, decode_context = 512, spec_tokens = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -130,7 +132,7 @@ int RunEngineBenchMain(int argc, char** argv) {
     };
     if (a == "--help" || a == "-h") {
       std::printf("usage: cedar bench [--model DIR | --preset small|medium [--keep-model]] [--lengths 512,4096,16384]\n"
-                  "                   [--decode N] [--decode-batch 1,8] [--decode-context 512] [--reps 3] [--threads N]\n"
+                  "                   [--decode N] [--decode-batch 1,8] [--decode-context 512] [--reps 3] [--threads N] [--spec-tokens K]\n"
                   "                   [--device cpu|cuda|auto] [--f32-weights] [--mmap-weights] [--row-invariant-matmul]\n"
                   "Prints one JSON object per result: the machine's matmul rate and bandwidth (the CPU's sgemm and read\n"
                   "bandwidth, or the GPU's BF16 GEMM and copy bandwidth), then prefill tokens/s per length in full and\n"
@@ -143,7 +145,10 @@ int RunEngineBenchMain(int argc, char** argv) {
                   "--device auto (the default) is cuda when this build has CUDA and a device exists;\n"
                   "--f32-weights keeps F32 weights on the GPU; --mmap-weights reads F32 weights in place from the file\n"
                   "instead of the huge-page copy; --row-invariant-matmul runs products above 16 rows on the row-invariant\n"
-                  "GEMM instead of sgemm (the machine line's sgemm is measured before it is switched on).\n");
+                  "GEMM instead of sgemm (the machine line's sgemm is measured before it is switched on).\n"
+                  "--spec-tokens K (released layout with DSpark, --preset v41-tiny|v41-small or --model DIR): greedy decode\n"
+                  "of --decode N tokens after 4 prompts, plain and speculative with K drafts per pass (CPU): one JSON line\n"
+                  "with the acceptance rate and both decode rates; nothing else runs.\n");
       return 0;
     } else if (a == "--model") model_dir = next();
     else if (a == "--preset") preset = next();
@@ -158,7 +163,13 @@ int RunEngineBenchMain(int argc, char** argv) {
     else if (a == "--device") device = next();
     else if (a == "--f32-weights") f32_weights = true;
     else if (a == "--mmap-weights") load.mmap_weights = true;
+    else if (a == "--spec-tokens") spec_tokens = ParseIntFlag("--spec-tokens", next(), 1, 15);
     else throw std::invalid_argument("unknown option " + a);
+  }
+  if (spec_tokens > 0) {
+    kernels::SetThreads(threads);
+    RunSpecBench(model_dir, preset, spec_tokens, decode_n, 4);
+    return 0;
   }
   // Checked before anything runs.
   const std::vector<int> lengths = ParseIntListFlag<int>("--lengths", lengths_s, 1, 1 << 24);

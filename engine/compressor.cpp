@@ -39,6 +39,11 @@ void CompressRows(const Model& m, int l, Pool& pool, const float* u, int64_t fir
       pool.pending_c.assign(Ct, Ct + cd);
       pool.pending_z.assign(Z.data() + size_t(r) * cd, Z.data() + size_t(r + 1) * cd);
       pool.has_pending = true;
+      if (pool.log_pending) {
+        pool.log_pos.push_back(t);
+        pool.log_c.insert(pool.log_c.end(), pool.pending_c.begin(), pool.pending_c.end());
+        pool.log_z.insert(pool.log_z.end(), pool.pending_z.begin(), pool.pending_z.end());
+      }
     } else {
       if (!pool.has_pending) throw std::logic_error("compressor: second half of a group without its first");
       const float* Zt = Z.data() + size_t(r) * cd;

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include <xxhash.h>
+
 #include "engine/row_plan.h"
 
 namespace cedar {
@@ -230,6 +232,156 @@ std::vector<std::vector<float>> DecodeBatch(const Model& m, std::span<SequenceSt
     }
   }
   return logits;
+}
+
+std::vector<std::vector<float>> VerifyPass(const Model& m, SequenceState& st, std::span<const int32_t> tokens, VerifyMark* mark,
+                                           const std::vector<int>* hidden_layers, std::vector<std::vector<float>>* hidden) {
+  const ModelConfig& c = m.config();
+  const int rw = c.ResidualWidth();  // floats per residual row (H_E, h)
+  CheckTokens(m, st, tokens);
+  const int n = int(tokens.size());
+  if (n < 1 || n > 16) throw std::invalid_argument("VerifyPass: expected 1..16 tokens, found " + std::to_string(n));
+  if (st.decoder_pos != st.pos) throw std::invalid_argument("VerifyPass: the state is mid-prefill");
+  mark->pos0 = st.pos;
+  mark->n = n;
+  mark->keep_extra_rows = st.keep_extra_rows;
+  mark->pools.assign(st.pools.size(), {});
+  for (size_t i = 0; i < st.pools.size(); ++i) {
+    Pool& p = st.pools[i];
+    if (p.rows_seen != st.pos) throw std::logic_error("VerifyPass: a pool has not seen every row");
+    VerifyMark::PoolMark& pm = mark->pools[i];
+    pm.entries = p.entries.size();
+    pm.keys = p.keys.size();
+    pm.has_pending = p.has_pending;
+    pm.pending_c = p.pending_c;
+    pm.pending_z = p.pending_z;
+    p.log_pending = true;
+    p.log_pos.clear();
+    p.log_c.clear();
+    p.log_z.clear();
+  }
+  // n more rows of history, so the rollback finds every window row a shorter state keeps.
+  st.keep_extra_rows += n;
+  // Prefill's full-mode body for one chunk (DecodeStep is that with n = 1), every row's logits.
+  PassContext ctx;
+  ctx.new_tokens = tokens.data();
+  ctx.new_tokens_first = st.pos;
+  ctx.n_new_tokens = n;
+  const int E = c.n_encoder_layers, L = c.n_layers;
+  Rows h = Embed(m, tokens.data(), n, st.pos);
+  const int64_t first = st.pos;
+  if (hidden) hidden->assign(hidden_layers ? hidden_layers->size() : 0, {});
+  auto capture = [&](int l) {
+    if (!hidden || !hidden_layers) return;
+    for (size_t j = 0; j < hidden_layers->size(); ++j)
+      if ((*hidden_layers)[j] == l) (*hidden)[j] = h.h;
+  };
+  for (int l = 0; l < E; ++l) {
+    RunLayer(m, st, l, h, first, 0, ctx);
+    capture(l);
+  }
+  for (int r = 0; r < n; ++r) std::copy(h.h.begin() + size_t(r) * rw, h.h.begin() + size_t(r + 1) * rw, st.h_e.Append(first + r));
+  for (int l = E; l < L; ++l) {
+    RunLayer(m, st, l, h, first, 0, ctx);
+    capture(l);
+  }
+  st.pos = first + n;
+  st.tokens.insert(st.tokens.end(), tokens.begin(), tokens.end());
+  st.decoder_pos = st.pos;
+  TrimState(c, st);
+  std::vector<std::vector<float>> logits(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) logits[size_t(r)] = ComputeLogits(m, h.h.data() + size_t(r) * rw);
+  return logits;
+}
+
+void RollbackVerify(const Model& m, SequenceState& st, const VerifyMark& mark, int64_t keep) {
+  const ModelConfig& c = m.config();
+  if (keep < 0 || keep > mark.n || st.pos != mark.pos0 + mark.n)
+    throw std::invalid_argument("RollbackVerify: keep " + std::to_string(keep) + " of " + std::to_string(mark.n) + " rows at pos " +
+                                std::to_string(st.pos) + " (pass from " + std::to_string(mark.pos0) + ")");
+  const int64_t np = mark.pos0 + keep;
+  for (size_t i = 0; i < st.pools.size(); ++i) {
+    Pool& p = st.pools[i];
+    const VerifyMark::PoolMark& pm = mark.pools[i];
+    if (keep < mark.n) {
+      // Entries the kept rows [pos0, np) made: one per row (ratio 1), one per odd position (ratio 2).
+      int64_t made = 0;
+      for (int64_t t = mark.pos0; t < np; ++t) made += p.ratio == 1 ? 1 : (t % 2 == 1);
+      p.entries.resize(pm.entries + size_t(made) * size_t(c.head_dim));
+      const int64_t new_entries = (int64_t(p.entries.size()) - int64_t(pm.entries)) / std::max(1, c.head_dim);
+      p.keys.resize(pm.keys + size_t(new_entries) * size_t(c.index_head_dim));
+      p.rows_seen = np;
+      if (p.ratio == 2 && np % 2 == 1) {  // a half group open at np: row np - 1 opened it
+        if (np - 1 < mark.pos0) {
+          p.has_pending = pm.has_pending;
+          p.pending_c = pm.pending_c;
+          p.pending_z = pm.pending_z;
+        } else {
+          size_t j = 0;
+          while (j < p.log_pos.size() && p.log_pos[j] != np - 1) ++j;
+          if (j == p.log_pos.size()) throw std::logic_error("RollbackVerify: no record of the half group at " + std::to_string(np - 1));
+          const size_t cd = size_t(c.head_dim);
+          p.has_pending = true;
+          p.pending_c.assign(p.log_c.begin() + long(j * cd), p.log_c.begin() + long((j + 1) * cd));
+          p.pending_z.assign(p.log_z.begin() + long(j * cd), p.log_z.begin() + long((j + 1) * cd));
+        }
+      } else if (p.ratio == 2) {
+        p.has_pending = false;
+        p.pending_c.clear();
+        p.pending_z.clear();
+      }
+    }
+    p.log_pending = false;
+    p.log_pos.clear();
+    p.log_c.clear();
+    p.log_z.clear();
+  }
+  if (keep < mark.n) {
+    for (RowStore& w : st.windows) w.DropFrom(np);
+    st.h_e.DropFrom(np);
+    st.tokens.resize(size_t(np));
+    st.pos = st.decoder_pos = np;
+  }
+  st.keep_extra_rows = mark.keep_extra_rows;
+  TrimState(c, st);
+}
+
+uint64_t StateHash(const SequenceState& st) {
+  XXH3_state_t* x = XXH3_createState();
+  XXH3_64bits_reset(x);
+  auto bytes = [&](const void* p, size_t n) { XXH3_64bits_update(x, p, n); };
+  auto i64 = [&](int64_t v) { bytes(&v, sizeof v); };
+  auto floats = [&](const std::vector<float>& v) {
+    i64(int64_t(v.size()));
+    bytes(v.data(), v.size() * sizeof(float));
+  };
+  auto store = [&](const RowStore& s) {
+    i64(s.dim());
+    i64(s.lo());
+    i64(s.hi());
+    floats(s.raw());
+  };
+  i64(st.pos);
+  i64(st.decoder_pos);
+  i64(st.replayed ? st.replayed_at : -1);
+  i64(st.keep_extra_rows);
+  i64(st.keep_h_e_rows);
+  i64(int64_t(st.tokens.size()));
+  bytes(st.tokens.data(), st.tokens.size() * sizeof(int32_t));
+  for (const RowStore& w : st.windows) store(w);
+  for (const Pool& p : st.pools) {
+    i64(p.layer);
+    i64(p.rows_seen);
+    i64(p.has_pending);
+    floats(p.entries);
+    floats(p.keys);
+    floats(p.pending_c);
+    floats(p.pending_z);
+  }
+  store(st.h_e);
+  const uint64_t h = XXH3_64bits_digest(x);
+  XXH3_freeState(x);
+  return h;
 }
 
 void RebuildLayerEWindow(const Model& m, SequenceState& st) {

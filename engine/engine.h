@@ -68,6 +68,35 @@ std::vector<float> DecodeStep(const Model& m, SequenceState& st, int32_t token, 
 std::vector<std::vector<float>> DecodeBatch(const Model& m, std::span<SequenceState* const> states,
                                             std::span<const int32_t> tokens, std::vector<StepStats>* stats = nullptr);
 
+// Speculative verification (engine/speculative.h). VerifyPass feeds `tokens` (n <= 16: the few-row
+// products are row-invariant) as ONE full-mode pass, every row through every layer, and returns
+// the logits of every row [n][V]: row i's equal, bit for bit, what DecodeStep returns after
+// tokens[0..i] were fed one at a time. It keeps what RollbackVerify needs (n more rows of every
+// window and of H_E, the pools' open half groups) in `mark`. `hidden_layers` (optional): layers
+// whose output rows are wanted; (*hidden)[j] gets rows [n, ResidualWidth()] leaving hidden_layers[j].
+struct VerifyMark {
+  int64_t pos0 = 0;                  // st.pos before the pass
+  int64_t n = 0;                     // rows fed
+  int64_t keep_extra_rows = 0;       // st.keep_extra_rows before the pass
+  struct PoolMark {
+    size_t entries = 0, keys = 0;    // floats before the pass
+    bool has_pending = false;
+    std::vector<float> pending_c, pending_z;
+  };
+  std::vector<PoolMark> pools;       // one per st.pools
+};
+std::vector<std::vector<float>> VerifyPass(const Model& m, SequenceState& st, std::span<const int32_t> tokens, VerifyMark* mark,
+                                           const std::vector<int>* hidden_layers = nullptr,
+                                           std::vector<std::vector<float>>* hidden = nullptr);
+// Keeps the first `keep` (0..n) rows of the last VerifyPass and drops the others: the state ends
+// exactly as if only those tokens had been fed by DecodeStep (tested by state hash). Always call
+// it after VerifyPass (keep = n too): it also ends the pass's extra history.
+void RollbackVerify(const Model& m, SequenceState& st, const VerifyMark& mark, int64_t keep);
+
+// XXH3 over everything a state holds (positions, tokens, windows, pools with their open half
+// groups, H_E): equal hashes = equal states, for the tests of speculative rollback.
+uint64_t StateHash(const SequenceState& st);
+
 // Encoder SWA Bounded Replay of the prefix st.tokens[0, st.pos): rows [P-R, P), R = min(W, P),
 // pass the encoder with floor P-R; regenerates encoder window entries and H_E (and layer E's
 // window entries) of those rows. Pools are never rewritten. REQUIRES st.tokens.size() == st.pos.

@@ -62,6 +62,27 @@ struct LayerWeights {
   Weight hc_ffn_scale;   // [3]
 };
 
+// The DSpark drafter of the released checkpoint (mtp.S.*, engine/dspark.h; docs/v41-contract.md §6):
+// stages shaped like backbone layers without compressor, indexer or Engram, each with its own
+// routed expert bank; stage 0 reads the target's hidden states through main_proj/main_norm, the
+// last stage holds the output norm and the markov and confidence heads. Embedding and head are
+// the target's.
+struct DSparkWeights {
+  std::vector<LayerWeights> stages;  // mtp.S.*: attention (sliding window only), MoE (its own bank), mHC
+  Weight main_proj;     // [d, n_targets * d] mtp.0.main_proj
+  Weight main_norm;     // [d] mtp.0.main_norm
+  Weight norm;          // [d] mtp.{last}.norm
+  Weight markov_embed;  // [V, rank] mtp.{last}.markov_head.embed: previous token -> rank
+  Weight markov_head;   // [V, rank] mtp.{last}.markov_head.head: rank -> logit bias
+  Weight confidence;    // [1, d + rank] mtp.{last}.confidence_head.proj
+  std::vector<int> target_layers;  // dspark_target_layer_ids: whose outputs feed main_proj
+  int block_size = 0;              // dspark_block_size: most tokens drafted per pass
+  int noise_token = 0;             // dspark_noise_token_id: the id of the rows still to draft
+  int rank = 0;                    // dspark_markov_rank
+  int n_experts = 0;               // dspark_n_routed_experts: the stages' routed experts
+  int experts_per_token = 0;       // dspark_num_experts_per_tok
+};
+
 struct LoadOptions {
   // Read F32 tensors in place from the memory-mapped file instead of copying every weight
   // into the anonymous huge-page arena (WeightArena). Saves the copy's RAM and load time;
@@ -119,6 +140,8 @@ class Model {
   const ExpertCache* expert_cache() const { return expert_cache_.get(); }  // nullptr: all resident
   // The Engram blocks, one per config().engram_layers entry, in that order (released layout only).
   const std::vector<EngramWeights>& engram() const { return engram_; }
+  // The DSpark drafter's weights (released layout with num_nextn_predict_layers > 0), else nullptr.
+  const DSparkWeights* dspark() const { return dspark_.get(); }
 
  private:
   Model() = default;
@@ -137,6 +160,7 @@ class Model {
   std::unique_ptr<ReleasedLoadReport> released_load_;  // released layout only
   std::vector<EngramWeights> engram_;                   // one per engram_layers entry
   std::shared_ptr<const ExpertCache> expert_cache_;     // released layout, experts on demand only
+  std::unique_ptr<DSparkWeights> dspark_;               // released layout with DSpark stages only
 };
 
 // The tensor names and shapes a config requires (spec §4), in file order. Used by the loader,

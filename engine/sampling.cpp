@@ -47,4 +47,46 @@ int32_t Sampler::Sample(const std::vector<float>& logits) {
   return order[keep - 1];
 }
 
+std::vector<double> SamplingProbs(const std::vector<float>& logits, const SamplingParams& params) {
+  const size_t n = logits.size();
+  std::vector<int32_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
+  std::vector<double> p(n), out(n, 0.0);
+  const double mx = logits[size_t(order[0])];
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) {
+    p[i] = std::exp((double(logits[size_t(order[i])]) - mx) / params.temperature);
+    sum += p[i];
+  }
+  size_t keep = n;
+  if (params.top_p < 1.0f) {
+    double mass = 0;
+    for (size_t i = 0; i < n; ++i) {
+      mass += p[i] / sum;
+      if (mass >= params.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  const double kept = std::accumulate(p.begin(), p.begin() + long(keep), 0.0);
+  for (size_t i = 0; i < keep; ++i) out[size_t(order[i])] = p[i] / kept;
+  return out;
+}
+
+int32_t SampleFrom(const std::vector<double>& probs, std::mt19937_64& rng) {
+  const double total = std::accumulate(probs.begin(), probs.end(), 0.0);
+  std::uniform_real_distribution<double> u(0.0, total);
+  double x = u(rng);
+  int32_t last = 0;
+  for (size_t i = 0; i < probs.size(); ++i) {
+    if (probs[i] <= 0) continue;
+    last = int32_t(i);
+    x -= probs[i];
+    if (x < 0) return int32_t(i);
+  }
+  return last;
+}
+
 }  // namespace cedar

@@ -24,6 +24,13 @@ class Sampler {
 
 int32_t Argmax(const std::vector<float>& logits);
 
+// The distribution Sampler::Sample draws from at temperature > 0: softmax(logits / T) cut to the
+// top-p nucleus (ties in the sort toward the lower id) and renormalised; [V], sums to 1.
+// Speculative rejection sampling (engine/speculative.h) needs it as a vector.
+std::vector<double> SamplingProbs(const std::vector<float>& logits, const SamplingParams& p);
+// One draw from probs [V] (non-negative, any positive sum) with `rng`.
+int32_t SampleFrom(const std::vector<double>& probs, std::mt19937_64& rng);
+
 // A per-turn hook that edits the logits right before each sampling step and hears which token
 // was sampled: grammar-constrained decoding (grammar/logits_processor.h) implements it. Lives
 // here, below every user of it, so the session loop can call it without knowing grammars.

@@ -52,6 +52,12 @@ struct Pool {
   std::vector<float> pending_c;    // [c] C of the first token of an open half group (m = 2)
   std::vector<float> pending_z;    // [c] Z of that token
   bool has_pending = false;
+  // Speculative verification (engine/speculative.h) rolls a pass back to any of its rows; while
+  // log_pending is set the compressor also records every open half group (position, C, Z) so the
+  // pending half of any rolled-back-to position can be restored. Not part of the state proper.
+  bool log_pending = false;
+  std::vector<int64_t> log_pos;    // positions whose C, Z opened a half group, in order
+  std::vector<float> log_c, log_z;  // [log_pos.size(), c] each
   int64_t Count(int c) const { return int64_t(entries.size()) / c; }
 };
 

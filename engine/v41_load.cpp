@@ -298,9 +298,7 @@ std::unique_ptr<const Model> Model::LoadReleased(const std::string& dir, const L
   // Engram (layers.N.engram.*): q/k and wkv dequantised now, the tables read row by row from the
   // shard during the forward (engine/engram.h); the class table comes from dir/tokenizer.json.
   if (!c.engram_layers.empty()) m->engram_ = LoadAllEngrams(ck, dir, c);
-  // DSpark blocks (mtp.N.*): checked above with the rest of the inventory, not loaded (the drafter
-  // is not wired yet); Cedar decodes without speculation. Vision tensors are ignored.
-  if (v.n_mtp_layers > 0) spdlog::debug("model {}: {} DSpark blocks (mtp.*) checked, not loaded", dir, v.n_mtp_layers);
+  // DSpark stages (mtp.S.*) are loaded below beside the backbone (engine/dspark.h). Vision tensors are ignored.
   if (options.mmap_weights) spdlog::debug("model {}: --mmap-weights ignored for the released layout (every weight is dequantised)", dir);
 
   // The plan: every Weight of Model and the released tensor it comes from.
@@ -361,6 +359,75 @@ std::unique_ptr<const Model> Model::LoadReleased(const std::string& dir, const L
       add(p + "ffn.shared_experts.w1.weight", &w.shared.w1, I, d);
       add(p + "ffn.shared_experts.w2.weight", &w.shared.w2, d, I);
       add(p + "ffn.shared_experts.w3.weight", &w.shared.w3, I, d);
+    }
+  }
+
+  // DSpark (mtp.S.*): each stage as a backbone layer without compressor/indexer, with its own bank
+  // of dspark_n_routed_experts experts (resident: the drafter runs every step), plus stage 0's
+  // main_proj/main_norm and the last stage's norm and heads.
+  if (v.n_mtp_layers > 0) {
+    m->dspark_ = std::make_unique<DSparkWeights>();
+    DSparkWeights& ds = *m->dspark_;
+    ds.target_layers = v.dspark_target_layer_ids;
+    ds.block_size = v.dspark_block_size;
+    ds.noise_token = v.dspark_noise_token_id;
+    ds.rank = v.dspark_markov_rank;
+    ds.n_experts = v.dspark_n_routed_experts;
+    ds.experts_per_token = v.dspark_n_activated_experts;
+    for (int t : ds.target_layers)
+      if (t < 0 || t >= c.n_layers)
+        throw std::runtime_error("model: " + config_path + ": text_config.dspark_target_layer_ids: expected layers in [0, " +
+                                 std::to_string(c.n_layers) + "), found " + std::to_string(t));
+    // dspark_noise_token_id is checked when a drafter is made (engine/dspark.h): a model whose
+    // noise id lies past its vocabulary still loads and decodes, only without speculation.
+    ds.stages.resize(size_t(v.n_mtp_layers));
+    const int64_t I = c.moe_inter_dim;
+    for (int s = 0; s < v.n_mtp_layers; ++s) {
+      const std::string p = "mtp." + std::to_string(s) + ".";
+      LayerWeights& w = ds.stages[size_t(s)];
+      add(p + "attn_norm.weight", &w.attn_norm, d, 1);
+      add(p + "ffn_norm.weight", &w.ffn_norm, d, 1);
+      if (hc > 1) {
+        const int64_t mix = (2 + hc) * hc;
+        add(p + "hc_attn_fn", &w.hc_attn_fn, mix, hc * d);
+        add(p + "hc_attn_base", &w.hc_attn_base, mix, 1);
+        add(p + "hc_attn_scale", &w.hc_attn_scale, 3, 1);
+        add(p + "hc_ffn_fn", &w.hc_ffn_fn, mix, hc * d);
+        add(p + "hc_ffn_base", &w.hc_ffn_base, mix, 1);
+        add(p + "hc_ffn_scale", &w.hc_ffn_scale, 3, 1);
+      }
+      add(p + "attn.wq_a.weight", &w.wq_a, qr, d);
+      add(p + "attn.q_norm.weight", &w.q_norm, qr, 1);
+      add(p + "attn.wq_b.weight", &w.wq_b, H * hd, qr);
+      add(p + "attn.wkv.weight", &w.wkv, hd, d);
+      add(p + "attn.kv_norm.weight", &w.kv_norm, hd, 1);
+      add(p + "attn.attn_sink", &w.sink, H, 1);
+      add(p + "attn.wo_a.weight", &w.wo_a, int64_t(c.o_groups) * c.o_group_rank, H * hd / c.o_groups);
+      add(p + "attn.wo_b.weight", &w.wo_b, d, int64_t(c.o_groups) * c.o_group_rank);
+      add(p + "ffn.gate.weight", &w.gate, ds.n_experts, d);
+      add(p + "ffn.gate.bias", &w.gate_bias, ds.n_experts, 1);
+      w.experts.resize(size_t(ds.n_experts));
+      for (int e = 0; e < ds.n_experts; ++e) {
+        const std::string q = p + "ffn.experts." + std::to_string(e) + ".";
+        add(q + "w1.weight", &w.experts[size_t(e)].w1, I, d);
+        add(q + "w2.weight", &w.experts[size_t(e)].w2, d, I);
+        add(q + "w3.weight", &w.experts[size_t(e)].w3, I, d);
+      }
+      if (c.n_shared_experts == 1) {
+        add(p + "ffn.shared_experts.w1.weight", &w.shared.w1, I, d);
+        add(p + "ffn.shared_experts.w2.weight", &w.shared.w2, d, I);
+        add(p + "ffn.shared_experts.w3.weight", &w.shared.w3, I, d);
+      }
+      if (s == 0) {
+        add(p + "main_proj.weight", &ds.main_proj, d, d * int64_t(ds.target_layers.size()));
+        add(p + "main_norm.weight", &ds.main_norm, d, 1);
+      }
+      if (s == v.n_mtp_layers - 1) {
+        add(p + "norm.weight", &ds.norm, d, 1);
+        add(p + "markov_head.embed.weight", &ds.markov_embed, c.vocab_size, ds.rank);
+        add(p + "markov_head.head.weight", &ds.markov_head, c.vocab_size, ds.rank);
+        add(p + "confidence_head.proj.weight", &ds.confidence, 1, d + ds.rank);
+      }
     }
   }
 

@@ -68,11 +68,14 @@ expect_refused --threads -2 -- "${G[@]}" --threads -2
 expect_refused --seed -1 -- "${G[@]}" --seed -1
 expect_refused --tokens x -- generate "${M[@]}" --tokens 1,x,3
 expect_refused --stop -4 -- "${G[@]}" --stop 5,-4
+expect_refused --spec-tokens 16 -- "${G[@]}" --spec-tokens 16
+expect_refused --spec-tokens -1 -- "${G[@]}" --spec-tokens -1
 
 expect_refused --seed -1 -- init --out "$TMP/m" --seed -1
 expect_refused --tol 0 -- check-golden "${M[@]}" --golden "$TMP/g" --tol 0
 
 expect_refused --decode -1 -- bench --decode -1
+expect_refused --spec-tokens 0 -- bench --spec-tokens 0
 expect_refused --lengths 0 -- bench --lengths 512,0
 expect_refused --decode-batch x -- bench --decode-batch x
 expect_refused --threads 1.5 -- bench --threads 1.5
