@@ -13,3 +13,8 @@ add_test(NAME server_apis_e2e
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/apis_e2e.sh $<TARGET_FILE:cedar> ${CMAKE_SOURCE_DIR})
 set_tests_properties(server_apis_e2e PROPERTIES LABELS unit TIMEOUT 600 SKIP_RETURN_CODE 77
   ENVIRONMENT "OPENBLAS_NUM_THREADS=2")
+
+# The same APIs on a deepseek_v41 model: tool calls replay byte for byte through their shapes.
+cedar_add_test(server_apis_dsml_test unit cedar_server ${CMAKE_CURRENT_SOURCE_DIR}/server_apis_dsml_test.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/test_models.cpp)
+target_link_libraries(server_apis_dsml_test PRIVATE cedar_tokenizer_testlib)
