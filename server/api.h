@@ -3,6 +3,8 @@
 //
 //   POST   /v1/chat/completions   messages, tools, tool_choice, stream, max_tokens, ... (+ session_id)
 //   POST   /v1/completions        prompt as text or token ids
+//   POST   /v1/responses          OpenAI's Responses API (store, previous_response_id)
+//   POST   /v1/messages           Anthropic's Messages API (+ /v1/messages/count_tokens)
 //   POST   /v1/sessions           create a session, optionally pinning its first messages
 //   GET    /v1/sessions           list sessions (paged: limit, after; OpenAI list shape)
 //   GET    /v1/sessions/{id}      one session
@@ -22,6 +24,7 @@
 #pragma once
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -39,6 +42,7 @@
 #include "server/http_message.h"
 #include "server/output_constraint.h"
 #include "server/request_parse.h"
+#include "server/response_store.h"
 #include "server/server_metrics.h"
 #include "server/turn_format.h"
 
@@ -59,6 +63,11 @@ struct ApiOptions {
   // /v1/cache to simulate the same; restore=recompute makes every cached prefix exact.
   session::DecoderPolicy decoder_policy = session::DecoderPolicy::kAuto;
   session::RestorePolicy restore_policy = session::RestorePolicy::kStaircase;
+  // /v1/responses `store: true`: how many response ids previous_response_id can name (oldest
+  // forgotten first), and how many sessions their chains hold at most (the least recently used
+  // chain's session is deleted; continuing it then restores from the prefix cache).
+  size_t responses_max_stored = 4096;
+  size_t responses_max_sessions = 64;
 };
 
 // "auto", "exact", "bounded" / "replay", "recompute"; Parse* return false for other names.
@@ -116,6 +125,32 @@ class Api {
   // `scope`: Scope(tenant, session id), the key of the remembered generations it may replay.
   ChatPrompt RenderChat(const nlohmann::json& body, const std::string& raw_body, ChatRequest& chat,
                         const std::string& scope, bool count);
+  // The same with the request's `tools` given in the client's key order (deepseek_v41 renders
+  // them as sent); for bodies converted from another API.
+  ChatPrompt RenderChat(const nlohmann::json& body, const nlohmann::ordered_json& ordered_tools, ChatRequest& chat,
+                        const std::string& scope, bool count);
+
+  // The Responses and Messages APIs (api_responses.cpp, api_messages.cpp): each request becomes
+  // a chat-completions body (tools_bridge/lib/responses_json.h, anthropic_json.h) planned and
+  // run as a chat turn (api_converted.cpp), then answered in the API's own shapes.
+  HttpResponse Responses(const HttpRequest& request, std::chrono::steady_clock::time_point start);
+  HttpResponse Messages(const HttpRequest& request, std::chrono::steady_clock::time_point start);
+  HttpResponse MessagesTurn(const HttpRequest& request, std::chrono::steady_clock::time_point start);
+  HttpResponse CountTokens(const HttpRequest& request);
+  // A converted chat body -> a chat turn with its grammar. `id_prefix` names the response
+  // ("resp_", "msg_"), `call_prefix` its tool calls ("call_", "toolu_").
+  TurnPlan PlanChatBody(const nlohmann::ordered_json& chat_body, const HttpRequest& request, const char* id_prefix,
+                        const char* call_prefix);
+  // Submits the plan's turn; throws ApiError when the manager refuses it at once.
+  std::shared_ptr<LiveTurn> SubmitTurn(const TurnPlan& plan, const HttpRequest& request);
+  // A session for a stored response chain (`store: true`): a new one of the request's tenant,
+  // one of at most options_.responses_max_sessions (the least recently used is deleted). ""
+  // when the session limit leaves no room (the turn then runs on the prefix cache alone).
+  std::string ChainSession(const HttpRequest& request, const std::string& cache_salt);
+  void TouchChainSession(const std::string& id, uint64_t tenant);
+  // Replaces the `input` items {"type":"item_reference","id"} with the stored items (404 naming
+  // the item when unknown).
+  void ResolveItemReferences(nlohmann::ordered_json& body, uint64_t tenant) const;
 
   HttpResponse Route(const HttpRequest& request, const std::string& path);
   HttpResponse ChatCompletions(const HttpRequest& request, std::chrono::steady_clock::time_point start);
@@ -158,6 +193,9 @@ class Api {
   std::shared_mutex gate_;       // shared: a call into the manager; unique: DetachManager
   bool manager_detached_ = false;  // guarded by gate_
   int64_t created_ = 0;  // unix seconds at start (the model's `created`)
+  ResponseStore responses_;  // /v1/responses with store: true
+  std::mutex chain_mu_;      // guards chain_sessions_
+  std::deque<std::pair<std::string, uint64_t>> chain_sessions_;  // ChainSession's (id, tenant), LRU first
   std::once_flag grammar_vocab_once_;
   std::shared_ptr<const grammar::TokenVocab> grammar_vocab_;  // GrammarVocab()
 

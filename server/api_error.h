@@ -43,6 +43,11 @@ ApiError FromErrorKind(session::ErrorKind kind, const std::string& message, cons
 ApiError InternalError(const std::string& detail);
 
 HttpResponse ErrorResponse(const ApiError& error);
+// The same error in Anthropic's shape, for /v1/messages: {"type":"error","error":{"type",
+// "message"}}, the type from the status (invalid_request_error, authentication_error,
+// not_found_error, request_too_large, rate_limit_error, api_error, overloaded_error).
+HttpResponse AnthropicErrorResponse(const ApiError& error);
+nlohmann::json AnthropicErrorJson(int status, const std::string& message);
 HttpResponse JsonResponse(int status, const nlohmann::json& body);
 
 }  // namespace cedar::server

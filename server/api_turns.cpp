@@ -122,10 +122,15 @@ bridge::dsml::Options DsmlOptionsOf(const nlohmann::json& body) {
 
 Api::ChatPrompt Api::RenderChat(const nlohmann::json& body, const std::string& raw_body, ChatRequest& chat,
                                 const std::string& scope, bool count) {
+  return RenderChat(body, dsml_ ? OrderedTools(raw_body) : nlohmann::ordered_json(), chat, scope, count);
+}
+
+Api::ChatPrompt Api::RenderChat(const nlohmann::json& body, const nlohmann::ordered_json& ordered_tools,
+                                ChatRequest& chat, const std::string& scope, bool count) {
   ChatPrompt out;
   try {
     if (dsml_) {
-      DsmlPrompt p = dsml_->Render(scope, chat.messages, OrderedTools(raw_body), DsmlOptionsOf(body));
+      DsmlPrompt p = dsml_->Render(scope, chat.messages, ordered_tools, DsmlOptionsOf(body));
       if (count) metrics_.Replays(p.exact, p.canonical);
       out.ids = p.ids;
       out.dsml = std::move(p);

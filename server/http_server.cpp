@@ -275,6 +275,7 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
   HttpResponse StartRequest(const std::string& route, const ApiError& e) {
     server_.api.metrics().Request(route, e.status, 0);
     BeginRequest();
+    if (route.starts_with("/v1/messages")) return AnthropicErrorResponse(e);  // Anthropic's clients read its shape
     return ErrorResponse(e);
   }
 
