@@ -301,6 +301,10 @@ int main(int argc, char** argv) {
       else if (k == "--step-tokens") a.step_tokens = std::stoi(v);
       else if (k == "--max-prefill-chunk") a.chunk = std::stoi(v);
       else throw std::invalid_argument("unknown flag");
+      if (a.first < 1 || a.limit < 1 || a.max_turns < 1 || a.max_output < 1 || a.time_scale < 0 || a.token_scale <= 0 ||
+          a.max_seconds <= 0)
+        throw std::invalid_argument("expected --first/--limit/--max-turns/--max-output >= 1, --time-scale >= 0, "
+                                    "--token-scale and --max-seconds > 0");
     } catch (const std::exception& e) {
       std::fprintf(stderr,
                    "bench_trace_replay: %s (%s). usage: [--preset tiny|--model DIR] [--traces DIR] "
@@ -319,7 +323,18 @@ int main(int argc, char** argv) {
   }
   std::shared_ptr<const Model> m(Model::Load(a.model_dir));
   const int vocab = m->config().vocab_size;
-  const std::vector<Conversation> w = BuildWorkload(a, m->config().max_seq_len);
+  std::vector<Conversation> w;
+  try {
+    w = BuildWorkload(a, m->config().max_seq_len);
+  } catch (const std::exception& e) {  // a missing or unreadable trace path
+    std::fprintf(stderr, "bench_trace_replay: cannot read the traces at %s: %s\n", a.traces.c_str(), e.what());
+    return 1;
+  }
+  if (w.empty()) {
+    std::fprintf(stderr, "bench_trace_replay: no turn to replay in %s (files %d..%d, horizon %g s): expected claude-code "
+                 "traces there\n", a.traces.c_str(), a.first, a.first + a.limit - 1, a.horizon);
+    return 1;
+  }
   int64_t turns = 0, subagents = 0;
   for (const auto& c : w) { turns += int64_t(c.turns.size()); subagents += c.id.find('/') != std::string::npos; }
   std::printf("%s\n", nlohmann::json{{"bench", "trace_replay_setup"}, {"model", a.model_dir}, {"traces", a.traces},
