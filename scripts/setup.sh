@@ -12,6 +12,7 @@ PACKAGES=(
   libopenblas-dev
   python3 python3-numpy python3-torch gnuplot-nox
   nodejs npm curl
+  haproxy redis-server
 )
 
 missing=()
