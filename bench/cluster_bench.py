@@ -173,6 +173,7 @@ def main():
     ap.add_argument("--model", default="", help="model directory (default: the tiny preset, made in a temp dir)")
     ap.add_argument("--base-port", type=int, default=18300)
     ap.add_argument("--keep", action="store_true", help="keep the temp folder")
+    ap.add_argument("--sim-only", action="store_true", help="only the simulated figures (no servers)")
     ap.add_argument("--child-replay", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child_replay:
@@ -216,6 +217,9 @@ def main():
                     prompt += [tail.randrange(3, 256) for _ in range(entry["in"] - len(prompt))]
                     plan_requests.append({"session": r["session"].replace("/", ":"), "prompt": prompt,
                                           "out": entry["out"]})
+            if args.sim_only:
+                print(json.dumps(line), flush=True)
+                continue
             if shared and not remote:
                 line["live"] = None
                 line["note"] = "cedar serve has no --cache-remote in this build: live run skipped"

@@ -104,7 +104,7 @@ int RunProfile(int argc, char** argv) {
       "limit", IntOption<size_t>("--limit", &o.limit, 0, SIZE_MAX),
       "stop reading after N requests, files in path order (0 = all)");
   po::options_description cluster_desc("several servers (--servers)");
-  cluster_desc.add_options()("servers", IntOption("--servers", &o.servers, 1, 4096),
+  cluster_desc.add_options()("servers", OptionalIntOption("--servers", &o.servers, 1, 4096),
                              "also simulate N servers, each with --cache-ram (and --cache-disk) of its own, over one "
                              "shared tier; reports hit rates per tier (docs/PROFILE.md)")(
       "routing", po::value(&o.routing)->default_value("session"),
