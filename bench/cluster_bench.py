@@ -204,7 +204,8 @@ def main():
                     "simulated": {"hit_rate": round(c["hit_rate"], 4),
                                   "hit_rate_by_tier": {k: round(v, 4) for k, v in c["hit_rate_by_tier"].items()},
                                   "one_server_hit_rate": round(c["one_server_hit_rate"], 4),
-                                  "ideal_hit_rate": round(c["ideal_hit_rate"], 4)}}
+                                  "ideal_hit_rate": round(c["ideal_hit_rate"], 4),
+                                  "requests_per_server": c["requests_per_server"]}}
             if plan_requests is None:
                 plan_requests = []
                 for r in sim["requests"]:

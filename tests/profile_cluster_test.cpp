@@ -5,6 +5,8 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -189,7 +191,7 @@ TEST_CASE("cedar profile --servers reports hit rates per tier that add up, and r
   o.traces = {kData + "claude_small.json"};
   o.preset = "tiny";
   o.cache_ram = 20 * 6144;
-  o.out = "";
+  o.out = std::string(CEDAR_BINARY_DIR) + "/profile_cluster_test_report";
   o.plots = false;
   o.progress = 0;
   o.servers = 2;
@@ -207,6 +209,9 @@ TEST_CASE("cedar profile --servers reports hit rates per tier that add up, and r
         c["prompt_tokens"].get<int64_t>());
   CHECK(c["prompt_tokens"] == r.report["designs"]["cedar"]["prompt_tokens"]);
   CHECK(SummaryTable(r.report).find("cluster: 2 servers") != std::string::npos);
+  std::ifstream html(r.files.html_path);
+  const std::string page((std::istreambuf_iterator<char>(html)), std::istreambuf_iterator<char>());
+  CHECK(page.find("<h2>Several servers</h2>") != std::string::npos);
 
   ProfileOptions bad = o;
   bad.servers = 0;
