@@ -4,7 +4,6 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -18,54 +17,13 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "cache/entry_codec.h"
 #include "cache/lmdb_check.h"
 
 namespace cedar::cache::detail {
 namespace {
 
-static_assert(std::endian::native == std::endian::little,
-              "disk entries store tokens and header fields in host (little-endian) order");
-
-constexpr uint32_t kEntryMagic = 0x43504443;     // "CDPC": Cedar prefix cache page
-constexpr uint32_t kSnapshotMagic = 0x4e534443;  // "CDSN": Cedar prefix cache snapshot
-constexpr uint16_t kEntryVersion = 1;
 constexpr uint8_t kSnapshotTag = 'S';            // last byte of a snapshot entry's key
-
-// Fixed-layout header at the start of every page value. Read and written with memcpy (LMDB
-// values are not aligned).
-struct EntryHeader {
-  uint32_t magic;
-  uint16_t version;
-  uint16_t reserved;
-  uint32_t page_index;
-  uint32_t token_count;
-  uint64_t fingerprint;
-  uint64_t salt;
-  uint64_t parent_digest;
-  uint64_t digest;
-  uint64_t sequence;
-  uint64_t payload_bytes;
-  uint64_t meta_checksum;     // XXH3 over this header (both checksums zeroed) and the tokens
-  uint64_t payload_checksum;  // XXH3 over the payload
-};
-static_assert(sizeof(EntryHeader) == 80);
-
-// Fixed-layout header at the start of every snapshot value.
-struct SnapshotHeader {
-  uint32_t magic;
-  uint16_t version;
-  uint16_t reserved;
-  uint64_t fingerprint;
-  uint64_t salt;
-  uint64_t digest;            // of the page that ends at `position`; also in the key
-  uint64_t position;          // tokens
-  uint64_t prefix_checksum;   // of the tokens before `position` (computed by PrefixCache)
-  uint64_t sequence;
-  uint64_t payload_bytes;
-  uint64_t meta_checksum;     // XXH3 over this header (both checksums zeroed)
-  uint64_t payload_checksum;  // XXH3 over the payload
-};
-static_assert(sizeof(SnapshotHeader) == 80);
 
 // Page keys are 16 bytes, snapshot keys 17 (the tag last): a snapshot sorts right after its page.
 struct DiskKey {
@@ -106,73 +64,11 @@ bool DecodeKey(const MDB_val& k, ModelFingerprint fingerprint, std::optional<Ent
   return true;
 }
 
-uint64_t MetaChecksum(EntryHeader header, const void* tokens, size_t token_bytes) {
-  header.meta_checksum = 0;
-  header.payload_checksum = 0;
-  const uint64_t seed = XXH3_64bits(&header, sizeof(header));
-  return XXH3_64bits_withSeed(tokens, token_bytes, seed);
-}
-
-uint64_t SnapshotMetaChecksum(SnapshotHeader header) {
-  header.meta_checksum = 0;
-  header.payload_checksum = 0;
-  return XXH3_64bits(&header, sizeof(header));
-}
-
 Status LmdbError(const char* what, int rc) {
   return Status::IOError(fmt::format("LMDB {}: {}", what, mdb_strerror(rc)));
 }
 
-// Parses and verifies header and tokens of one value. Returns the header through `out`.
-Status ParseMeta(const MDB_val& val, ModelFingerprint fingerprint, size_t page_tokens,
-                 uint64_t key_digest, EntryHeader* out) {
-  if (val.mv_size < sizeof(EntryHeader)) return Status::Corruption("entry shorter than its header");
-  EntryHeader h;
-  std::memcpy(&h, val.mv_data, sizeof(h));
-  if (h.magic != kEntryMagic || h.version != kEntryVersion) return Status::Corruption("bad magic or version");
-  if (h.token_count != page_tokens) {
-    return Status::Corruption(fmt::format("entry has {} tokens, page size is {}", h.token_count, page_tokens));
-  }
-  const uint64_t token_bytes = uint64_t{h.token_count} * sizeof(TokenId);
-  if (val.mv_size != sizeof(EntryHeader) + token_bytes + h.payload_bytes) {
-    return Status::Corruption(fmt::format("entry is {} bytes, header says {}", val.mv_size,
-                                          sizeof(EntryHeader) + token_bytes + h.payload_bytes));
-  }
-  const auto* tokens = static_cast<const uint8_t*>(val.mv_data) + sizeof(EntryHeader);
-  if (MetaChecksum(h, tokens, token_bytes) != h.meta_checksum) return Status::Corruption("metadata checksum mismatch");
-  if (h.fingerprint != fingerprint) return Status::Corruption("fingerprint differs from its key");
-  if (h.digest != key_digest) return Status::Corruption("digest differs from its key");
-  *out = h;
-  return Status::Ok();
-}
-
-// Parses and verifies the header of one snapshot value. Returns it through `out`.
-Status ParseSnapshotMeta(const MDB_val& val, ModelFingerprint fingerprint, uint64_t key_digest,
-                         SnapshotHeader* out) {
-  if (val.mv_size < sizeof(SnapshotHeader)) return Status::Corruption("snapshot entry shorter than its header");
-  SnapshotHeader h;
-  std::memcpy(&h, val.mv_data, sizeof(h));
-  if (h.magic != kSnapshotMagic || h.version != kEntryVersion) {
-    return Status::Corruption("bad snapshot magic or version");
-  }
-  if (val.mv_size != sizeof(SnapshotHeader) + h.payload_bytes) {
-    return Status::Corruption(fmt::format("snapshot entry is {} bytes, header says {}", val.mv_size,
-                                          sizeof(SnapshotHeader) + h.payload_bytes));
-  }
-  if (SnapshotMetaChecksum(h) != h.meta_checksum) return Status::Corruption("snapshot metadata checksum mismatch");
-  if (h.fingerprint != fingerprint) return Status::Corruption("fingerprint differs from its key");
-  if (h.digest != key_digest) return Status::Corruption("digest differs from its key");
-  *out = h;
-  return Status::Ok();
-}
-
-SnapshotMeta SnapshotMetaOf(const SnapshotHeader& h) {
-  return SnapshotMeta{h.digest, h.salt, h.position, h.prefix_checksum, h.payload_bytes, h.sequence};
-}
-
-PageMeta MetaOf(const EntryHeader& h) {
-  return PageMeta{h.digest, h.parent_digest, h.salt, h.page_index, h.payload_bytes, h.sequence};
-}
+std::span<const uint8_t> BytesOf(const MDB_val& v) { return {static_cast<const uint8_t*>(v.mv_data), v.mv_size}; }
 
 // A read-only transaction that aborts when it goes out of scope.
 // End() it before anything that may close the environment (DiskStore::Failed).
@@ -188,10 +84,10 @@ struct ReadTxn {
 }  // namespace
 
 uint64_t DiskStore::EntryBytes(size_t page_tokens, uint64_t payload_bytes) {
-  return sizeof(EntryHeader) + page_tokens * sizeof(TokenId) + payload_bytes;
+  return PageValueBytes(page_tokens, payload_bytes);
 }
 
-uint64_t DiskStore::SnapshotEntryBytes(uint64_t payload_bytes) { return sizeof(SnapshotHeader) + payload_bytes; }
+uint64_t DiskStore::SnapshotEntryBytes(uint64_t payload_bytes) { return SnapshotValueBytes(payload_bytes); }
 
 namespace {
 
@@ -410,46 +306,15 @@ Status DiskStore::Put(std::span<const PageWrite> pages, std::span<const Snapshot
   };
   for (const PageWrite& page : pages) {
     assert(page.tokens.size() == page_tokens_ && page.payload != nullptr);
-    EntryHeader h{};
-    h.magic = kEntryMagic;
-    h.version = kEntryVersion;
-    h.page_index = page.meta.page_index;
-    h.token_count = static_cast<uint32_t>(page.tokens.size());
-    h.fingerprint = fingerprint_;
-    h.salt = page.meta.salt;
-    h.parent_digest = page.meta.parent_digest;
-    h.digest = page.meta.digest;
-    h.sequence = page.meta.sequence;
-    h.payload_bytes = page.payload->size();
-    const size_t token_bytes = page.tokens.size_bytes();
-    h.meta_checksum = MetaChecksum(h, page.tokens.data(), token_bytes);
-    h.payload_checksum = XXH3_64bits(page.payload->data(), page.payload->size());
-
     uint8_t* out = reserve({page.meta.digest, EntryKind::kPage}, EntryBytes(page.tokens.size(), page.payload->size()));
     if (out == nullptr) return status;
-    std::memcpy(out, &h, sizeof(h));
-    std::memcpy(out + sizeof(h), page.tokens.data(), token_bytes);
-    if (!page.payload->empty()) std::memcpy(out + sizeof(h) + token_bytes, page.payload->data(), page.payload->size());
+    EncodePageValue(page.meta, fingerprint_, page.tokens, *page.payload, out);
   }
   for (const SnapshotWrite& snap : snapshots) {
     assert(snap.payload != nullptr && snap.payload->size() == snap.meta.payload_bytes);
-    SnapshotHeader h{};
-    h.magic = kSnapshotMagic;
-    h.version = kEntryVersion;
-    h.fingerprint = fingerprint_;
-    h.salt = snap.meta.salt;
-    h.digest = snap.meta.digest;
-    h.position = snap.meta.position;
-    h.prefix_checksum = snap.meta.prefix_checksum;
-    h.sequence = snap.meta.sequence;
-    h.payload_bytes = snap.payload->size();
-    h.meta_checksum = SnapshotMetaChecksum(h);
-    h.payload_checksum = XXH3_64bits(snap.payload->data(), snap.payload->size());
-
     uint8_t* out = reserve({snap.meta.digest, EntryKind::kSnapshot}, SnapshotEntryBytes(snap.payload->size()));
     if (out == nullptr) return status;
-    std::memcpy(out, &h, sizeof(h));
-    if (!snap.payload->empty()) std::memcpy(out + sizeof(h), snap.payload->data(), snap.payload->size());
+    EncodeSnapshotValue(snap.meta, fingerprint_, *snap.payload, out);
   }
   if (int rc = mdb_txn_commit(txn); rc != 0) {
     if (rc == MDB_MAP_FULL) return Status::ResourceExhausted("LMDB map is full");
@@ -498,22 +363,9 @@ Status DiskStore::Read(std::span<const PageRead> pages, std::vector<Payload>* ou
       rt.End();
       return Failed("get (a value outside the file)", MDB_CORRUPTED);
     }
-    EntryHeader h;
-    if (Status s = ParseMeta(v, fingerprint_, page_tokens_, want.meta.digest, &h); !s.ok()) {
-      return Status::Corruption(fmt::format("page {}: {}", i, s.message()));
-    }
-    const auto* bytes = static_cast<const uint8_t*>(v.mv_data);
-    // The entry must be this very page: same chain position, tenant and tokens.
-    if (h.parent_digest != want.meta.parent_digest || h.page_index != want.meta.page_index ||
-        h.salt != want.meta.salt || h.payload_bytes != want.meta.payload_bytes ||
-        std::memcmp(bytes + sizeof(h), want.tokens.data(), want.tokens.size_bytes()) != 0) {
-      return Status::Corruption(fmt::format("page {}: entry belongs to another prefix", i));
-    }
-    const uint8_t* payload = bytes + sizeof(h) + want.tokens.size_bytes();
-    if (XXH3_64bits(payload, h.payload_bytes) != h.payload_checksum) {
-      return Status::Corruption(fmt::format("page {}: payload checksum mismatch", i));
-    }
-    out->push_back(MakePayload(std::vector<uint8_t>(payload, payload + h.payload_bytes)));
+    auto payload = VerifyPageValue(BytesOf(v), fingerprint_, page_tokens_, want);
+    if (!payload.ok()) return Status::Corruption(fmt::format("page {}: {}", i, payload.status().message()));
+    out->push_back(MakePayload(std::vector<uint8_t>(payload->begin(), payload->end())));
   }
   return Status::Ok();
 }
@@ -534,18 +386,9 @@ Result<Payload> DiskStore::ReadSnapshot(const SnapshotMeta& want) const {
     rt.End();
     return Failed("get (a value outside the file)", MDB_CORRUPTED);
   }
-  SnapshotHeader h;
-  if (Status s = ParseSnapshotMeta(v, fingerprint_, want.digest, &h); !s.ok()) return s;
-  // The entry must be this very snapshot: same position, tenant, prefix tokens and size.
-  if (h.position != want.position || h.salt != want.salt || h.prefix_checksum != want.prefix_checksum ||
-      h.payload_bytes != want.payload_bytes) {
-    return Status::Corruption(fmt::format("snapshot entry at {} belongs to another prefix", want.position));
-  }
-  const uint8_t* payload = static_cast<const uint8_t*>(v.mv_data) + sizeof(h);
-  if (XXH3_64bits(payload, h.payload_bytes) != h.payload_checksum) {
-    return Status::Corruption(fmt::format("snapshot at {}: payload checksum mismatch", want.position));
-  }
-  return MakePayload(std::vector<uint8_t>(payload, payload + h.payload_bytes));
+  auto payload = VerifySnapshotValue(BytesOf(v), fingerprint_, want);
+  if (!payload.ok()) return payload.status();
+  return MakePayload(std::vector<uint8_t>(payload->begin(), payload->end()));
 }
 
 // Calls fn(key, value) for every entry of this fingerprint, in key order, in one read
@@ -583,21 +426,21 @@ Result<DiskStore::ScanResult> DiskStore::Scan() const {
   ScanResult result;
   Status s = ForEachEntry([&](const EntryKey& entry, const MDB_val& v) {
     if (entry.kind == EntryKind::kSnapshot) {
-      SnapshotHeader h;
-      if (!ParseSnapshotMeta(v, fingerprint_, entry.digest, &h).ok()) {
+      SnapshotMeta meta;
+      if (!ParseSnapshotValue(BytesOf(v), fingerprint_, entry.digest, &meta).ok()) {
         result.bad.push_back(entry);
       } else {
-        result.snapshots.push_back(SnapshotMetaOf(h));
+        result.snapshots.push_back(meta);
       }
       return;
     }
-    EntryHeader h;
-    if (!ParseMeta(v, fingerprint_, page_tokens_, entry.digest, &h).ok()) {
+    PageMeta meta;
+    const uint8_t* tokens = nullptr;
+    if (!ParsePageValue(BytesOf(v), fingerprint_, page_tokens_, entry.digest, &meta, &tokens).ok()) {
       result.bad.push_back(entry);
       return;
     }
-    const auto* tokens = reinterpret_cast<const uint8_t*>(v.mv_data) + sizeof(EntryHeader);
-    ScannedPage page{MetaOf(h), std::vector<TokenId>(page_tokens_)};
+    ScannedPage page{meta, std::vector<TokenId>(page_tokens_)};
     std::memcpy(page.tokens.data(), tokens, page_tokens_ * sizeof(TokenId));
     result.pages.push_back(std::move(page));
   });

@@ -1,5 +1,6 @@
 // Internal: the disk tier, an LMDB environment of page entries and snapshot entries.
 //
+// Entry values are entry_codec.h's format (shared with the remote tier); keys:
 //   page      key   = model fingerprint (8 bytes, big-endian) | page digest (8 bytes, big-endian)
 //             value = PageHeader | tokens (page_tokens x int32, host order) | payload bytes
 //   snapshot  key   = model fingerprint | digest of the page ending at the snapshot | 'S'
@@ -37,42 +38,14 @@
 
 #include "cache/cache_types.h"
 #include "cache/status.h"
+#include "cache/tier_store.h"
 
 struct MDB_env;
 struct MDB_val;
 
 namespace cedar::cache::detail {
 
-// What a page entry says about itself (everything but the payload).
-struct PageMeta {
-  uint64_t digest = 0;
-  uint64_t parent_digest = 0;   // 0 for a prefix's first page (page_index 0)
-  TenantSalt salt = kNoTenant;
-  uint32_t page_index = 0;      // position of the page in its prefix, in pages
-  uint64_t payload_bytes = 0;
-  uint64_t sequence = 0;        // logical time of the write (PrefixCache tick)
-};
-
-// What a snapshot entry says about itself (everything but the payload).
-struct SnapshotMeta {
-  uint64_t digest = 0;           // chained digest of the page that ends at `position`
-  TenantSalt salt = kNoTenant;
-  uint64_t position = 0;         // tokens before the snapshot, a multiple of the page size
-  uint64_t prefix_checksum = 0;  // PrefixCache's checksum of those tokens
-  uint64_t payload_bytes = 0;
-  uint64_t sequence = 0;         // logical time of the write (PrefixCache tick)
-};
-
-enum class EntryKind : uint8_t { kPage, kSnapshot };
-
-// Names one entry of this fingerprint: a page or a snapshot, by digest.
-struct EntryKey {
-  uint64_t digest = 0;
-  EntryKind kind = EntryKind::kPage;
-  friend bool operator==(const EntryKey&, const EntryKey&) = default;
-};
-
-class DiskStore {
+class DiskStore final : public TierStore {
  public:
   // Opens (creating the files if needed) the LMDB environment in `dir`, which must be writable
   // by its owner only (created 0700 if missing). The map is sized for twice the budget plus
@@ -89,34 +62,24 @@ class DiskStore {
   static uint64_t EntryBytes(size_t page_tokens, uint64_t payload_bytes);
   static uint64_t SnapshotEntryBytes(uint64_t payload_bytes);
 
-  struct PageWrite {
-    PageMeta meta;
-    std::span<const TokenId> tokens;  // page_tokens tokens
-    const std::vector<uint8_t>* payload = nullptr;
-  };
-  struct SnapshotWrite {
-    SnapshotMeta meta;
-    const std::vector<uint8_t>* payload = nullptr;
-  };
+  using PageWrite = detail::PageWrite;
+  using SnapshotWrite = detail::SnapshotWrite;
+  using PageRead = detail::PageRead;
   // Writes all pages and snapshots in one transaction (overwriting same keys). Mutates. A full
   // LMDB map gives ResourceExhausted and writes nothing.
-  Status Put(std::span<const PageWrite> pages, std::span<const SnapshotWrite> snapshots = {});
+  Status Put(std::span<const PageWrite> pages, std::span<const SnapshotWrite> snapshots = {}) override;
 
   // Deletes these entries in one transaction; absent ones are ignored. Mutates.
   Status Delete(std::span<const EntryKey> keys);
 
-  struct PageRead {
-    PageMeta meta;                    // expected header fields (sequence is not checked)
-    std::span<const TokenId> tokens;  // expected tokens
-  };
   // Reads and fully verifies the pages in order, in one read transaction, appending payloads
   // to `out`. Stops at the first bad page with Corruption (or NotFound when the entry is gone);
   // `out` then holds the payloads of the good pages before it. Does not mutate.
-  Status Read(std::span<const PageRead> pages, std::vector<Payload>* out) const;
+  Status Read(std::span<const PageRead> pages, std::vector<Payload>* out) const override;
 
   // Reads and fully verifies one snapshot against `want` (every field but the sequence):
   // Corruption when it differs or fails a checksum, NotFound when it is gone. Does not mutate.
-  Result<Payload> ReadSnapshot(const SnapshotMeta& want) const;
+  Result<Payload> ReadSnapshot(const SnapshotMeta& want) const override;
 
   struct ScannedPage {
     PageMeta meta;

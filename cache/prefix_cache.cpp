@@ -10,6 +10,7 @@
 #include <bit>
 
 #include "cache/disk_store.h"
+#include "cache/remote_store.h"
 
 namespace cedar::cache {
 
@@ -76,6 +77,11 @@ Result<std::unique_ptr<PrefixCache>> PrefixCache::Open(ModelFingerprint fingerpr
     cache->disk_resets_seen_ = cache->disk_->files_moved_aside();  // a file moved aside at open: the tree starts empty
     const DiskResetSync sync(cache.get());  // damage found while rebuilding
     if (Status s = cache->RebuildFromDisk(); !s.ok()) return s;
+  }
+  if (c.remote.enabled()) {
+    auto remote = detail::RemoteStore::Open(c.remote, fingerprint, c.page_tokens);
+    if (!remote.ok()) return remote.status();
+    cache->remote_ = std::move(remote).value();
   }
   return cache;
 }
@@ -474,6 +480,7 @@ Result<InsertResult> PrefixCache::Insert(std::span<const TokenId> tokens, const 
   }
   if (stored > 0) {
     Touch(parent);
+    if (remote_ && !pulling_) WriteRemotePages(parent, m.matched_tokens);
     for (const SnapshotInput& s : snapshots) {
       Node* n = s.position <= stored ? NodeEndingAt(parent, s.position) : nullptr;
       if (n == nullptr || !SnapshotFits(n, s.payload)) {

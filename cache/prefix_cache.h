@@ -54,12 +54,16 @@
 
 #include "cache/cache_types.h"
 #include "cache/prefix_node.h"
+#include "cache/remote_config.h"
 #include "cache/status.h"
 
 namespace cedar::cache {
 
+struct RemoteStats;
+
 namespace detail {
 class DiskStore;
+class RemoteStore;
 struct SnapshotMeta;
 }  // namespace detail
 
@@ -77,6 +81,16 @@ struct PrefixCacheConfig {
   std::chrono::milliseconds soft_pin_ttl{std::chrono::minutes(10)};  // default soft-pin TTL
   ClockFn clock;                                 // empty = SteadyClock()
   PageDigestFn page_digest;                      // empty = Xxh3PageDigest
+  RemoteTierConfig remote;                       // the shared Redis tier under RAM and disk
+                                                 // (remote_store.h); url "" = none
+};
+
+// What PullRemote() brought from the remote tier into RAM. Lengths in tokens.
+struct RemotePull {
+  size_t from_tokens = 0;        // the local match (RAM or disk) the pull extended
+  size_t pulled_tokens = 0;      // pages brought: [from_tokens, from_tokens + pulled_tokens)
+  size_t snapshot_position = 0;  // a snapshot brought (0 = none)
+  size_t end() const { return from_tokens + pulled_tokens; }
 };
 
 // One opaque snapshot at a page boundary: the resume state after `position` tokens.
@@ -148,6 +162,9 @@ struct CacheCounters {
   uint64_t disk_write_failures = 0;      // refused or failed disk writes (budget, collision, IO)
   uint64_t soft_pins_expired = 0;
   uint64_t soft_pins_yielded = 0;        // released early to respect the soft-pin cap
+  uint64_t remote_hit_tokens = 0;        // tokens PullRemote brought from the remote tier
+  uint64_t remote_snapshots_loaded = 0;  // snapshots PullRemote brought (verified)
+  uint64_t remote_pulls = 0;             // PullRemote calls that asked the remote tier
 };
 
 class PrefixCache;
@@ -216,6 +233,9 @@ class PrefixCache {
   ModelFingerprint fingerprint() const { return fingerprint_; }
   const PrefixCacheConfig& config() const { return config_; }
   bool has_disk_tier() const { return disk_ != nullptr; }
+  bool has_remote_tier() const { return remote_ != nullptr; }
+  // The remote tier's counters (all zero without one). Thread-safe snapshot of atomics.
+  RemoteStats RemoteCounters() const;
 
   // ---- Mutations ----
 
@@ -228,6 +248,16 @@ class PrefixCache {
   // deleted and counted and the next shallower snapshot is tried, so a handle never carries a
   // wrong snapshot. A disk snapshot that does not fit the RAM budget left is skipped likewise.
   Result<PrefixHandle> Acquire(std::span<const TokenId> tokens, TenantSalt salt = kNoTenant);
+
+  // The remote tier (remote_store.h), read only where RAM and disk miss: looks up, in one
+  // deadline, the whole pages of `tokens` past the local match and the snapshots past the local
+  // match's deepest one, verifies them (key, chain, tenant, tokens, checksums) and adds what
+  // verified to RAM as an ordinary insert (admission and budget as Insert; nothing is written
+  // back). A fault is a miss: nothing changes. Without a remote tier, does nothing.
+  RemotePull PullRemote(std::span<const TokenId> tokens, TenantSalt salt = kNoTenant);
+
+  // Blocks until the remote tier's writer has sent what was queued so far (tests).
+  void DrainRemoteWrites();
 
   // Adds the missing whole pages of `tokens` (a trailing partial page is ignored). Planning
   // comes first: `provider` is called once per missing page, in order (page_index counts from
@@ -345,6 +375,11 @@ class PrefixCache {
     PrefixCache* cache;
   };
 
+  // prefix_cache_remote.cpp: the remote tier's writes (pages of `deepest`'s path: those at or
+  // past `new_from` tokens are new, the rest refreshed; and one snapshot).
+  void WriteRemotePages(Node* deepest, size_t new_from);
+  void WriteRemoteSnapshot(Node* node);
+
   // prefix_cache_check.cpp
   Status CheckNode(const Node* node) const;
   Status CheckDisk() const;
@@ -352,6 +387,8 @@ class PrefixCache {
   const ModelFingerprint fingerprint_;
   const PrefixCacheConfig config_;
   std::unique_ptr<detail::DiskStore> disk_;
+  std::unique_ptr<detail::RemoteStore> remote_;
+  bool pulling_ = false;  // PullRemote's insert: what came from the remote tier is not sent back
 
   // One root per tenant salt; roots hold no tokens and are never pinned or evicted.
   std::unordered_map<TenantSalt, std::unique_ptr<Node>> roots_;

@@ -283,6 +283,7 @@ void PrefixCache::SetSnapshot(Node* node, Payload payload) {
     node->snapshot_size = node->snapshot->size();
     if (!same) node->snapshot_on_disk = false;
   });
+  if (remote_ && !pulling_ && !same) WriteRemoteSnapshot(node);
 }
 
 // Reads the node's disk snapshot into RAM, verified against everything the tree knows about it.
@@ -365,12 +366,12 @@ Status PrefixCache::WriteChain(Node* node, bool with_snapshot) {
         const PageMeta meta{n->page_digests[i], parent_digest, n->salt, static_cast<uint32_t>(first_page + i),
                             n->page_bytes[i], n->tick};
         writes.push_back({meta, std::span(n->tokens).subspan(i * config_.page_tokens, config_.page_tokens),
-                          n->payloads[i].get()});
+                          n->payloads[i]});
         parent_digest = n->page_digests[i];
       }
     }
     std::vector<DiskStore::SnapshotWrite> snapshot_writes;
-    if (snapshot) snapshot_writes.push_back({SnapshotMetaOf(node), node->snapshot.get()});
+    if (snapshot) snapshot_writes.push_back({SnapshotMetaOf(node), node->snapshot});
     status = disk_->Put(writes, snapshot_writes);
   }
   if (!status.ok() || !snapshot_status.ok()) {

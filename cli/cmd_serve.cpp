@@ -20,6 +20,7 @@
 #include "kernels/ops.h"
 #include "session/session_manager.h"
 #include "cli/commands.h"
+#include "cache/remote_config.h"
 #include "cli/flags.h"
 #include "tools_bridge/lib/chat_format.h"
 #include "tools_bridge/lib/model_tokenizer.h"
@@ -60,6 +61,28 @@ void CheckCacheBudgets(uint64_t ram, uint64_t disk, const std::string& cache_dir
   }
 }
 
+// --cache-remote and its durations, checked before the model loads (a bad URL or duration is an
+// error naming the flag; an unreachable Redis is not: the tier is a cache, and a Redis that comes
+// up later is used from then on).
+cache::RemoteTierConfig ParseRemoteOptions(const std::string& url, const std::string& ttl, const std::string& timeout) {
+  cache::RemoteTierConfig rc;
+  if (url.empty() || url == "none") return rc;
+  if (auto e = cache::ParseRemoteUrl(url); !e.ok()) throw std::invalid_argument(e.status().message());
+  rc.url = url;
+  auto t = cache::ParseDuration(ttl);
+  if (!t.ok() || t.value() < std::chrono::seconds(1)) {
+    throw std::invalid_argument("--cache-remote-ttl: " + (t.ok() ? "expected at least 1s, found '" + ttl + "'" : t.status().message()));
+  }
+  rc.ttl = t.value();
+  auto d = cache::ParseDuration(timeout);
+  if (!d.ok() || d.value().count() < 1 || d.value() > std::chrono::seconds(60)) {
+    throw std::invalid_argument("--cache-remote-timeout: " +
+                                (d.ok() ? "expected 1ms..60s, found '" + timeout + "'" : d.status().message()));
+  }
+  rc.timeout = d.value();
+  return rc;
+}
+
 // The default directory (under /tmp when XDG_RUNTIME_DIR is unset) must be ours and closed to
 // others: another user could otherwise pre-create it and swap the socket.
 void CheckDefaultSocketDir(const std::string& socket_path) {
@@ -77,6 +100,7 @@ void CheckDefaultSocketDir(const std::string& socket_path) {
 int RunServe(int argc, char** argv) {
   po::options_description desc("cedar serve");
   std::string model_dir, socket_path, host, api_key_file, model_name, cache_dir, session_ram;
+  std::string cache_remote, cache_remote_ttl, cache_remote_timeout;
   std::vector<std::string> api_keys;
   std::string server_id;  // --server-id: this instance's name in a cluster (X-Cedar-Server)
   std::string decoder_policy = "auto", restore_policy = "staircase", device = "auto";
@@ -99,6 +123,13 @@ int RunServe(int argc, char** argv) {
       "cache-disk", BytesOption("--cache-disk", &cache_disk, "8G"),
       "prefix cache disk budget (at most the size of the file system holding --cache-dir)")(
       "cache-dir", po::value(&cache_dir), "prefix cache disk tier (LMDB) directory; none = RAM only")(
+      "cache-remote", po::value(&cache_remote),
+      "shared cache tier under RAM and disk: redis://HOST[:PORT][/DB] or unix:///PATH[?db=DB] (several servers "
+      "pointed at one Redis share what each caches; docs/SERVER.md \"Shared cache tier\")")(
+      "cache-remote-ttl", po::value(&cache_remote_ttl)->default_value("72h"),
+      "lifetime of a remote entry, renewed when a turn stores or finds it again (72h, 30m, 90s)")(
+      "cache-remote-timeout", po::value(&cache_remote_timeout)->default_value("50ms"),
+      "the most a turn waits on the remote tier; past it the read is a miss (50ms, 1s)")(
       "session-ram", po::value(&session_ram),
       "budget of session memory: live states plus the cache RAM their pins hold (default: half of --cache-ram); "
       "past it the least recently used sessions are demoted into the cache")(
@@ -163,6 +194,7 @@ int RunServe(int argc, char** argv) {
   }
   if (cache_dir == "none") cache_dir.clear();  // RAM only, as the help says
   CheckCacheBudgets(cache_ram, cache_disk, cache_dir, vm);
+  const cache::RemoteTierConfig remote = ParseRemoteOptions(cache_remote, cache_remote_ttl, cache_remote_timeout);
   server::ApiOptions policies;  // checked before the model loads
   if (!server::ParseRestorePolicy(restore_policy, &policies.restore_policy)) {
     throw std::invalid_argument("--restore-policy: expected staircase, replay or recompute, found '" + restore_policy + "'");
@@ -216,6 +248,7 @@ int RunServe(int argc, char** argv) {
   mo.cache_ram_bytes = cache_ram;
   mo.cache_disk_bytes = cache_disk;
   mo.cache_dir = cache_dir;  // "" (or --cache-dir none, cleared above) = RAM only
+  mo.cache_remote = remote;  // url "" = no shared tier
   if (!session_ram.empty()) mo.session_ram_bytes = ParseBytesOption("--session-ram", session_ram, 1, kMaxBytesOption);
   mo.max_sessions = max_sessions;
   mo.scheduler = sched;

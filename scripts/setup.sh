@@ -10,6 +10,7 @@ PACKAGES=(
   libicu-dev
   libvalijson-dev
   libopenblas-dev
+  redis-server libhiredis-dev
   python3 python3-numpy python3-torch gnuplot-nox
   nodejs npm curl
   haproxy redis-server

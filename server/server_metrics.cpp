@@ -137,6 +137,30 @@ std::string ServerMetrics::Render(const session::EngineMetrics& e) const {
   Line(out, "cedar_cache_hit_tokens_total", "tier=\"live\"", double(e.hit_tokens_live));
   Line(out, "cedar_cache_hit_tokens_total", "tier=\"ram\"", double(e.hit_tokens_ram));
   Line(out, "cedar_cache_hit_tokens_total", "tier=\"disk\"", double(e.hit_tokens_disk));
+  Line(out, "cedar_cache_hit_tokens_total", "tier=\"remote\"", double(e.hit_tokens_remote));
+  if (e.remote_enabled) {  // the shared tier (--cache-remote): faults are misses, counted here
+    const cache::RemoteStats& r = e.remote;
+    Metric(out, "cedar_remote_connected", "gauge", "1 when the last remote read found Redis reachable.", r.connected ? 1 : 0);
+    Metric(out, "cedar_remote_reads_total", "counter", "Remote lookups that reached Redis.", double(r.reads));
+    Metric(out, "cedar_remote_page_hits_total", "counter", "Pages read from the remote tier (verified).", double(r.page_hits));
+    Metric(out, "cedar_remote_page_misses_total", "counter", "Remote lookups whose first page was absent.", double(r.page_misses));
+    Metric(out, "cedar_remote_snapshot_hits_total", "counter", "Snapshots read from the remote tier (verified).",
+           double(r.snapshot_hits));
+    Head(out, "cedar_remote_faults_total", "counter", "Remote reads that became misses, by cause.");
+    Line(out, "cedar_remote_faults_total", "cause=\"corrupt\"", double(r.corrupt));
+    Line(out, "cedar_remote_faults_total", "cause=\"timeout\"", double(r.timeouts));
+    Line(out, "cedar_remote_faults_total", "cause=\"error\"", double(r.errors));
+    Line(out, "cedar_remote_faults_total", "cause=\"backoff\"", double(r.skipped));
+    Metric(out, "cedar_remote_outages_total", "counter", "Remote outages (each logged once).", double(r.outages));
+    Metric(out, "cedar_remote_reconnects_total", "counter", "Connections made again after an outage.", double(r.reconnects));
+    Head(out, "cedar_remote_writes_total", "counter", "Remote entries written, by kind and outcome.");
+    Line(out, "cedar_remote_writes_total", "kind=\"page\",outcome=\"written\"", double(r.pages_written));
+    Line(out, "cedar_remote_writes_total", "kind=\"snapshot\",outcome=\"written\"", double(r.snapshots_written));
+    Line(out, "cedar_remote_writes_total", "kind=\"any\",outcome=\"refreshed\"", double(r.refreshed));
+    Line(out, "cedar_remote_writes_total", "kind=\"any\",outcome=\"refused\"", double(r.write_failures));
+    Line(out, "cedar_remote_writes_total", "kind=\"any\",outcome=\"dropped\"", double(r.writes_dropped));
+    Metric(out, "cedar_remote_queued_bytes", "gauge", "Bytes waiting for the remote writer thread.", double(r.queued_bytes));
+  }
   Metric(out, "cedar_encoder_replays_total", "counter", "Encoder SWA Bounded Replays (snapshot missing).",
          double(e.encoder_replays));
   Metric(out, "cedar_encoder_replay_rows_total", "counter", "Rows recomputed by encoder replays.",

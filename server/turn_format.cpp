@@ -210,7 +210,8 @@ json UsageJson(const session::TurnAccounting& a, int64_t completion_tokens) {
 json CedarJson(const session::TurnAccounting& a, const std::string& session_id, double manager_ms) {
   json j = {{"prompt_tokens", a.prompt_tokens},
             {"cached_tokens", a.cached_tokens()},
-            {"cached_tokens_by_tier", {{"live", a.matched_live}, {"ram", a.matched_ram}, {"disk", a.matched_disk}}},
+            {"cached_tokens_by_tier",
+             {{"live", a.matched_live}, {"ram", a.matched_ram}, {"disk", a.matched_disk}, {"remote", a.matched_remote}}},
             {"tokens_encoded", a.tokens_encoded},
             {"encoder_replay_rows", a.encoder_replay_rows},
             {"exact_restore_rows", a.exact_restore_rows},

@@ -107,7 +107,10 @@ struct SessionManager::Impl {
   void Finish(ActiveTurn& t, const std::string& reason);
   void Fail(ActiveTurn& t, ErrorKind kind, const std::string& message);
   std::unique_ptr<Sequence> Restore(ActiveTurn& t, Session* s);
-  std::unique_ptr<Sequence> RestoreRepeat(ActiveTurn& t);  // the whole prompt from a decoder tail
+  std::unique_ptr<Sequence> RestoreRepeat(ActiveTurn& t, const cache::RemotePull& pull);  // the whole prompt from a decoder tail
+  // Splits `used` restored tokens among the tiers: those the pull brought are remote, those
+  // Match() saw only on disk are disk, the rest RAM.
+  static void CountTiers(TurnAccounting& a, int64_t used, const cache::MatchResult& m, const cache::RemotePull& pull);
   // `owner`: the session whose state this is (a partial insert is logged once per session).
   void InsertIntoCache(const SequenceState& st, std::vector<cache::SnapshotInput> snapshots, cache::TenantSalt salt,
                        Session* owner);

@@ -106,6 +106,8 @@ void SessionManager::Impl::PublishStats() {
   m.pages_spilled = c.pages_spilled;
   m.disk_entries_deleted = c.disk_entries_deleted;
   m.corrupt_entries = c.corrupt_entries_dropped;
+  m.remote_enabled = cache->has_remote_tier();
+  m.remote = cache->RemoteCounters();
   for (const ActiveTurn& t : active) {
     if (t.done) continue;
     (t.phase == ActiveTurn::Phase::kDecoding ? m.decoding_turns : m.prefilling_turns)++;
@@ -130,6 +132,7 @@ std::unique_ptr<SessionManager> SessionManager::Start(std::shared_ptr<const Mode
   cc.ram_budget_bytes = options.cache_ram_bytes;
   cc.disk_dir = options.cache_dir;
   cc.disk_budget_bytes = options.cache_disk_bytes;
+  cc.remote = options.cache_remote;
   auto opened = cache::PrefixCache::Open(model->fingerprint(), cc);
   if (!opened.ok()) throw std::runtime_error("cannot open the prefix cache: " + opened.status().ToString());
   impl->cache = std::move(opened).value();
@@ -337,6 +340,14 @@ std::string SessionManager::CheckCacheIntegrity() {
   return impl_->Call<std::string>([this] {
     const cache::Status s = impl_->cache->CheckIntegrity();
     return s.ok() ? std::string() : s.ToString();
+  });
+}
+
+void SessionManager::DrainRemoteWrites() {
+  impl_->Call<int>([this] {
+    impl_->cache->DrainRemoteWrites();
+    impl_->PublishStats();
+    return 0;
   });
 }
 

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "cache/cache_types.h"
+#include "cache/remote_config.h"
 #include "engine/backend.h"
 #include "engine/model.h"
 #include "engine/sampling.h"
@@ -89,6 +90,8 @@ struct TurnAccounting {
   int64_t matched_live = 0;          // served by the session's live state
   int64_t matched_ram = 0;           // restored from the cache's RAM tier
   int64_t matched_disk = 0;          // restored from the cache's disk tier
+  int64_t matched_remote = 0;        // restored from the shared remote tier (Redis): pages RAM and
+                                     // disk missed, brought by this turn
   int64_t tokens_encoded = 0;        // prompt tokens that ran through the encoder
   int64_t encoder_replay_rows = 0;   // Encoder SWA Bounded Replay rows (snapshot missing)
   int64_t exact_restore_rows = 0;    // ExactEncoderRestore rows (snapshot missing, staircase policy)
@@ -104,7 +107,7 @@ struct TurnAccounting {
   int64_t admission = -1;            // the order the scheduler admitted turns in (0 first)
   double ttft_ms = 0;                // submit -> first token (or end of prefill)
   double total_ms = 0;
-  int64_t cached_tokens() const { return matched_live + matched_ram + matched_disk; }
+  int64_t cached_tokens() const { return matched_live + matched_ram + matched_disk + matched_remote; }
 };
 
 struct TurnResult {
@@ -131,7 +134,7 @@ struct SessionInfo {
 struct EngineMetrics {
   int64_t turns = 0, turns_cancelled = 0, turns_failed = 0;
   int64_t prompt_tokens = 0, generated_tokens = 0;
-  int64_t hit_tokens_live = 0, hit_tokens_ram = 0, hit_tokens_disk = 0;
+  int64_t hit_tokens_live = 0, hit_tokens_ram = 0, hit_tokens_disk = 0, hit_tokens_remote = 0;
   int64_t encoder_replays = 0, encoder_replay_rows = 0, decoder_replays = 0;
   int64_t exact_restores = 0, exact_restore_rows = 0;  // staircase restores (snapshot missing)
   int64_t layer_token_units = 0;
@@ -164,6 +167,9 @@ struct EngineMetrics {
   uint64_t ram_bytes = 0, disk_bytes = 0, ram_budget = 0, disk_budget = 0;
   int64_t page_tokens = 0;  // the cache's page size
   uint64_t snapshots_dropped = 0, pages_spilled = 0, disk_entries_deleted = 0, corrupt_entries = 0;
+  // The shared remote tier (--cache-remote): `remote_enabled` false = none, counters all zero.
+  bool remote_enabled = false;
+  cache::RemoteStats remote;
 };
 
 // How the engine thread orders work (issue 14, docs/SERVER.md "Scheduling").
@@ -193,6 +199,8 @@ struct ManagerOptions {
   uint64_t cache_ram_bytes = 1ull << 30;  // --cache-ram
   uint64_t cache_disk_bytes = 8ull << 30; // --cache-disk
   std::string cache_dir;                  // --cache-dir; "" = RAM only
+  cache::RemoteTierConfig cache_remote;   // --cache-remote, --cache-remote-ttl, --cache-remote-timeout
+                                          // (url "" = no shared tier)
   size_t page_tokens = 16;                // power of two, even
   // Budget of session memory: live states (backend Sequences) plus the prefix-cache RAM that
   // sessions' pins hold (those bytes are inside cache_ram_bytes). Past it the least recently
@@ -255,6 +263,9 @@ class SessionManager {
   // PrefixCache::CheckIntegrity() on the engine thread (tests, debugging): Ok or the first
   // violated invariant as text.
   std::string CheckCacheIntegrity();
+  // Waits (on the engine thread) until the shared remote tier's writer has sent everything
+  // queued so far (tests; a no-op without --cache-remote).
+  void DrainRemoteWrites();
   const Model& model() const { return *model_; }
   const std::string& device() const { return device_; }              // "cpu" or "cuda": the backend in use
   const std::string& device_detail() const { return device_detail_; }  // Backend::Describe()

@@ -86,7 +86,14 @@ void SessionManager::Impl::InsertIntoCache(const SequenceState& st, std::vector<
 // An exact repeat: the whole prompt is cached (it ends on a page boundary) with a snapshot at
 // its end whose decoder tail this turn's policy accepts. The state resumes there with the
 // tail's logits and decoder windows: no row is computed. Null when that is not the case.
-std::unique_ptr<Sequence> SessionManager::Impl::RestoreRepeat(ActiveTurn& t) {
+void SessionManager::Impl::CountTiers(TurnAccounting& a, int64_t used, const cache::MatchResult& m,
+                                      const cache::RemotePull& pull) {
+  a.matched_remote = std::clamp<int64_t>(std::min<int64_t>(used, int64_t(pull.end())) - int64_t(pull.from_tokens), 0, used);
+  a.matched_disk = std::min<int64_t>(used - a.matched_remote, int64_t(m.disk_tokens));
+  a.matched_ram = used - a.matched_disk - a.matched_remote;
+}
+
+std::unique_ptr<Sequence> SessionManager::Impl::RestoreRepeat(ActiveTurn& t, const cache::RemotePull& pull) {
   const ModelConfig& c = model->config();
   const auto& prompt = t.request.prompt;
   const size_t N = prompt.size();
@@ -119,9 +126,9 @@ std::unique_ptr<Sequence> SessionManager::Impl::RestoreRepeat(ActiveTurn& t) {
   t.tail_kind = tail;
   TurnAccounting& a = t.result.accounting;
   a.snapshot_hit = a.tail_hit = true;
-  a.matched_disk = std::min<int64_t>(int64_t(N), int64_t(m.disk_tokens));
-  a.matched_ram = int64_t(N) - a.matched_disk;
-  spdlog::debug("turn: exact repeat of {} tokens from the snapshot's decoder tail ({} from disk)", N, a.matched_disk);
+  CountTiers(a, int64_t(N), m, pull);
+  spdlog::debug("turn: exact repeat of {} tokens from the snapshot's decoder tail ({} from disk, {} from the remote tier)", N,
+                a.matched_disk, a.matched_remote);
   return out;
 }
 
@@ -132,14 +139,22 @@ std::unique_ptr<Sequence> SessionManager::Impl::Restore(ActiveTurn& t, Session* 
   const ModelConfig& c = model->config();
   const auto& prompt = t.request.prompt;
   TurnAccounting& a = t.result.accounting;
+  // The shared remote tier first (nothing without one): what RAM and disk miss may have been
+  // written by another server, e.g. this session's last turns when they ran there.
+  const cache::RemotePull pull = cache->PullRemote(prompt, t.request.tenant);
   if (s && s->live && s->live->pos() < int64_t(prompt.size()) &&
       std::equal(s->live->tokens().begin(), s->live->tokens().end(), prompt.begin())) {
-    a.matched_live = s->live->pos();
-    spdlog::debug("turn: live hit of {} tokens", a.matched_live);
-    return std::move(s->live);
+    if (pull.pulled_tokens == 0 || int64_t(pull.end()) <= s->live->pos()) {
+      a.matched_live = s->live->pos();
+      spdlog::debug("turn: live hit of {} tokens", a.matched_live);
+      return std::move(s->live);
+    }
+    // The session ran elsewhere since this live state: the shared tier holds more of its context.
+    spdlog::debug("turn: the remote tier reaches {} tokens, the live state {}: restoring from the cache", pull.end(),
+                  s->live->pos());
   }
-  if (s) s->live.reset();  // the conversation diverged: the live state is of no further use
-  if (auto repeat = RestoreRepeat(t)) return repeat;
+  if (s) s->live.reset();  // the conversation diverged (or moved on elsewhere): the live state is of no further use
+  if (auto repeat = RestoreRepeat(t, pull)) return repeat;
   // Match at most prompt - 1 tokens: the last one must run to give logits.
   std::span<const int32_t> query(prompt.data(), prompt.size() - 1);
   const cache::MatchResult m = cache->Match(query, t.request.tenant);
@@ -192,12 +207,13 @@ std::unique_ptr<Sequence> SessionManager::Impl::Restore(ActiveTurn& t, Session* 
     (staircase ? metrics.exact_restores : metrics.encoder_replays)++;
     (staircase ? metrics.exact_restore_rows : metrics.encoder_replay_rows) += rs.replay_rows;
   }
-  // Tier split of what was used: disk pages are the ones Match() saw only on disk.
+  // Tier split of what was used: remote pages are the ones the pull brought, disk pages the ones
+  // Match() saw only on disk.
   const int64_t used = int64_t(use);
-  a.matched_disk = std::min<int64_t>(used, int64_t(m.disk_tokens));
-  a.matched_ram = used - a.matched_disk;
-  spdlog::debug("turn: cache hit {} tokens ({} from disk), snapshot {}, replay rows {}, exact restore rows {}", used,
-                a.matched_disk, with_snapshot, a.encoder_replay_rows, a.exact_restore_rows);
+  CountTiers(a, used, m, pull);
+  spdlog::debug("turn: cache hit {} tokens ({} from disk, {} from the remote tier), snapshot {}, replay rows {}, exact "
+                "restore rows {}", used, a.matched_disk, a.matched_remote, with_snapshot, a.encoder_replay_rows,
+                a.exact_restore_rows);
   return out;
 }
 
@@ -396,6 +412,7 @@ void SessionManager::Impl::Finish(ActiveTurn& t, const std::string& reason) {
   metrics.hit_tokens_live += a.matched_live;
   metrics.hit_tokens_ram += a.matched_ram;
   metrics.hit_tokens_disk += a.matched_disk;
+  metrics.hit_tokens_remote += a.matched_remote;
   metrics.layer_token_units += a.layer_token_units;
   EnforceSessionBudget();
   a.total_ms = Ms(t.submitted, std::chrono::steady_clock::now());  // the cache insert included

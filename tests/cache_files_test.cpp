@@ -292,7 +292,7 @@ struct OneEntryStore {
     REQUIRE(Read(&out).ok());
   }
   Status Put() {
-    const DiskStore::PageWrite write{meta, tokens, &payload};
+    const DiskStore::PageWrite write{meta, tokens, MakePayload(payload)};
     return store->Put({&write, 1});
   }
   Status Read(std::vector<Payload>* out) {
