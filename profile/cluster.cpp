@@ -123,9 +123,11 @@ void ClusterSim::Submit(const ReplayRequest& r) {
       spdlog::debug("cluster request {}: server {} local {} + shared {} of {}", r.index, co.server, local.hit(),
                     co.hit_shared, n);
     }
-    // Write what the server's cache now holds past its local match: pages, then the snapshots
-    // InsertTurn cuts at the prompt's and the output's last page boundary.
-    for (size_t k = local_hit / P; k < chain_.size(); ++k) shared_->Put(chain_[k], bytes_.cedar_page);
+    // The server's writes (docs/SERVER.md, "Shared cache tier"): the pages and snapshots the
+    // turn adds are SET, the prefix it extends is refreshed (PEXPIRE touches the key, so Redis's
+    // LRU sees it) or resent when Redis lost it: every page of prompt + output is put, then the
+    // snapshots InsertTurn cuts at the prompt's and the output's last page boundary.
+    for (size_t k = 0; k < chain_.size(); ++k) shared_->Put(chain_[k], bytes_.cedar_page);
     size_t last = 0;
     for (size_t end : {n, full_.size()}) {
       const size_t p = end / P * P;

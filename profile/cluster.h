@@ -14,9 +14,10 @@
 //           the chained digest of its prefix (a missing page ends the match, as a prefix read
 //           must); the turn then restores them on that server
 //   miss    the rest of the prompt
-// Afterwards the server writes what its cache newly holds (the pages past its local match, and
-// the snapshots at the prompt's and the output's last page boundary) to the shared tier; a
-// write refreshes an entry's recency, as a Redis SET does.
+// Afterwards the server writes the turn to the shared tier as `cedar serve --cache-remote` does:
+// the pages it adds and the snapshots at the prompt's and the output's last page boundary, and
+// the prefix it extends is refreshed (or resent where the tier lost it); a write or refresh
+// makes an entry the most recent.
 #pragma once
 
 #include <cstdint>

@@ -115,7 +115,10 @@ if [ ! -f "$model/config.json" ]; then
 fi
 # The shared tier needs a cedar with `serve --cache-remote` (the Redis tier).
 remote=0
-if [ "$use_redis" = 1 ] && "$CEDAR" serve --help 2>/dev/null | grep -q -- '--cache-remote '; then remote=1; fi
+# (The help is read whole first: grep -q would stop reading early, and under pipefail the
+# writer's SIGPIPE would fail the test.)
+serve_help="$("$CEDAR" serve --help 2>/dev/null || true)"
+if [ "$use_redis" = 1 ] && grep -q -- '--cache-remote ' <<<"$serve_help"; then remote=1; fi
 if [ "$use_redis" = 1 ] && [ "$remote" = 0 ]; then
   echo "run.sh: this cedar has no --cache-remote: the servers run without the shared tier" >&2
 fi
