@@ -21,6 +21,7 @@ constexpr const char* kUsage =
     "                     [--arrival recorded|poisson:R|concurrency:N] [--seed S] [--kv-dtype auto|f32|bf16|fp8|released]\n"
     "                     [--cache-ram 16G] [--cache-disk 0] [--cache-dir DIR] [--sweep-ram auto|1G,4G,16G]\n"
     "                     [--calibrate | --units-per-s X] [--out DIR] [--strict] [--progress auto|on|off]\n"
+    "                     [--servers N [--routing session|random] [--cache-remote-ram SIZE]]\n"
     "       cedar profile --live [--socket PATH | --url http://HOST:PORT] [--time-scale 0] [--concurrency 1] --trace ...\n\n"
     "Replays agent traces (claude-code JSON, mooncake JSONL) through the real prefix cache with payloads\n"
     "sized for the model, and compares Cedar with a decoder-only model (LRU block cache, and no cache)\n"
@@ -102,6 +103,15 @@ int RunProfile(int argc, char** argv) {
       "server's)")(
       "limit", IntOption<size_t>("--limit", &o.limit, 0, SIZE_MAX),
       "stop reading after N requests, files in path order (0 = all)");
+  po::options_description cluster_desc("several servers (--servers)");
+  cluster_desc.add_options()("servers", OptionalIntOption("--servers", &o.servers, 1, 4096),
+                             "also simulate N servers, each with --cache-ram (and --cache-disk) of its own, over one "
+                             "shared tier; reports hit rates per tier (docs/PROFILE.md)")(
+      "routing", po::value(&o.routing)->default_value("session"),
+      "session (a consistent hash of the session id, as HAProxy's balance hdr(X-Session-Id)) | random")(
+      "cache-remote-ram", BytesOption("--cache-remote-ram", &o.cache_remote_ram, "0"),
+      "the shared tier's size (cedar serve --cache-remote: Redis's maxmemory, LRU); 0 = no shared tier");
+  desc.add(cluster_desc);
   po::options_description live_desc("live mode (--live)");
   live_desc.add_options()("live", po::bool_switch(&o.live), "also replay against a running `cedar serve`")(
       "socket", po::value(&socket), ("the server's Unix socket (default " + server::DefaultSocketPath() + ")").c_str())(

@@ -102,6 +102,7 @@ int RunServe(int argc, char** argv) {
   std::string model_dir, socket_path, host, api_key_file, model_name, cache_dir, session_ram;
   std::string cache_remote, cache_remote_ttl, cache_remote_timeout;
   std::vector<std::string> api_keys;
+  std::string server_id;  // --server-id: this instance's name in a cluster (X-Cedar-Server)
   std::string decoder_policy = "auto", restore_policy = "staircase", device = "auto";
   int port = 0, io_threads = 2, threads = 0, max_sessions = 1024, default_max_tokens = 256;
   uint64_t max_connections = 1024, max_unix_connections = 256, max_body = 32u << 20, cache_ram = 0, cache_disk = 0, max_ram = 0;
@@ -171,7 +172,10 @@ int RunServe(int argc, char** argv) {
       "auth-timeout", RealOption("--auth-timeout", &auth_timeout, 0.0, 3600.0, /*lo_open=*/true),
       "TCP: seconds a connection may take to send the headers of an authenticated request")(
       "drain-timeout", RealOption("--drain-timeout", &drain_timeout, 0.0, 3600.0),
-      "at SIGINT/SIGTERM, seconds in-flight turns may run before they are cancelled");
+      "at SIGINT/SIGTERM, seconds in-flight turns may run before they are cancelled")(
+      "server-id", po::value(&server_id),
+      "a name for this instance (1-64 of [A-Za-z0-9_.:-]), sent as the X-Cedar-Server header of every response, so "
+      "that behind a load balancer a client sees which server answered (examples/cluster/)");
   desc.add_options()("help,h", "show this help");
   po::variables_map vm;
   po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -185,6 +189,9 @@ int RunServe(int argc, char** argv) {
   const bool tcp = vm.count("port") > 0;
   if (vm.count("host") && !tcp) throw std::invalid_argument("--host needs --port");
   if (tcp && host.empty()) host = "127.0.0.1";
+  if (vm.count("server-id") && !server::ValidServerId(server_id)) {
+    throw std::invalid_argument("--server-id: expected 1 to 64 characters from [A-Za-z0-9_.:-], found '" + server_id + "'");
+  }
   if (cache_dir == "none") cache_dir.clear();  // RAM only, as the help says
   CheckCacheBudgets(cache_ram, cache_disk, cache_dir, vm);
   const cache::RemoteTierConfig remote = ParseRemoteOptions(cache_remote, cache_remote_ttl, cache_remote_timeout);
@@ -269,12 +276,14 @@ int RunServe(int argc, char** argv) {
   so.read_timeout_s = read_timeout;
   so.auth_timeout_s = auth_timeout;
   so.drain_timeout_s = drain_timeout;
+  so.server_id = server_id;
   server::HttpServer http(api, *manager, so);
   std::signal(SIGPIPE, SIG_IGN);
   http.Start();
   // One JSON line on stdout says where the server listens (scripts read it; see docs/SERVER.md).
   nlohmann::json ready = {{"event", "listening"}, {"model", model_name}, {"device", manager->device()}, {"pid", ::getpid()}};
   ready["unix_socket"] = http.unix_path().empty() ? nlohmann::json(nullptr) : nlohmann::json(http.unix_path());
+  if (!server_id.empty()) ready["server_id"] = server_id;
   ready["tcp"] = host.empty() ? nlohmann::json(nullptr) : nlohmann::json(host + ":" + std::to_string(http.tcp_port()));
   std::cout << ready.dump() << std::endl;
   const int rc = http.RunUntilSignal();

@@ -13,6 +13,7 @@
 
 #include "cache/byte_size.h"
 #include "profile/arrival.h"
+#include "profile/cluster.h"
 #include "profile/cost.h"
 #include "profile/ideal.h"
 #include "profile/progress.h"
@@ -84,6 +85,12 @@ void CheckOptions(const ProfileOptions& o) {
   if (o.calibrate && o.units_per_s > 0) throw std::invalid_argument("give --calibrate or --units-per-s, not both");
   if (o.units_per_s < 0) throw std::invalid_argument("--units-per-s must be > 0");
   if (!(o.disk_gbs > 0)) throw std::invalid_argument("--disk-gbs must be > 0");
+  if (o.servers < 0) throw std::invalid_argument("--servers must be >= 1");
+  Routing routing;
+  if (!ParseRouting(o.routing, &routing)) throw std::invalid_argument("--routing: expected session or random, found '" + o.routing + "'");
+  if (o.servers == 0 && (o.cache_remote_ram > 0 || o.routing != "session")) {
+    throw std::invalid_argument("--routing and --cache-remote-ram describe a cluster: give --servers N too");
+  }
   if (o.cache_ram == 0) throw std::invalid_argument("--cache-ram must be > 0");
   if (o.payload_scale == 0) throw std::invalid_argument("--payload-scale must be >= 1");
   for (size_t p : {o.page_tokens, o.block_tokens}) {
@@ -144,22 +151,25 @@ CostModel MakeCostModel(const ProfileOptions& o, const ModelConfig& model, std::
   return cm;
 }
 
-// Feeds every request to the simulation and to the live server (one synthesis, one order).
+// Feeds every request to the simulation, the cluster and the live server (one synthesis, one
+// order); the last two are optional.
 class TeeDriver : public ReplayDriver {
  public:
-  TeeDriver(Simulation& sim, LiveDriver& live) : sim_(sim), live_(live) {}
+  TeeDriver(Simulation& sim, ClusterSim* cluster, LiveDriver* live) : sim_(sim), cluster_(cluster), live_(live) {}
   void Submit(const ReplayRequest& r) override {
-    sim_.Submit(r);   // queues and returns
-    live_.Submit(r);  // may wait for the request's time or a free slot
+    sim_.Submit(r);                     // queues and returns
+    if (cluster_) cluster_->Submit(r);  // runs here, beside the simulation's workers
+    if (live_) live_->Submit(r);        // may wait for the request's time or a free slot
   }
   void Finish() override {
-    live_.Finish();
+    if (live_) live_->Finish();
     sim_.Finish();
   }
 
  private:
   Simulation& sim_;
-  LiveDriver& live_;
+  ClusterSim* cluster_;
+  LiveDriver* live_;
 };
 
 // Runs the simulation (and the live replay, when `live`) with the disk tiers under
@@ -195,20 +205,29 @@ ProfileResult Simulate(const ProfileOptions& o, const Trace& trace, SimConfig cf
   {
     const auto t0 = std::chrono::steady_clock::now();
     Simulation sim(cfg);
+    std::unique_ptr<ClusterSim> cluster;
+    if (o.servers > 0) {
+      ClusterConfig cc;
+      cc.servers = o.servers;
+      ParseRouting(o.routing, &cc.routing);  // checked in CheckOptions
+      cc.shared_ram = o.cache_remote_ram;
+      cc.seed = o.seed;
+      cluster = std::make_unique<ClusterSim>(cfg, cc);
+      log << fmt::format("cluster: {} servers with {} of RAM{} each, {} routing, shared tier {}\n", cc.servers,
+                         FormatBytes(cfg.ram_budget), cfg.disk_budget ? " and " + FormatBytes(cfg.disk_budget) + " of disk" : "",
+                         RoutingName(cc.routing), cc.shared_ram ? FormatBytes(cc.shared_ram) : "none");
+    }
     const bool show = o.progress == 1 || (o.progress == -1 && Progress::StderrIsTty());
     Progress bar(trace.requests.size(), show, live ? "requests sent" : "requests");
     const TokenSynth synth(o.seed, cfg.model.vocab_size);
-    if (live) {
-      TeeDriver tee(sim, *live);
-      Replay(trace, synth, tee, [&](size_t done) { bar.Update(done); });
-    } else {
-      Replay(trace, synth, sim, [&](size_t done) { bar.Update(done); });
-    }
+    TeeDriver tee(sim, cluster.get(), live);
+    Replay(trace, synth, tee, [&](size_t done) { bar.Update(done); });
     bar.Done();
     result.simulate_s = Since(t0);
     in.sim = &sim;
     in.simulate_s = result.simulate_s;
     in.live = live;
+    in.cluster = cluster.get();
     result.report = BuildReportJson(in);
     if (!o.out.empty()) result.files = WriteReport(o.out, result.report, in, o.plots);
   }

@@ -51,6 +51,9 @@ struct ProfileOptions {
   int progress = -1;                 // -1: when stderr is a TTY; 0 off; 1 on
   RestorePolicy restore = RestorePolicy::kStaircase;  // --restore-policy (Cedar's, simulated)
   size_t limit = 0;                  // --limit: stop reading after N requests, in file order (0 = all)
+  int servers = 0;                   // --servers N: also simulate N servers over a shared tier (0 = no)
+  std::string routing = "session";   // --routing session|random (with --servers)
+  uint64_t cache_remote_ram = 0;     // --cache-remote-ram: the shared tier's bytes (0 = none)
   bool live = false;                 // --live: also replay against a running `cedar serve`
   LiveDriverFactory live_driver;     // how to reach it (set by the cedar binary); REQUIRED with live
   std::string command_line;

@@ -210,6 +210,28 @@ json KneeJson(const ReportInput& in, const json& ideal) {
   return j;
 }
 
+// --servers N: hit tokens and rates per tier of the cluster, beside one server of the same
+// budgets (the cedar design) and the ideal (one server that never evicts).
+json ClusterJson(const ClusterSim& c, const Simulation& sim, const json& ideal) {
+  const ClusterTotals& t = c.totals();
+  const ClusterConfig& cc = c.config();
+  return {{"servers", cc.servers},
+          {"routing", RoutingName(cc.routing)},
+          {"shared_ram_budget", cc.shared_ram},
+          {"ram_budget_per_server", sim.config().ram_budget},
+          {"requests", t.requests},
+          {"prompt_tokens", t.prompt_tokens},
+          {"hit_tokens", {{"local_ram", t.hit_ram}, {"local_disk", t.hit_disk}, {"shared", t.hit_shared}, {"miss", t.miss()}}},
+          {"hit_rate_by_tier", {{"local_ram", t.Rate(t.hit_ram)}, {"local_disk", t.Rate(t.hit_disk)},
+                                {"shared", t.Rate(t.hit_shared)}, {"miss", t.Rate(t.miss())}}},
+          {"hit_rate", t.Rate(t.hit_ram + t.hit_disk + t.hit_shared)},
+          {"one_server_hit_rate", sim.runs()[0].totals.hit_rate()},
+          {"ideal_hit_rate", ideal["cedar"]["hit_rate"]},
+          {"shared_peak_bytes", t.shared_peak_bytes},
+          {"shared_evictions", t.shared_evictions},
+          {"requests_per_server", t.server_requests}};
+}
+
 }  // namespace
 
 json BuildReportJson(const ReportInput& in) {
@@ -246,6 +268,7 @@ json BuildReportJson(const ReportInput& in) {
   report["designs"] = designs;
   report["sweep"] = SweepJson(sim);
   report["working_set"] = KneeJson(in, report["ideal"]);
+  if (in.cluster) report["cluster"] = ClusterJson(*in.cluster, sim, report["ideal"]);
   json requests = json::array();
   const bool time = cfg.cost.has_time();
   for (size_t i = 0; i < in.trace->requests.size() && i < sim.prompt_tokens().size(); ++i) {
@@ -254,6 +277,10 @@ json BuildReportJson(const ReportInput& in) {
               {"prompt_tokens", r.input_tokens}, {"output_tokens", r.output_tokens},
               {"ideal_hit", in.ideal->cedar_hits()[i]}};
     for (const DesignRun& run : sim.runs()) j[DesignName(run.design)] = OutcomeJson(run.design, run.outcomes[i], time);
+    if (in.cluster && i < in.cluster->outcomes().size()) {
+      const ClusterOutcome& co = in.cluster->outcomes()[i];
+      j["cluster"] = {{"server", co.server}, {"hit_ram", co.hit_ram}, {"hit_disk", co.hit_disk}, {"hit_shared", co.hit_shared}};
+    }
     if (in.live && i < in.live->outcomes().size()) j["live"] = LiveRequestJson(in.live->outcomes()[i], sim.runs()[0].outcomes[i]);
     requests.push_back(std::move(j));
   }
@@ -324,6 +351,20 @@ std::string SummaryTable(const json& report) {
                      Units(d["prefill_units"]["total"].get<double>()),
                      100 * d["saved_vs_decoder_only_no_cache"].get<double>(),
                      100 * d["saved_vs_ced_no_cache"].get<double>(), p50, p99);
+  }
+  if (report.contains("cluster")) {
+    const json& c = report["cluster"];
+    const json& r = c["hit_rate_by_tier"];
+    const uint64_t shared = c["shared_ram_budget"].get<uint64_t>();
+    s += fmt::format("cluster: {} servers ({} each), {} routing, shared tier {}: hit rate {:.3f} = local RAM {:.3f} + local "
+                     "disk {:.3f} + shared {:.3f}; miss {:.3f} (one server: {:.3f}, ideal {:.3f}); shared tier peak {}, "
+                     "{} evictions\n",
+                     c["servers"].get<int>(), FormatBudget(c["ram_budget_per_server"].get<uint64_t>()),
+                     c["routing"].get<std::string>(), shared ? FormatBudget(shared) : std::string("none"),
+                     c["hit_rate"].get<double>(), r["local_ram"].get<double>(), r["local_disk"].get<double>(),
+                     r["shared"].get<double>(), r["miss"].get<double>(), c["one_server_hit_rate"].get<double>(),
+                     c["ideal_hit_rate"].get<double>(), FormatBudget(c["shared_peak_bytes"].get<uint64_t>()),
+                     c["shared_evictions"].get<int64_t>());
   }
   if (report.contains("live")) s += LiveSummary(report["live"]);
   return s;

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "profile/arrival.h"
+#include "profile/cluster.h"
 #include "profile/ideal.h"
 #include "profile/live.h"
 #include "profile/simulator.h"
@@ -28,6 +29,7 @@ struct ReportInput {
   std::string arrival = "recorded";    // the arrival model, as ArrivalName gives it
   const std::vector<ConversationSpan>* spans = nullptr;  // where the arrival model placed each conversation
   bool sweep_auto = false;             // the sweep budgets came from --sweep-ram auto
+  const ClusterSim* cluster = nullptr; // --servers N: the cluster topology (else null)
 };
 
 // A RAM budget as people read it: below 1 GiB in MiB ("512 MiB"), else GiB ("16 GiB", "1.5 GiB").

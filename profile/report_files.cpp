@@ -383,6 +383,23 @@ std::string IndexHtml(const json& r, const std::vector<Figure>& figures, const R
                                     : Html(cm["source"].get<std::string>()) + ". " + Html(cm["note"].get<std::string>())) +
        "</p>\n<h2>Key numbers</h2>\n" + KeyTable(r);
   if (r.contains("live")) h += LiveHtml(r["live"], &Html);
+  if (r.contains("cluster")) {  // --servers N: hit rates per tier (docs/PROFILE.md, "Several servers")
+    const json& cl = r["cluster"];
+    const uint64_t shared = cl["shared_ram_budget"].get<uint64_t>();
+    h += fmt::format("<h2>Several servers</h2>\n<p>{} servers with {} of RAM each, {} routing, shared tier {}: hit rate "
+                     "{:.3f} (one server {:.3f}, ideal {:.3f}); the shared tier peaked at {} with {} evictions.</p>\n"
+                     "<table><tr><th>tier</th><th>prompt tokens</th><th>share</th></tr>\n",
+                     cl["servers"].get<int>(), FormatBudget(cl["ram_budget_per_server"].get<uint64_t>()),
+                     Html(cl["routing"].get<std::string>()), shared ? FormatBudget(shared) : std::string("none"),
+                     cl["hit_rate"].get<double>(), cl["one_server_hit_rate"].get<double>(),
+                     cl["ideal_hit_rate"].get<double>(), FormatBudget(cl["shared_peak_bytes"].get<uint64_t>()),
+                     cl["shared_evictions"].get<int64_t>());
+    for (const char* tier : {"local_ram", "local_disk", "shared", "miss"}) {
+      h += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.3f}</td></tr>\n", tier, cl["hit_tokens"][tier].get<int64_t>(),
+                       cl["hit_rate_by_tier"][tier].get<double>());
+    }
+    h += "</table>\n";
+  }
   h += "<h2>Figures</h2>\n";
   if (!files.plot_note.empty()) h += "<p class=\"note\">" + Html(files.plot_note) + "</p>\n";
   for (const Figure& f : figures) {

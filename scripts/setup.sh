@@ -13,6 +13,7 @@ PACKAGES=(
   redis-server libhiredis-dev
   python3 python3-numpy python3-torch gnuplot-nox
   nodejs npm curl
+  haproxy
 )
 
 missing=()

@@ -311,6 +311,7 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
     if (response.stream) return StartStream(std::move(response));
     auto res = std::make_shared<http::response<http::string_body>>(http::status(response.status), 11);
     res->set(http::field::server, "cedar");
+    if (!server_.opt.server_id.empty()) res->set("X-Cedar-Server", server_.opt.server_id);
     res->set(http::field::content_type, response.content_type);
     for (const auto& [k, v] : response.headers) res->set(k, v);
     res->keep_alive(keep_alive_);
@@ -328,6 +329,7 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
     body_ = std::move(response.stream);
     head_ = std::make_unique<http::response<http::empty_body>>(http::status(response.status), 11);
     head_->set(http::field::server, "cedar");
+    if (!server_.opt.server_id.empty()) head_->set("X-Cedar-Server", server_.opt.server_id);
     head_->set(http::field::content_type, response.content_type);
     for (const auto& [k, v] : response.headers) head_->set(k, v);
     head_->keep_alive(keep_alive_);
@@ -543,6 +545,16 @@ void HttpServer::Impl::Accept(net::basic_socket_acceptor<Protocol>& acceptor, bo
     }
     Accept(acceptor, is_tcp);
   });
+}
+
+bool ValidServerId(const std::string& id) {
+  if (id.empty() || id.size() > 64) return false;
+  for (char c : id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+                    c == ':' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
 }
 
 std::string DefaultSocketPath() {

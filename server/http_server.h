@@ -48,7 +48,13 @@ struct ServerOptions {
   double auth_timeout_s = 5;
   double write_timeout_s = 60;      // one write
   double drain_timeout_s = 10;      // at Stop, how long in-flight turns may still run
+  // This instance's name in a cluster, sent as "X-Cedar-Server" on every response (a client
+  // behind a load balancer sees which server answered); "" = no header. REQUIRES: ValidServerId.
+  std::string server_id;
 };
+
+// 1 to 64 characters from [A-Za-z0-9_.:-] (safe in a header and a log line).
+bool ValidServerId(const std::string& id);
 
 // The documented default socket path: $XDG_RUNTIME_DIR/cedar/cedar.sock, else
 // /tmp/cedar-<uid>/cedar.sock (its directory is created with mode 0700).

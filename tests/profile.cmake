@@ -4,7 +4,8 @@ cedar_add_test(profile_test unit cedar_profile
   ${CMAKE_CURRENT_SOURCE_DIR}/profile_trace_test.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/profile_sim_test.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/profile_report_test.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/profile_arrival_test.cpp)
+  ${CMAKE_CURRENT_SOURCE_DIR}/profile_arrival_test.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/profile_cluster_test.cpp)
 
 # cedar profile --live against an in-process `cedar serve` (tiny model, Unix socket): simulation
 # and server agree on every request's hit tokens; errors and an unreachable server.

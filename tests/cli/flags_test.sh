@@ -58,6 +58,7 @@ expect_refused --threads -1 -- "${S[@]}" --threads -1
 expect_refused --max-sessions abc -- "${S[@]}" --max-sessions abc
 expect_refused --default-max-tokens 0 -- "${S[@]}" --default-max-tokens 0
 expect_refused "API key #1" empty -- "${S[@]}" --api-key ""
+expect_refused --server-id "a b" -- "${S[@]}" --server-id "a b"
 
 G=(generate "${M[@]}" --prompt hi)
 expect_refused --max-tokens -1 -- "${G[@]}" --max-tokens -1
@@ -81,6 +82,8 @@ expect_refused --decode-batch x -- bench --decode-batch x
 expect_refused --threads 1.5 -- bench --threads 1.5
 
 P=(profile --trace "$TMP/none.json" --out "$TMP/out")
+expect_refused --servers 0 -- "${P[@]}" --servers 0
+expect_refused --cache-remote-ram -1G -- "${P[@]}" --servers 2 --cache-remote-ram -1G
 expect_refused --concurrency 0 -- "${P[@]}" --concurrency 0
 expect_refused --cache-ram 1e30 -- "${P[@]}" --cache-ram 1e30
 expect_refused --page-tokens 0 -- "${P[@]}" --page-tokens 0

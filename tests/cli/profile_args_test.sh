@@ -36,6 +36,8 @@ refused jsonish -- "${P[@]}" --trace "$DATA/known.json" --format jsonish
 refused lazy -- "${P[@]}" --trace "$DATA/known.json" --restore-policy lazy
 refused huge -- profile --preset huge --trace "$DATA/known.json" --out "$TMP/out"
 refused sometimes -- "${P[@]}" --trace "$DATA/known.json" --sweep-ram 1G,sometimes
+refused sticky -- "${P[@]}" --trace "$DATA/known.json" --servers 2 --routing sticky
+refused --servers -- "${P[@]}" --trace "$DATA/known.json" --cache-remote-ram 1G
 
 # --trace a b reads both files; --progress off draws no bar on stderr (stderr is not a terminal
 # here either way, so --progress on is the control: it does draw one).
