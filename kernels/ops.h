@@ -6,6 +6,8 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/weight_view.h"
+
 namespace cedar::kernels {
 
 // y[n, out] = x[n, in] * w[out, in]^T
@@ -20,6 +22,9 @@ struct MatmulJob {
   const float* w = nullptr;  // [out, in]
   float* y = nullptr;        // [n, out]
   int n = 0, in = 0, out = 0;
+  // A typed weight (BF16, INT8, FP8, FP4: kernels/weight_view.h) used instead of `w` when its type
+  // is not F32 (then w is null); an F32 job ignores it and runs today's path.
+  WeightView wv{};
 };
 void MatmulMany(const MatmulJob* jobs, int n_jobs);
 

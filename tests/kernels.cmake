@@ -1,3 +1,6 @@
 cedar_add_test(kernels_test kernels cedar_kernels ${CMAKE_CURRENT_SOURCE_DIR}/kernels_test.cpp)
 # The released KV row formats (FP8 window, FP4 + E4M3 main entries, MXFP4 index K/Q), bit-exact.
 cedar_add_test(kv_quant_test kernels "cedar_kernels;nlohmann_json::nlohmann_json" ${CMAKE_CURRENT_SOURCE_DIR}/kv_quant_test.cpp)
+# Typed weights (BF16, INT8, FP8, FP4; issue 20): every product against its reference and the F32
+# product within the format's bound, and batched rows equal to one row alone.
+cedar_add_test(kernels_weights_test kernels cedar_kernels ${CMAKE_CURRENT_SOURCE_DIR}/kernels_weights_test.cpp)
