@@ -27,6 +27,16 @@ struct MatmulJob {
   WeightView wv{};
 };
 void MatmulMany(const MatmulJob* jobs, int n_jobs);
+// The job y[n, w.rows] = x[n, w.cols] w^T for a typed weight: an F32 view fills `w` (today's path),
+// any other type `wv`.
+inline MatmulJob JobW(const float* x, const WeightView& w, float* y, int n) {
+  MatmulJob j{x, nullptr, y, n, int(w.cols), int(w.rows)};
+  if (w.type == WeightType::kF32)
+    j.w = static_cast<const float*>(w.data);
+  else
+    j.wv = w;
+  return j;
+}
 
 // Row-wise RMSNorm: y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight.  x, y: [n, dim]; may alias.
 void RmsNorm(const float* x, const float* weight, float* y, int n, int dim, float eps);
