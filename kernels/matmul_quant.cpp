@@ -69,8 +69,12 @@ float ScaleOf(const WeightView& w, int64_t r, int64_t b) {
 #if CEDAR_QUANT_AVX2
 
 // Decoders: Load fills v[0..4) with the unscaled elements [32 b, 32 b + 32) of row r (a full block).
+// Scales(w, r): row r's scale row, computed once per row (no division in the block loop);
+// Scale(p, b): block b's scale from it.
 struct DecBf16 {
   static constexpr bool kScaled = false;
+  static const void* Scales(const WeightView&, int64_t) { return nullptr; }
+  static float Scale(const void*, int64_t) { return 1.0f; }
   static void Load(const WeightView& w, int64_t r, int64_t b, __m256 v[4]) {
     const uint16_t* p = static_cast<const uint16_t*>(w.data) + r * w.cols + b * B;
     for (int j = 0; j < 4; ++j) {
@@ -81,6 +85,8 @@ struct DecBf16 {
 };
 struct DecI8 {
   static constexpr bool kScaled = true;
+  static const void* Scales(const WeightView& w, int64_t r) { return static_cast<const float*>(w.scales) + r * Blocks(w.cols); }
+  static float Scale(const void* p, int64_t b) { return static_cast<const float*>(p)[b]; }
   static void Load(const WeightView& w, int64_t r, int64_t b, __m256 v[4]) {
     const int8_t* p = static_cast<const int8_t*>(w.data) + r * w.cols + b * B;
     for (int j = 0; j < 4; ++j)
@@ -92,6 +98,10 @@ struct DecI8 {
 // 0x7F/0xFF (NaN) decode as +-480: the released weights have none.
 struct DecFp8 {
   static constexpr bool kScaled = true;
+  static const void* Scales(const WeightView& w, int64_t r) {
+    return static_cast<const uint8_t*>(w.scales) + ((w.row0 + r) / B) * Blocks(w.cols);
+  }
+  static float Scale(const void* p, int64_t b) { return E8m0Table()[static_cast<const uint8_t*>(p)[b]]; }
   static void Load(const WeightView& w, int64_t r, int64_t b, __m256 v[4]) {
     const uint8_t* p = static_cast<const uint8_t*>(w.data) + r * w.cols + b * B;
     const __m256i sign_mask = _mm256_set1_epi32(int(0x80000000u)), low7 = _mm256_set1_epi32(0x7F);
@@ -108,6 +118,8 @@ struct DecFp8 {
 // nibble); magnitude from an 8-entry table by permute, sign from bit 3.
 struct DecFp4 {
   static constexpr bool kScaled = true;
+  static const void* Scales(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.scales) + r * Blocks(w.cols); }
+  static float Scale(const void* p, int64_t b) { return E8m0Table()[static_cast<const uint8_t*>(p)[b]]; }
   static void Load(const WeightView& w, int64_t r, int64_t b, __m256 v[4]) {
     const uint8_t* p = static_cast<const uint8_t*>(w.data) + r * (w.cols / 2) + b * (B / 2);
     const __m256 table = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
@@ -144,6 +156,8 @@ template <class D, int N, int R>
 void Block(const float* x, const WeightView& w, int64_t r, float* y, int64_t ys) {
   const int64_t in = w.cols, nb = in / B;
   __m256 acc[N][R];
+  const void* sc[R];
+  for (int k = 0; k < R; ++k) sc[k] = D::Scales(w, r + k);
   for (int n = 0; n < N; ++n)
     for (int k = 0; k < R; ++k) acc[n][k] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -151,7 +165,7 @@ void Block(const float* x, const WeightView& w, int64_t r, float* y, int64_t ys)
     for (int k = 0; k < R; ++k) {
       __m256 v[4];
       D::Load(w, r + k, b, v);
-      const __m256 s = _mm256_set1_ps(D::kScaled ? ScaleOf(w, r + k, b) : 1.0f);
+      const __m256 s = _mm256_set1_ps(D::Scale(sc[k], b));
 #pragma GCC unroll 8
       for (int n = 0; n < N; ++n) acc[n][k] = Step<D::kScaled>(v, x + n * in + b * B, s, acc[n][k]);
     }
@@ -162,7 +176,7 @@ void Block(const float* x, const WeightView& w, int64_t r, float* y, int64_t ys)
       std::fill(wb, wb + B, 0.0f);
       for (int64_t c = nb * B; c < in; ++c) wb[c - nb * B] = RawAt(w, r + k, c);
       const __m256 v[4] = {_mm256_load_ps(wb), _mm256_load_ps(wb + 8), _mm256_load_ps(wb + 16), _mm256_load_ps(wb + 24)};
-      const __m256 s = _mm256_set1_ps(D::kScaled ? ScaleOf(w, r + k, nb) : 1.0f);
+      const __m256 s = _mm256_set1_ps(D::Scale(sc[k], nb));
       for (int n = 0; n < N; ++n) {
         std::fill(xb, xb + B, 0.0f);
         std::copy(x + n * in + nb * B, x + n * in + in, xb);
@@ -212,10 +226,11 @@ void FewRowsT(const float* x, int n, const WeightView& w, int64_t r0, int64_t r1
 template <class D>
 void DecodeRowT(const WeightView& w, int64_t r, float* out) {
   const int64_t nb = w.cols / B;
+  const void* sc = D::Scales(w, r);
   for (int64_t b = 0; b < nb; ++b) {
     __m256 v[4];
     D::Load(w, r, b, v);
-    const __m256 s = _mm256_set1_ps(ScaleOf(w, r, b));
+    const __m256 s = _mm256_set1_ps(D::Scale(sc, b));
     for (int j = 0; j < 4; ++j) _mm256_storeu_ps(out + b * B + 8 * j, _mm256_mul_ps(v[j], s));
   }
   for (int64_t c = nb * B; c < w.cols; ++c) out[c] = RawAt(w, r, c) * ScaleOf(w, r, nb);
