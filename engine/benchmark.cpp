@@ -91,11 +91,13 @@ int RunEngineBenchMain(int argc, char** argv) {
     if (a == "--help" || a == "-h") {
       std::printf("usage: cedar bench [--model DIR | --preset small|medium] [--lengths 512,4096,16384] [--decode N] [--decode-batch 1,8]\n"
                   "                   [--threads N] [--device cpu|cuda|auto] [--f32-weights] [--mmap-weights]\n"
+                  "                   [--weights f32|bf16|int8|as-stored]\n"
                   "Prints one JSON object per result: the machine's matmul rate and bandwidth (the CPU's sgemm and read\n"
                   "bandwidth, or the GPU's BF16 GEMM and copy bandwidth), then prefill tokens/s per length in full and\n"
                   "bounded, then decode tokens/s, each with its fraction of the hardware. --device auto (the default)\n"
                   "is cuda when this build has CUDA and a device exists; --f32-weights keeps F32 weights on the GPU;\n"
-                  "--mmap-weights reads F32 weights in place from the file instead of the huge-page copy.\n");
+                  "--mmap-weights reads F32 weights in place from the file instead of the huge-page copy;\n"
+                  "--weights holds the CPU's matmul weights at that precision (the decode bound counts its bytes).\n");
       return 0;
     } else if (a == "--model") model_dir = next();
     else if (a == "--preset") preset = next();
@@ -106,6 +108,7 @@ int RunEngineBenchMain(int argc, char** argv) {
     else if (a == "--device") device = next();
     else if (a == "--f32-weights") f32_weights = true;
     else if (a == "--mmap-weights") load.mmap_weights = true;
+    else if (a == "--weights") load.weights = ParseWeightPrecision(next());
     else throw std::invalid_argument("unknown option " + a);
   }
   // Checked before anything runs.
@@ -137,7 +140,10 @@ int RunEngineBenchMain(int argc, char** argv) {
   double sgemm = 0, bw = 0;  // on a GPU: its BF16 GEMM rate and copy bandwidth
   kernels::EnableWorkCounters(true);
   MeasureMachine(*be, c, &sgemm, &bw);
-  const double weight_bytes = on_gpu && !f32_weights ? 2.0 : 4.0;
+  // Bytes per matmul parameter: the GPU's upload type, or on the CPU the precision held (--weights);
+  // the other active parameters (router, mixes, norms) are F32.
+  const double weight_bytes = on_gpu ? (f32_weights ? 4.0 : 2.0) : m->matmul_bytes_per_param();
+  const double other_bytes = on_gpu ? weight_bytes : 4.0;
 
   std::mt19937_64 rng(1);
   for (int n : lengths) {
@@ -155,7 +161,7 @@ int RunEngineBenchMain(int argc, char** argv) {
       const double s = Since(t0);
       const double tps = n / s;
       const double gflops = 2.0 * layer_params * double(r.stats.layer_token_units) / s / 1e9;
-      nlohmann::json j = {{"bench", "prefill"}, {"device", be->name()}, {"model", model_name}, {"n_tokens", n},
+      nlohmann::json j = {{"bench", "prefill"}, {"device", be->name()}, {"model", model_name}, {"weights", WeightPrecisionName(load.weights)}, {"n_tokens", n},
                           {"mode", ModeName(mode)}, {"seconds", s}, {"tokens_per_s", tps},
                           {"layer_token_units", r.stats.layer_token_units}, {"matmul_gflops", gflops},
                           {on_gpu ? "fraction_of_matmul" : "fraction_of_sgemm", gflops / sgemm}};
@@ -190,19 +196,21 @@ int RunEngineBenchMain(int argc, char** argv) {
     // of the first probe and one taken right after the decode run.
     double bw_now = bw;
     if (!on_gpu) bw_now = std::max(bw, kernels::MeasureReadBandwidthGBs(1024, 5));
-    const double bytes_per_step = double(info.active_per_decode_token) * weight_bytes;  // routed experts differ per row: a lower bound
+    const double bytes_per_step = double(info.matmul_active_per_decode_token) * weight_bytes +
+                                  double(info.active_per_decode_token - info.matmul_active_per_decode_token) * other_bytes;  // routed experts differ per row: a lower bound
     const double bound = bw_now * 1e9 / bytes_per_step * batch;
-    nlohmann::json j = {{"bench", "decode"}, {"device", be->name()}, {"model", model_name}, {"batch", batch}, {"context", 512},
+    nlohmann::json j = {{"bench", "decode"}, {"device", be->name()}, {"model", model_name}, {"weights", WeightPrecisionName(load.weights)},
+                        {"batch", batch}, {"context", 512},
                         {"steps", decode_n}, {"tokens_per_s", batch * decode_n / s}, {"bandwidth_gbs", bw_now},
                         {"weight_bytes_per_step_lower_bound", bytes_per_step},
                         {"weight_streaming_bound_tokens_per_s", bound}, {"fraction_of_bound", batch * decode_n / s / bound}};
     if (!on_gpu) {
       // Where the step's time goes: the share spent inside matmul calls, and the weight bytes
-      // those calls streamed per second (F32: 4 bytes per weight; 2 FLOPs per weight).
+      // those calls streamed per second (the held bytes per weight; 2 FLOPs per weight).
       const kernels::WorkCounters w = kernels::ReadWorkCounters();
       j["matmul_share_of_time"] = w.matmul_seconds / s;
       // (batch 1 only: in a batch each routed expert sees a different number of rows)
-      if (batch == 1) j["weight_gbs_while_in_matmuls"] = w.matmul_flops / 2.0 * 4.0 / w.matmul_seconds / 1e9;
+      if (batch == 1) j["weight_gbs_while_in_matmuls"] = w.matmul_flops / 2.0 * weight_bytes / w.matmul_seconds / 1e9;
     }
     Emit(j);
   }
