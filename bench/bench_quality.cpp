@@ -4,7 +4,8 @@
 //                             [--replay 128:144,384:400] [--modes exact,bounded,bounded-paper]
 //
 // FILE: one sequence per line, comma-separated token ids. For each sequence, with the C++
-// engine (F32):
+// engine (F32, or the matmul weights at --weights: compare `full`'s NLL across two runs for the
+// price of a precision):
 //   full     : the logits of every row, feeding one token at a time (decode = `full`, chunking
 //              never changes a result); its log-probabilities are the reference for the rest.
 //   <mode>@n : Prefill(tokens[0, n), mode), then DecodeStep for the next `decode` tokens
@@ -104,7 +105,7 @@ void DecodeRows(const Model& m, SequenceState& st, std::vector<float> logits, in
 }
 
 int Main(int argc, char** argv) {
-  std::string model_dir, tokens_file, cuts_s, replay_s, modes_s = "exact,bounded,bounded-paper";
+  std::string model_dir, tokens_file, cuts_s, replay_s, modes_s = "exact,bounded,bounded-paper", weights = "f32";
   int decode = 128, threads = 1;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -119,15 +120,18 @@ int Main(int argc, char** argv) {
     else if (a == "--modes") modes_s = next();
     else if (a == "--decode") decode = std::stoi(next());
     else if (a == "--threads") threads = std::stoi(next());
+    else if (a == "--weights") weights = next();  // every scenario at this precision (docs/WEIGHTS.md)
     else if (a == "--help" || a == "-h") {
       std::printf("usage: bench_quality --model DIR --tokens FILE [--cuts N,N] [--decode D] [--replay P:n,P:n] "
-                  "[--modes exact,bounded,bounded-paper] [--threads T]\n");
+                  "[--modes exact,bounded,bounded-paper] [--threads T] [--weights f32|bf16|int8|as-stored]\n");
       return 0;
     } else throw std::invalid_argument("unknown option " + a);
   }
   if (model_dir.empty() || tokens_file.empty()) throw std::invalid_argument("--model and --tokens are required");
   cedar::kernels::SetThreads(threads);
-  auto m = Model::Load(model_dir);
+  cedar::LoadOptions load;
+  load.weights = cedar::ParseWeightPrecision(weights);
+  auto m = Model::Load(model_dir, load);
   const auto cuts = ParseInts(cuts_s);
   std::vector<std::pair<int64_t, int64_t>> replays;
   {

@@ -180,8 +180,9 @@ int RunInit(int argc, char** argv) {
 
 int RunInfo(int argc, char** argv) {
   po::options_description desc("cedar info");
-  std::string model, preset, config, checkpoint, kv_dtype;
+  std::string model, preset, config, checkpoint, kv_dtype, weights;
   desc.add_options()("model", po::value(&model), "model directory")("preset", po::value(&preset), "tiny | small | flash")(
+      "weights", po::value(&weights)->default_value("f32"), "f32 | bf16 | int8: report the weight bytes one decode token streams at this precision")(
       "kv-dtype", po::value(&kv_dtype), "f32 | released: report cache sizes at this KV precision (default: the model's)")(
       "config", po::value(&config), "a released DeepSeek-V4.1 config.json or inference/config.json (no weights read)")(
       "checkpoint", po::value(&checkpoint), "check this checkpoint directory's tensor names, dtypes and shapes (headers only)")(
@@ -218,6 +219,13 @@ int RunInfo(int argc, char** argv) {
   const ModelInfo info = ComputeInfo(c);
   nlohmann::json j = InfoToJson(info);
   j["config"] = ConfigToJson(c);
+  const WeightPrecision wp = ParseWeightPrecision(weights);
+  if (wp == WeightPrecision::kAsStored) throw std::invalid_argument("cedar info --weights: expected f32, bf16 or int8 (as-stored depends on the file)");
+  const kernels::WeightType wt = wp == WeightPrecision::kBF16 ? kernels::WeightType::kBF16
+                                 : wp == WeightPrecision::kI8 ? kernels::WeightType::kI8 : kernels::WeightType::kF32;
+  const double decode_bytes = DecodeWeightBytes(info, wt, c.dim);
+  j["weights"] = weights;
+  j["decode_weight_bytes_per_token"] = decode_bytes;
   if (vm.count("json")) {
     std::cout << j.dump(2) << "\n";
     return 0;
@@ -226,6 +234,8 @@ int RunInfo(int argc, char** argv) {
   std::printf("layers %d (encoder %d), d %d, W %d, vocab %d\n", c.n_layers, c.n_encoder_layers, c.dim, c.window, c.vocab_size);
   std::printf("parameters: total %.1fM, largest layer active %.1fM\n", m(info.total_params), m(info.active_per_layer_max));
   std::printf("active per prefill token %.1fM, per decode token %.1fM\n", m(info.active_per_prefill_token), m(info.active_per_decode_token));
+  std::printf("weights streamed per decode token at --weights %s: %.1f MB (matmul %.1fM params at %s, the rest F32)\n", weights.c_str(),
+              decode_bytes / 1e6, m(info.matmul_active_per_decode_token), kernels::WeightTypeName(wt));
   for (auto& [layer, b] : info.pool_bytes_per_token)
     std::printf("pool of layer %d: %.0f bytes per cached token (KV %s)\n", layer, b, c.kv_dtype.c_str());
   std::printf("all pools: %.0f bytes per token; boundary window state: %lld bytes; live decoder windows: %lld bytes\n",
@@ -236,7 +246,7 @@ int RunInfo(int argc, char** argv) {
 
 int RunGenerate(int argc, char** argv) {
   po::options_description desc("cedar generate");
-  std::string model, prompt, tokens, mode_s, stop, device;
+  std::string model, prompt, tokens, mode_s, stop, device, weights;
   int max_tokens = 16, chunk = 0, threads = 0, spec_tokens = 0;
   float temperature = 0, top_p = 1;
   uint64_t seed = 0, max_ram = 0;
@@ -254,6 +264,7 @@ int RunGenerate(int argc, char** argv) {
       "device", po::value(&device)->default_value("auto"), "cpu | cuda | auto (cuda when built with CUDA and a GPU exists)")(
       "f32-weights", "CUDA: keep F32 weights on the device (default BF16)")(
       "mmap-weights", "read F32 weights in place from the file (less RAM, slower decode)")(
+      "weights", po::value(&weights)->default_value("f32"), "matmul weights in memory: f32 | bf16 | int8 (block 32) | as-stored (BF16, released FP8/FP4 kept)")(
       "max-ram", BytesOption("--max-ram", &max_ram, "0"), "released layout: most bytes of dequantised weights to hold (0 = no limit)")("json", "print JSON");
   po::variables_map vm;
   if (!Parse(argc, argv, "usage: cedar generate --model DIR --prompt TEXT|--tokens IDS --mode M --max-tokens N [--spec-tokens K] [--json]", desc, vm)) return 0;
@@ -266,6 +277,7 @@ int RunGenerate(int argc, char** argv) {
   LoadOptions lo;
   lo.mmap_weights = vm.count("mmap-weights") > 0;
   lo.max_ram_bytes = int64_t(max_ram);
+  lo.weights = ParseWeightPrecision(weights);
   auto m = Model::Load(model, lo);
   // Text goes through the tokenizer config.json declares (model_tokenizer.h; byte by default).
   const std::unique_ptr<bridge::Tokenizer> tok = bridge::LoadModelTokenizer(model, m->config().vocab_size);

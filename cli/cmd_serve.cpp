@@ -99,7 +99,7 @@ void CheckDefaultSocketDir(const std::string& socket_path) {
 
 int RunServe(int argc, char** argv) {
   po::options_description desc("cedar serve");
-  std::string model_dir, socket_path, host, api_key_file, model_name, cache_dir, session_ram;
+  std::string model_dir, socket_path, host, api_key_file, model_name, cache_dir, session_ram, weights;
   std::string cache_remote, cache_remote_ttl, cache_remote_timeout;
   std::vector<std::string> api_keys;
   std::string server_id;  // --server-id: this instance's name in a cluster (X-Cedar-Server)
@@ -142,6 +142,7 @@ int RunServe(int argc, char** argv) {
       "cpu | cuda | auto (cuda when built with CUDA and a GPU exists); cuda without a device fails at start")(
       "f32-weights", "CUDA: keep F32 weights on the device (default BF16)")(
       "mmap-weights", "read F32 weights in place from the file (less RAM, slower decode)")(
+      "weights", po::value(&weights)->default_value("f32"), "matmul weights in memory: f32 | bf16 | int8 (block 32) | as-stored (BF16, released FP8/FP4 kept)")(
       "max-ram", BytesOption("--max-ram", &max_ram, "0"),
       "released DeepSeek-V4.1 layout: most bytes of dequantised weights to hold (0 = no limit; too small = a clear error)")(
       "max-sessions", IntOption("--max-sessions", &max_sessions, 1, 1 << 20),
@@ -236,6 +237,7 @@ int RunServe(int argc, char** argv) {
   LoadOptions load;
   load.mmap_weights = vm.count("mmap-weights") > 0;
   load.max_ram_bytes = int64_t(max_ram);
+  load.weights = ParseWeightPrecision(weights);
   std::shared_ptr<const Model> model = Model::Load(model_dir, load);
   // The tokenizer config.json declares ("byte" or "bpe" with tokenizer.json beside it).
   // A deepseek_v41 model uses the released encoding's own specials, not Cedar's.

@@ -134,6 +134,7 @@ int RunEngineBenchMain(int argc, char** argv) {
       std::printf("usage: cedar bench [--model DIR | --preset small|medium [--keep-model]] [--lengths 512,4096,16384]\n"
                   "                   [--decode N] [--decode-batch 1,8] [--decode-context 512] [--reps 3] [--threads N] [--spec-tokens K]\n"
                   "                   [--device cpu|cuda|auto] [--f32-weights] [--mmap-weights] [--row-invariant-matmul]\n"
+                  "                   [--weights f32|bf16|int8|as-stored]\n"
                   "Prints one JSON object per result: the machine's matmul rate and bandwidth (the CPU's sgemm and read\n"
                   "bandwidth, or the GPU's BF16 GEMM and copy bandwidth), then prefill tokens/s per length in full and\n"
                   "bounded, then decode tokens/s, each with its fraction of the hardware. Every figure is timed --reps\n"
@@ -148,7 +149,8 @@ int RunEngineBenchMain(int argc, char** argv) {
                   "GEMM instead of sgemm (the machine line's sgemm is measured before it is switched on).\n"
                   "--spec-tokens K (released layout with DSpark, --preset v41-tiny|v41-small or --model DIR): greedy decode\n"
                   "of --decode N tokens after 4 prompts, plain and speculative with K drafts per pass (CPU): one JSON line\n"
-                  "with the acceptance rate and both decode rates; nothing else runs.\n");
+                  "with the acceptance rate and both decode rates; nothing else runs.\n"
+                  "--weights holds the CPU's matmul weights at that precision (the decode bound counts its bytes).\n");
       return 0;
     } else if (a == "--model") model_dir = next();
     else if (a == "--preset") preset = next();
@@ -164,6 +166,7 @@ int RunEngineBenchMain(int argc, char** argv) {
     else if (a == "--f32-weights") f32_weights = true;
     else if (a == "--mmap-weights") load.mmap_weights = true;
     else if (a == "--spec-tokens") spec_tokens = ParseIntFlag("--spec-tokens", next(), 1, 15);
+    else if (a == "--weights") load.weights = ParseWeightPrecision(next());
     else throw std::invalid_argument("unknown option " + a);
   }
   if (spec_tokens > 0) {
@@ -212,8 +215,12 @@ int RunEngineBenchMain(int argc, char** argv) {
   // Matmul parameters a row touches in one layer, averaged over layers (attention projections,
   // routed experts actually used, shared expert): the FLOPs below count 2 per parameter.
   const double layer_params = double(info.active_per_decode_token - info.head_params) / c.n_layers;
-  const double weight_bytes = on_gpu && !f32_weights ? 2.0 : 4.0;
-  const double bytes_per_step = double(info.active_per_decode_token) * weight_bytes;  // routed experts differ per row: a lower bound
+  // Bytes per matmul parameter: the GPU's upload type, or on the CPU the precision held (--weights);
+  // the other active parameters (router, mixes, norms) are F32.
+  const double weight_bytes = on_gpu ? (f32_weights ? 4.0 : 2.0) : m->matmul_bytes_per_param();
+  const double other_bytes = on_gpu ? weight_bytes : 4.0;
+  const double bytes_per_step = double(info.matmul_active_per_decode_token) * weight_bytes +
+                                double(info.active_per_decode_token - info.matmul_active_per_decode_token) * other_bytes;  // routed experts differ per row: a lower bound
   const int probe_mib = std::max(1024, int(bytes_per_step / (1 << 20)) + 1);
 
   double sgemm = 0, bw = 0;  // on a GPU: its BF16 GEMM rate and copy bandwidth
@@ -257,7 +264,7 @@ int RunEngineBenchMain(int argc, char** argv) {
         gfs.push_back(2.0 * layer_params * double(r.stats.layer_token_units) / s / 1e9);
       }
       const Spread tps = SpreadOf(tpss), gf = SpreadOf(gfs), sec = SpreadOf(secs);
-      nlohmann::json j = {{"bench", "prefill"}, {"device", be->name()}, {"model", model_name}, {"n_tokens", n},
+      nlohmann::json j = {{"bench", "prefill"}, {"device", be->name()}, {"model", model_name}, {"weights", WeightPrecisionName(load.weights)}, {"n_tokens", n},
                           {"mode", ModeName(mode)}, {"reps", reps}, {"row_invariant_matmul", row_invariant}, {"seconds", sec.median}, {"tokens_per_s", tps.median},
                           {"layer_token_units", r.stats.layer_token_units}, {"matmul_gflops", gf.median},
                           {on_gpu ? "fraction_of_matmul" : "fraction_of_sgemm", gf.median / sgemm}};
@@ -296,8 +303,8 @@ int RunEngineBenchMain(int argc, char** argv) {
       if (!on_gpu) {
         const kernels::WorkCounters w = kernels::ReadWorkCounters();
         matmul_share = w.matmul_seconds / s;
-        // Weight bytes the matmul calls streamed per second (F32: 4 bytes and 2 FLOPs per weight).
-        in_matmul_gbs = std::max(in_matmul_gbs, w.matmul_flops / 2.0 * 4.0 / w.matmul_seconds / 1e9);
+        // Weight bytes the matmul calls streamed per second (the held bytes per weight; 2 FLOPs per weight).
+        in_matmul_gbs = std::max(in_matmul_gbs, w.matmul_flops / 2.0 * weight_bytes / w.matmul_seconds / 1e9);
       }
     }
     // The bound's bandwidth: the best of the probe before, one right after the decode run (this
@@ -309,7 +316,7 @@ int RunEngineBenchMain(int argc, char** argv) {
     if (decode_faster) bw_now = in_matmul_gbs;
     const double bound = bw_now * 1e9 / bytes_per_step * batch;
     const Spread tps = SpreadOf(tpss);
-    nlohmann::json j = {{"bench", "decode"}, {"device", be->name()}, {"model", model_name}, {"batch", batch},
+    nlohmann::json j = {{"bench", "decode"}, {"device", be->name()}, {"model", model_name}, {"weights", WeightPrecisionName(load.weights)}, {"batch", batch},
                         {"context", decode_context}, {"steps", decode_n}, {"reps", reps}, {"tokens_per_s", tps.median},
                         {"bandwidth_gbs", bw_now}, {"bandwidth_from_decode_itself", decode_faster},
                         {"weight_bytes_per_step_lower_bound", bytes_per_step},

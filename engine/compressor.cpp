@@ -22,10 +22,10 @@ void CompressRows(const Model& m, int l, Pool& pool, const float* u, int64_t fir
   const int rows = int(first + n - start);
   const float* us = u + size_t(start - first) * d;
   std::vector<float> C(size_t(rows) * cd), Z;  // [rows, c]
-  k::Matmul(us, w.comp_wkv.data, C.data(), rows, d, cd);
+  k::MatmulW(us, w.comp_wkv.view(), C.data(), rows);
   if (pool.ratio == 2) {
     Z.resize(size_t(rows) * cd);
-    k::Matmul(us, w.comp_wz.data, Z.data(), rows, d, cd);
+    k::MatmulW(us, w.comp_wz.view(), Z.data(), rows);
   }
   // New entries, un-rotated and normalised: [n_new, c]
   std::vector<float> fresh;
@@ -65,7 +65,7 @@ void CompressRows(const Model& m, int l, Pool& pool, const float* u, int64_t fir
   if (n_new == 0) return;
   k::RmsNorm(fresh.data(), w.comp_norm.data, fresh.data(), n_new, cd, c.norm_eps);
   std::vector<float> keys(size_t(n_new) * ihd);  // [n_new, ihd]
-  k::Matmul(fresh.data(), w.idx_wk.data, keys.data(), n_new, cd, ihd);
+  k::MatmulW(fresh.data(), w.idx_wk.view(), keys.data(), n_new);
   k::RmsNorm(keys.data(), w.idx_k_norm.data, keys.data(), n_new, ihd, c.norm_eps);
   std::vector<int64_t> pos(static_cast<size_t>(n_new));
   for (int j = 0; j < n_new; ++j) pos[size_t(j)] = (first_entry + j) * pool.ratio;

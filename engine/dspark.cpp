@@ -30,10 +30,10 @@ void StageFfnAdd(const ModelConfig& c, const DSparkWeights& ds, const LayerWeigh
   k::Matmul(x, w.gate.data, s.data(), n, d, ne);
   auto run = [&](const FfnWeights& f, const float* xr, float* hr, float weight) {
     std::vector<float> g(static_cast<size_t>(inter)), up(static_cast<size_t>(inter)), y(static_cast<size_t>(d));
-    k::Matmul(xr, f.w1.data, g.data(), 1, d, inter);
-    k::Matmul(xr, f.w3.data, up.data(), 1, d, inter);
+    k::MatmulW(xr, f.w1.view(), g.data(), 1);
+    k::MatmulW(xr, f.w3.view(), up.data(), 1);
     k::SwiGLU(g.data(), up.data(), g.data(), inter, c.swiglu_limit);
-    k::Matmul(g.data(), f.w2.data, y.data(), 1, inter, d);
+    k::MatmulW(g.data(), f.w2.view(), y.data(), 1);
     for (int i = 0; i < d; ++i) hr[i] += weight * y[size_t(i)];
   };
   std::vector<int32_t> order(static_cast<size_t>(ne));
@@ -97,7 +97,7 @@ void DSparkDrafter::Observe(int64_t first, int64_t keep, const std::vector<std::
       else
         std::copy(row, row + d, dst);
     }
-  k::Matmul(cat.data(), w_.main_proj.data, y.data(), int(keep), nt * d, d);
+  k::MatmulW(cat.data(), w_.main_proj.view(), y.data(), int(keep));
   k::RmsNorm(y.data(), w_.main_norm.data, y.data(), int(keep), d, c.norm_eps);
   for (int64_t r = 0; r < keep; ++r) std::copy(y.begin() + r * d, y.begin() + (r + 1) * d, ctx_.Append(first + r));
   ctx_.DropBefore(first + keep - c.window);
@@ -120,7 +120,7 @@ void DSparkDrafter::Stage(int s, std::vector<float>& x, int nb, int64_t p0) cons
   std::vector<float> src(size_t(nk) * d), kv(size_t(nk) * cd);
   for (int r = 0; r < n_ctx; ++r) std::copy(ctx_.Row(lo + r), ctx_.Row(lo + r) + d, src.begin() + size_t(r) * d);
   std::copy(u.begin(), u.end(), src.begin() + size_t(n_ctx) * d);
-  k::Matmul(src.data(), w.wkv.data, kv.data(), nk, d, cd);
+  k::MatmulW(src.data(), w.wkv.view(), kv.data(), nk);
   k::RmsNorm(kv.data(), w.kv_norm.data, kv.data(), nk, cd, c.norm_eps);
   std::vector<int64_t> kpos(static_cast<size_t>(nk)), qpos(static_cast<size_t>(nb));
   for (int r = 0; r < n_ctx; ++r) kpos[size_t(r)] = lo + r;
@@ -128,9 +128,9 @@ void DSparkDrafter::Stage(int s, std::vector<float>& x, int nb, int64_t p0) cons
   RopeLayer(c, rope_layer_, kv.data(), nk, 1, cd, kpos.data(), 1);
   // Queries of the block rows; every row sees every key (non-causal inside the block).
   std::vector<float> cq(size_t(nb) * qr), q(size_t(nb) * H * cd), o(size_t(nb) * H * cd);
-  k::Matmul(u.data(), w.wq_a.data, cq.data(), nb, d, qr);
+  k::MatmulW(u.data(), w.wq_a.view(), cq.data(), nb);
   k::RmsNorm(cq.data(), w.q_norm.data, cq.data(), nb, qr, c.norm_eps);
-  k::Matmul(cq.data(), w.wq_b.data, q.data(), nb, qr, H * cd);
+  k::MatmulW(cq.data(), w.wq_b.view(), q.data(), nb);
   RopeLayer(c, rope_layer_, q.data(), nb, H, cd, qpos.data(), 1);
   std::vector<AttentionRow> rows(static_cast<size_t>(nb));
   for (AttentionRow& a : rows) {
@@ -144,10 +144,10 @@ void DSparkDrafter::Stage(int s, std::vector<float>& x, int nb, int64_t p0) cons
   for (int gi = 0; gi < G; ++gi) {
     for (int r = 0; r < nb; ++r)
       std::copy(o.begin() + size_t(r) * H * cd + size_t(gi) * gw, o.begin() + size_t(r) * H * cd + size_t(gi + 1) * gw, grp.begin() + size_t(r) * gw);
-    k::Matmul(grp.data(), w.wo_a.data + size_t(gi) * R * gw, gk.data(), nb, gw, R);
+    k::MatmulW(grp.data(), w.wo_a.view().Rows(int64_t(gi) * R, R), gk.data(), nb);  // group gi: [R, gw]
     for (int r = 0; r < nb; ++r) std::copy(gk.begin() + size_t(r) * R, gk.begin() + size_t(r + 1) * R, g.begin() + size_t(r) * G * R + size_t(gi) * R);
   }
-  k::Matmul(g.data(), w.wo_b.data, y.data(), nb, G * R, d);
+  k::MatmulW(g.data(), w.wo_b.view(), y.data(), nb);
   // Residual updates: mHC as the backbone (engine/mhc.h) with the stage's coefficients, or a sum.
   std::vector<float> xf(size_t(nb) * d), f(size_t(nb) * d, 0.0f);
   if (hc > 1) {
@@ -190,13 +190,13 @@ void DSparkDrafter::Propose(const SequenceState& st, int32_t anchor, int k, cons
   else std::copy(x.begin(), x.end(), hid.begin());
   k::RmsNorm(hid.data(), w_.norm.data, hid.data(), nb, d, c.norm_eps);
   std::vector<float> U(size_t(k) * V);
-  k::Matmul(hid.data() + size_t(d), m_.head().data, U.data(), k, d, V);
+  k::MatmulW(hid.data() + size_t(d), m_.head().view(), U.data(), k);
   // Sequential Markov head: logits_i = U_i + head_markov · embed_markov[previous token].
   std::vector<float> e(static_cast<size_t>(rank)), bias(static_cast<size_t>(V)), conf_in(size_t(d + rank));
   int32_t prev = anchor;
   for (int i = 0; i < k; ++i) {
     std::copy(w_.markov_embed.data + size_t(prev) * rank, w_.markov_embed.data + size_t(prev + 1) * rank, e.begin());
-    k::Matmul(e.data(), w_.markov_head.data, bias.data(), 1, rank, V);
+    k::MatmulW(e.data(), w_.markov_head.view(), bias.data(), 1);
     std::vector<float> logits(U.begin() + size_t(i) * V, U.begin() + size_t(i + 1) * V);
     base_.push_back(logits);
     for (int v = 0; v < V; ++v) logits[size_t(v)] += bias[size_t(v)];
@@ -204,7 +204,7 @@ void DSparkDrafter::Propose(const SequenceState& st, int32_t anchor, int k, cons
     std::copy(hid.begin() + size_t(i + 1) * d, hid.begin() + size_t(i + 2) * d, conf_in.begin());
     std::copy(e.begin(), e.end(), conf_in.begin() + d);
     float z = 0;
-    k::Matmul(conf_in.data(), w_.confidence.data, &z, 1, d + rank, 1);
+    k::MatmulW(conf_in.data(), w_.confidence.view(), &z, 1);
     confidence_.push_back(1.0f / (1.0f + std::exp(-z)));
     int32_t t;
     if (sp.temperature <= 0.0f) {

@@ -22,10 +22,10 @@ void RunFfn(const ModelConfig& c, const FfnWeights& f, const float* x, int n, co
             const int32_t* rows, float* h) {
   const int d = c.dim, inter = c.moe_inter_dim;
   std::vector<float> g(size_t(n) * inter), up(size_t(n) * inter), y(size_t(n) * d);
-  k::Matmul(x, f.w1.data, g.data(), n, d, inter);
-  k::Matmul(x, f.w3.data, up.data(), n, d, inter);
+  k::MatmulW(x, f.w1.view(), g.data(), n);
+  k::MatmulW(x, f.w3.view(), up.data(), n);
   k::SwiGLU(g.data(), up.data(), g.data(), n * inter, c.swiglu_limit);
-  k::Matmul(g.data(), f.w2.data, y.data(), n, inter, d);
+  k::MatmulW(g.data(), f.w2.view(), y.data(), n);
   for (int r = 0; r < n; ++r) {
     float* dst = h + size_t(rows ? rows[r] : r) * d;
     const float wr = weight ? weight[r] : 1.0f;
@@ -123,14 +123,14 @@ void FfnAdd(const Model& m, int l, const float* x, float* h, int n) {
     } else {
       std::copy(x, x + size_t(n) * d, xs.begin() + a.x_off);
     }
-    jobs.push_back({xs.data() + a.x_off, a.f->w1.data, g.data() + a.a_off, a.n, d, inter});
-    jobs.push_back({xs.data() + a.x_off, a.f->w3.data, up.data() + a.a_off, a.n, d, inter});
+    jobs.push_back(k::JobW(xs.data() + a.x_off, a.f->w1.view(), g.data() + a.a_off, a.n));
+    jobs.push_back(k::JobW(xs.data() + a.x_off, a.f->w3.view(), up.data() + a.a_off, a.n));
     r0 += size_t(a.n);
   }
   k::MatmulMany(jobs.data(), int(jobs.size()));
   k::SwiGLU(g.data(), up.data(), g.data(), int(total_rows) * inter, c.swiglu_limit);
   jobs.clear();
-  for (const Active& a : act) jobs.push_back({g.data() + a.a_off, a.f->w2.data, y.data() + a.x_off, a.n, inter, d});
+  for (const Active& a : act) jobs.push_back(k::JobW(g.data() + a.a_off, a.f->w2.view(), y.data() + a.x_off, a.n));
   k::MatmulMany(jobs.data(), int(jobs.size()));
   // Weighted adds in the order the one-expert-at-a-time loop used (experts, then shared).
   for (const Active& a : act)

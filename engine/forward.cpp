@@ -44,7 +44,7 @@ std::vector<float> ComputeLogits(const Model& m, const float* h_row) {
   } else {
     k::RmsNorm(h_row, m.norm().data, x.data(), 1, c.dim, c.norm_eps);
   }
-  k::Matmul(x.data(), m.head().data, logits.data(), 1, c.dim, c.vocab_size);
+  k::MatmulW(x.data(), m.head().view(), logits.data(), 1);
   return logits;
 }
 
@@ -59,7 +59,7 @@ void AppendWindowEntries(const Model& m, int l, RowStore& store, const float* u,
   if (start >= first + n) return;
   const int rows = int(first + n - start), cd = c.head_dim;
   std::vector<float> e(size_t(rows) * cd);  // [rows, c]
-  k::Matmul(u + size_t(start - first) * c.dim, w.wkv.data, e.data(), rows, c.dim, cd);
+  k::MatmulW(u + size_t(start - first) * c.dim, w.wkv.view(), e.data(), rows);
   k::RmsNorm(e.data(), w.kv_norm.data, e.data(), rows, cd, c.norm_eps);
   std::vector<int64_t> pos(static_cast<size_t>(rows));
   for (int r = 0; r < rows; ++r) pos[size_t(r)] = start + r;
@@ -168,9 +168,9 @@ void RunLayerSegments(const Model& m, int l, std::vector<Segment>& segs, std::ve
   if (n > 0) {
     // Queries: cq = RMSNorm_q(Wq_a u) [n, q_rank]; q = Rot(p)(Wq_b cq) [n, H, c]
     std::vector<float> cq(size_t(n) * qr), q(size_t(n) * H * cd);
-    k::Matmul(uo.data(), w.wq_a.data, cq.data(), n, d, qr);
+    k::MatmulW(uo.data(), w.wq_a.view(), cq.data(), n);
     k::RmsNorm(cq.data(), w.q_norm.data, cq.data(), n, qr, c.norm_eps);
-    k::Matmul(cq.data(), w.wq_b.data, q.data(), n, qr, H * cd);
+    k::MatmulW(cq.data(), w.wq_b.view(), q.data(), n);
     RopeLayer(c, l, q.data(), n, H, cd, pos.data(), 1);
 
     const int ratio = c.RatioOf(l);
@@ -212,10 +212,10 @@ void RunLayerSegments(const Model& m, int l, std::vector<Segment>& segs, std::ve
       for (int r = 0; r < n; ++r)
         std::copy(o.begin() + size_t(r) * H * cd + size_t(gi) * gw, o.begin() + size_t(r) * H * cd + size_t(gi + 1) * gw,
                   grp.begin() + size_t(r) * gw);
-      k::Matmul(grp.data(), w.wo_a.data + size_t(gi) * R * gw, gk.data(), n, gw, R);
+      k::MatmulW(grp.data(), w.wo_a.view().Rows(int64_t(gi) * R, R), gk.data(), n);  // group gi: [R, gw]
       for (int r = 0; r < n; ++r) std::copy(gk.begin() + size_t(r) * R, gk.begin() + size_t(r + 1) * R, g.begin() + size_t(r) * G * R + size_t(gi) * R);
     }
-    k::Matmul(g.data(), w.wo_b.data, y.data(), n, G * R, d);
+    k::MatmulW(g.data(), w.wo_b.view(), y.data(), n);
 
     if (hc > 1) {
       MhcSubLayerTails(m, l, out.data(), n, y.data());

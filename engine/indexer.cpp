@@ -48,12 +48,12 @@ void SelectEntries(const Model& m, const SequenceState& st, int l, const float* 
   const int64_t count = pool.Count(c.head_dim);
   // Index queries [n, H, hd] rotated at the row's position; head weights [n, H].
   std::vector<float> q(size_t(n) * H * hd), wts(size_t(n) * H);
-  k::Matmul(cq, w.idx_wq_b.data, q.data(), n, c.q_lora_rank, H * hd);
+  k::MatmulW(cq, w.idx_wq_b.view(), q.data(), n);
   std::vector<int64_t> pos(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) pos[size_t(r)] = first + r;
   RopeLayer(c, l, q.data(), n, H, hd, pos.data(), 1);
   RoundIndexQueries(c, q.data(), n);  // kv_dtype "released": MXFP4 per head
-  k::Matmul(u, w.idx_wproj.data, wts.data(), n, c.dim, H);
+  k::MatmulW(u, w.idx_wproj.view(), wts.data(), n);
   const float wscale = 1.0f / std::sqrt(float(hd) * float(H));
   for (float& x : wts) x *= wscale;
 

@@ -18,10 +18,15 @@ int64_t Count(const std::vector<int64_t>& s) {
 bool Has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 }  // namespace
 
+double DecodeWeightBytes(const ModelInfo& i, kernels::WeightType t, int64_t cols) {
+  const double per = kernels::WeightRowBytes(t, cols) / double(std::max<int64_t>(cols, 1));
+  return double(i.matmul_active_per_decode_token) * per + 4.0 * double(i.active_per_decode_token - i.matmul_active_per_decode_token);
+}
+
 ModelInfo ComputeInfo(const ModelConfig& c) {
   ModelInfo info;
   const int64_t ffn = 3 * int64_t(c.moe_inter_dim) * c.dim;
-  std::vector<int64_t> active(size_t(c.n_layers), 0);
+  std::vector<int64_t> active(size_t(c.n_layers), 0), matmul(size_t(c.n_layers), 0);
   for (const TensorSpec& t : RequiredTensors(c)) {
     const int64_t n = Count(t.shape);
     info.total_params += n;
@@ -29,11 +34,15 @@ ModelInfo ComputeInfo(const ModelConfig& c) {
     else if (t.name == "head.weight") info.head_params = n;
     else if (t.name.rfind("layers.", 0) == 0) {
       const int l = std::stoi(t.name.substr(7));
-      if (!Has(t.name, "ffn.experts.")) active[size_t(l)] += n;  // routed experts counted below
+      if (!Has(t.name, "ffn.experts.")) {  // routed experts counted below
+        active[size_t(l)] += n;
+        if (IsMatmulTensor(t.name)) matmul[size_t(l)] += n;
+      }
     }
   }
   for (int l = 0; l < c.n_layers; ++l) {
     if (c.n_routed_experts > 0) active[size_t(l)] += int64_t(c.experts_per_token) * ffn;
+    if (c.n_routed_experts > 0) matmul[size_t(l)] += int64_t(c.experts_per_token) * ffn;
     info.active_per_layer_max = std::max(info.active_per_layer_max, active[size_t(l)]);
   }
   const int E = c.n_encoder_layers;
@@ -41,6 +50,8 @@ ModelInfo ComputeInfo(const ModelConfig& c) {
   // Layer E's window entry and compressor are projections of H_E that every prompt row needs.
   info.active_per_prefill_token += int64_t(c.head_dim) * c.dim * 2 + int64_t(c.index_head_dim) * c.head_dim;
   for (int l = 0; l < c.n_layers; ++l) info.active_per_decode_token += active[size_t(l)];
+  for (int l = 0; l < c.n_layers; ++l) info.matmul_active_per_decode_token += matmul[size_t(l)];
+  info.matmul_active_per_decode_token += info.head_params;
   info.active_per_decode_token += info.head_params + c.dim;
   // Stored bytes at the model's kv_dtype (engine/kv_precision.h): F32 rows, or the released forms.
   info.kv_dtype = c.kv_dtype;
@@ -66,6 +77,7 @@ nlohmann::json InfoToJson(const ModelInfo& i) {
           {"active_params_per_layer_max", i.active_per_layer_max},
           {"active_params_per_prefill_token", i.active_per_prefill_token},
           {"active_params_per_decode_token", i.active_per_decode_token},
+          {"matmul_params_per_decode_token", i.matmul_active_per_decode_token},
           {"pools", pools},
           {"cached_bytes_per_token", i.cached_bytes_per_token},
           {"boundary_window_state_bytes", i.boundary_window_bytes},

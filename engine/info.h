@@ -8,6 +8,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "engine/config.h"
+#include "kernels/weight_view.h"
 
 namespace cedar {
 
@@ -18,6 +19,7 @@ struct ModelInfo {
   int64_t active_per_layer_max = 0;     // largest per-token active count of one layer
   int64_t active_per_prefill_token = 0; // encoder layers + layer E's window/pool projections
   int64_t active_per_decode_token = 0;  // every layer + final norm + head
+  int64_t matmul_active_per_decode_token = 0;  // of those, the matmul weights (IsMatmulTensor: --weights applies)
   // Byte counts below are at the config's kv_dtype (engine/kv_precision.h): "f32" rows of 4-byte
   // floats, or "released" rows (window FP8 c + c/32, pool entry c/2 + c/16, index key h/2 + h/32).
   std::string kv_dtype;
@@ -30,6 +32,10 @@ struct ModelInfo {
 };
 
 ModelInfo ComputeInfo(const ModelConfig& c);
+// Bytes of weights one decode token streams with the matmul weights stored as `t` (scales
+// included; every other active parameter F32).
+// `cols`: a typical input width (the model dim) for the share of the block scales.
+double DecodeWeightBytes(const ModelInfo& i, kernels::WeightType t, int64_t cols);
 nlohmann::json InfoToJson(const ModelInfo& i);
 
 }  // namespace cedar

@@ -132,23 +132,26 @@ std::unique_ptr<const Model> Model::Load(const std::string& dir, const LoadOptio
   }
   if (!options.mmap_weights) m->arena_ = std::make_unique<WeightArena>(floats * sizeof(float));
   auto take = [&](const std::string& n) { return m->Take(n, shapes.at(n)); };
+  m->precision_ = options.weights;
+  // The matmul weights, at the chosen precision (engine/model_precision.cpp).
+  auto takem = [&](const std::string& n) { return m->TakeMatmul(n, shapes.at(n), options.weights); };
   m->embed_ = take("embed.weight");
   m->norm_ = take("norm.weight");
-  m->head_ = take("head.weight");
+  m->head_ = takem("head.weight");
   m->layers_.resize(size_t(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
     LayerWeights& w = m->layers_[size_t(l)];
     w.attn_norm = take(p + "attn_norm.weight");
     w.ffn_norm = take(p + "ffn_norm.weight");
-    w.wq_a = take(p + "attn.wq_a.weight");
+    w.wq_a = takem(p + "attn.wq_a.weight");
     w.q_norm = take(p + "attn.q_norm.weight");
-    w.wq_b = take(p + "attn.wq_b.weight");
-    w.wkv = take(p + "attn.wkv.weight");
+    w.wq_b = takem(p + "attn.wq_b.weight");
+    w.wkv = takem(p + "attn.wkv.weight");
     w.kv_norm = take(p + "attn.kv_norm.weight");
     w.sink = take(p + "attn.sink");
-    w.wo_a = take(p + "attn.wo_a.weight");
-    w.wo_b = take(p + "attn.wo_b.weight");
+    w.wo_a = takem(p + "attn.wo_a.weight");
+    w.wo_b = takem(p + "attn.wo_b.weight");
     if (c.hc_mult > 1) {
       w.hc_attn_fn = take(p + "hc_attn_fn");
       w.hc_attn_base = take(p + "hc_attn_base");
@@ -158,17 +161,17 @@ std::unique_ptr<const Model> Model::Load(const std::string& dir, const LoadOptio
       w.hc_ffn_scale = take(p + "hc_ffn_scale");
     }
     if (c.IsKvSource(l)) {
-      w.comp_wkv = take(p + "attn.compressor.wkv.weight");
-      if (c.RatioOf(l) == 2) w.comp_wz = take(p + "attn.compressor.wz.weight");
+      w.comp_wkv = takem(p + "attn.compressor.wkv.weight");
+      if (c.RatioOf(l) == 2) w.comp_wz = takem(p + "attn.compressor.wz.weight");
       w.comp_norm = take(p + "attn.compressor.norm.weight");
-      w.idx_wk = take(p + "attn.indexer.wk.weight");
+      w.idx_wk = takem(p + "attn.indexer.wk.weight");
       w.idx_k_norm = take(p + "attn.indexer.k_norm.weight");
     }
     if (c.IsIndexSource(l)) {
-      w.idx_wq_b = take(p + "attn.indexer.wq_b.weight");
-      w.idx_wproj = take(p + "attn.indexer.weights_proj.weight");
+      w.idx_wq_b = takem(p + "attn.indexer.wq_b.weight");
+      w.idx_wproj = takem(p + "attn.indexer.weights_proj.weight");
     }
-    auto ffn = [&](const std::string& q) { return FfnWeights{take(q + "w1.weight"), take(q + "w2.weight"), take(q + "w3.weight")}; };
+    auto ffn = [&](const std::string& q) { return FfnWeights{takem(q + "w1.weight"), takem(q + "w2.weight"), takem(q + "w3.weight")}; };
     if (c.n_routed_experts > 0) {
       w.gate = take(p + "ffn.gate.weight");
       w.gate_bias = take(p + "ffn.gate.bias");
@@ -186,6 +189,12 @@ std::unique_ptr<const Model> Model::Load(const std::string& dir, const LoadOptio
   for (const auto& [name, t] : m->file_->Tensors()) {
     XXH3_64bits_update(st, name.data(), name.size());
     XXH3_64bits_update(st, t.data, t.nbytes);
+  }
+  // Another precision computes other numbers: its cache entries must not be taken for F32's
+  // (F32 keeps the fingerprint it always had).
+  if (options.weights != WeightPrecision::kF32) {
+    const std::string tag = std::string("weights=") + WeightPrecisionName(options.weights);
+    XXH3_64bits_update(st, tag.data(), tag.size());
   }
   m->fingerprint_ = XXH3_64bits_digest(st);
   XXH3_freeState(st);

@@ -9,15 +9,30 @@
 #include "engine/engram.h"
 #include "engine/safetensors.h"
 #include "engine/weight_arena.h"
+#include "kernels/weight_view.h"
 
 namespace cedar {
 
-// A read-only float matrix view into the Model's weight arena (F32 copied, BF16 converted once
-// at load) or, with LoadOptions::mmap_weights, F32 tensors in place in the memory-mapped file.
+// A read-only matrix view into the Model's weight arena (F32 copied, BF16 converted once at load)
+// or, with LoadOptions::mmap_weights, F32 tensors in place in the memory-mapped file. The matmul
+// weights may be stored in another precision (LoadOptions::weights, issue 20): then `data` is null
+// and `stored`/`scales` hold them; products go through view() (kernels::MatmulW).
 struct Weight {
-  const float* data = nullptr;
-  int64_t rows = 0, cols = 0;  // [rows, cols]; a vector has rows = its length, cols = 1
-  bool present() const { return data != nullptr; }
+  const float* data = nullptr;  // F32 only
+  int64_t rows = 0, cols = 0;   // [rows, cols]; a vector has rows = its length, cols = 1
+  kernels::WeightType type = kernels::WeightType::kF32;
+  const void* stored = nullptr;  // type != kF32: the elements (kernels/weight_view.h layouts)
+  const void* scales = nullptr;  // INT8/FP8/FP4: the block scales
+  bool present() const { return data != nullptr || stored != nullptr; }
+  kernels::WeightView view() const {
+    kernels::WeightView v;
+    v.type = type;
+    v.data = type == kernels::WeightType::kF32 ? static_cast<const void*>(data) : stored;
+    v.scales = scales;
+    v.rows = rows;
+    v.cols = cols;
+    return v;
+  }
 };
 
 struct FfnWeights {
@@ -83,6 +98,18 @@ struct DSparkWeights {
   int experts_per_token = 0;       // dspark_num_experts_per_tok
 };
 
+// The precision of the matmul weights in memory (`--weights`). Embeddings, norms, the router and
+// the mHC mixes stay F32 in every mode.
+enum class WeightPrecision {
+  kF32,       // today's behaviour: F32 copied, BF16 converted to F32
+  kBF16,      // BF16 kept, F32 rounded to BF16 (nearest even)
+  kI8,        // symmetric INT8 with one F32 scale per 32 inputs (kernels::QuantizeI8)
+  kAsStored,  // as in the file: F32 stays F32, BF16 stays BF16, the released FP8/FP4 stay FP8/FP4
+};
+const char* WeightPrecisionName(WeightPrecision p);  // "f32", "bf16", "int8", "as-stored"
+// Parses a `--weights` value; throws std::invalid_argument naming the accepted values.
+WeightPrecision ParseWeightPrecision(const std::string& s);
+
 struct LoadOptions {
   // Read F32 tensors in place from the memory-mapped file instead of copying every weight
   // into the anonymous huge-page arena (WeightArena). Saves the copy's RAM and load time;
@@ -92,6 +119,8 @@ struct LoadOptions {
   // part must fit (else a clear error naming both sizes); routed experts beyond it are read
   // from the memory-mapped shards on demand.
   int64_t max_ram_bytes = 0;
+  // The matmul weights' precision in memory (issue 20). kF32 keeps today's numbers bit for bit.
+  WeightPrecision weights = WeightPrecision::kF32;
 };
 
 // ---- Released layout (issue 21, engine/v41_load.cpp): what loading a sharded FP8/FP4 checkpoint
@@ -131,6 +160,10 @@ class Model {
   // A 64-bit fingerprint of config and weights (for cache keys): XXH3 over the file bytes.
   uint64_t fingerprint() const { return fingerprint_; }
   const std::string& dir() const { return dir_; }
+  // The matmul weights' precision this model was loaded with, and the bytes per parameter those
+  // weights take on average (scales included): what decode streams per active parameter.
+  WeightPrecision weight_precision() const { return precision_; }
+  double matmul_bytes_per_param() const { return matmul_params_ > 0 ? matmul_bytes_ / matmul_params_ : 4.0; }
   // Released layout only (nullptr otherwise): sizes and times of the load.
   const ReleasedLoadReport* released_load() const { return released_load_.get(); }
   // Routed expert e of layer l (FFN code reads experts only through this). Resident experts come
@@ -149,6 +182,9 @@ class Model {
   // FP8/FP4 weights dequantised with their E8M0 block scales.
   static std::unique_ptr<const Model> LoadReleased(const std::string& dir, const LoadOptions& options);
   Weight Take(const std::string& name, std::vector<int64_t> shape);
+  // A matmul weight at the chosen precision (engine/model_precision.cpp); F32 mode is Take.
+  Weight TakeMatmul(const std::string& name, std::vector<int64_t> shape, WeightPrecision p);
+  void* AllocateBytes(size_t bytes);  // in the arena, or owned_ when mmap_weights
   std::string dir_;
   ModelConfig config_;
   std::unique_ptr<SafetensorsFile> file_;
@@ -157,6 +193,8 @@ class Model {
   Weight embed_, norm_, head_;
   std::vector<LayerWeights> layers_;
   uint64_t fingerprint_ = 0;
+  WeightPrecision precision_ = WeightPrecision::kF32;
+  double matmul_bytes_ = 0, matmul_params_ = 0;  // sums over the matmul weights (TakeMatmul)
   std::unique_ptr<ReleasedLoadReport> released_load_;  // released layout only
   std::vector<EngramWeights> engram_;                   // one per engram_layers entry
   std::shared_ptr<const ExpertCache> expert_cache_;     // released layout, experts on demand only
@@ -170,5 +208,8 @@ struct TensorSpec {
   std::vector<int64_t> shape;
 };
 std::vector<TensorSpec> RequiredTensors(const ModelConfig& c);
+// Whether a tensor (Cedar's or the released name) is a matmul weight, stored at LoadOptions::weights;
+// every other tensor (embeddings, norms, router, mHC mixes, sinks) stays F32.
+bool IsMatmulTensor(const std::string& name);
 
 }  // namespace cedar

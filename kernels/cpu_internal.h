@@ -25,6 +25,13 @@ void MatmulFewRows(const float* x, const float* w, float* y, int n, int in, int 
 // row, MatmulFewRows up to kFewRowsMax rows, sgemm above.
 void MatmulColumns(const MatmulJob& j, int col0, int col1);
 
+// The typed-weight products (matmul_quant.cpp): y[b * ys + (r - r0)] = x[b, :] . w[r, :] for
+// b < n <= kFewRowsMax, r in [r0, r1), weights decoded in registers, row invariant; rows
+// [r0, r0 + n) decoded to F32 (out[n, cols]); a typed job's columns (few rows, or panels + sgemm).
+void QuantFewRows(const float* x, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys);
+void QuantDecodeRows(const WeightView& w, int64_t r0, int64_t n, float* out);
+void MatmulColumnsTyped(const MatmulJob& j, int col0, int col1);
+
 // MatmulMany without the work counters (Matmul counts its own calls); returns the FLOPs.
 double RunMatmulJobs(const MatmulJob* jobs, int n_jobs);
 

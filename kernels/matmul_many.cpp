@@ -128,6 +128,7 @@ std::atomic<bool> row_invariant_matmul{false};
 }  // namespace
 
 void MatmulColumns(const MatmulJob& j, int col0, int col1) {
+  if (j.wv.type != WeightType::kF32) return MatmulColumnsTyped(j, col0, col1);
   const int cols = col1 - col0;
   if (j.in <= 0) {
     for (int r = 0; r < j.n; ++r) std::fill(j.y + size_t(r) * j.out + col0, j.y + size_t(r) * j.out + col1, 0.0f);

@@ -6,6 +6,8 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/weight_view.h"
+
 namespace cedar::kernels {
 
 // y[n, out] = x[n, in] * w[out, in]^T
@@ -20,8 +22,21 @@ struct MatmulJob {
   const float* w = nullptr;  // [out, in]
   float* y = nullptr;        // [n, out]
   int n = 0, in = 0, out = 0;
+  // A typed weight (BF16, INT8, FP8, FP4: kernels/weight_view.h) used instead of `w` when its type
+  // is not F32 (then w is null); an F32 job ignores it and runs today's path.
+  WeightView wv{};
 };
 void MatmulMany(const MatmulJob* jobs, int n_jobs);
+// The job y[n, w.rows] = x[n, w.cols] w^T for a typed weight: an F32 view fills `w` (today's path),
+// any other type `wv`.
+inline MatmulJob JobW(const float* x, const WeightView& w, float* y, int n) {
+  MatmulJob j{x, nullptr, y, n, int(w.cols), int(w.rows)};
+  if (w.type == WeightType::kF32)
+    j.w = static_cast<const float*>(w.data);
+  else
+    j.wv = w;
+  return j;
+}
 
 // Row-wise RMSNorm: y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight.  x, y: [n, dim]; may alias.
 void RmsNorm(const float* x, const float* weight, float* y, int n, int dim, float eps);

@@ -79,7 +79,12 @@ void SwiGLU(const float* g, const float* u, float* out, int n, float limit) {
 }
 
 void MatmulMany(const MatmulJob* jobs, int n_jobs) {
-  for (int j = 0; j < n_jobs; ++j) Matmul(jobs[j].x, jobs[j].w, jobs[j].y, jobs[j].n, jobs[j].in, jobs[j].out);
+  for (int j = 0; j < n_jobs; ++j) {
+    if (jobs[j].wv.type != WeightType::kF32)
+      ref::MatmulW(jobs[j].x, jobs[j].wv, jobs[j].y, jobs[j].n);
+    else
+      Matmul(jobs[j].x, jobs[j].w, jobs[j].y, jobs[j].n, jobs[j].in, jobs[j].out);
+  }
 }
 
 void SinkAttention(const float* q, int n_heads, int dim, const float* win, int n_win,

@@ -3,3 +3,6 @@ cedar_add_test(kernels_test kernels cedar_kernels ${CMAKE_CURRENT_SOURCE_DIR}/ke
 cedar_add_test(kv_quant_test kernels "cedar_kernels;nlohmann_json::nlohmann_json" ${CMAKE_CURRENT_SOURCE_DIR}/kv_quant_test.cpp)
 # The row-invariant GEMM: bitwise equal to its reference and to MatVec row by row (n = 1..300).
 cedar_add_test(gemm_rowinv_test kernels cedar_kernels ${CMAKE_CURRENT_SOURCE_DIR}/gemm_rowinv_test.cpp)
+# Typed weights (BF16, INT8, FP8, FP4; issue 20): every product against its reference and the F32
+# product within the format's bound, and batched rows equal to one row alone.
+cedar_add_test(kernels_weights_test kernels cedar_kernels ${CMAKE_CURRENT_SOURCE_DIR}/kernels_weights_test.cpp)

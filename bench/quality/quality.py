@@ -113,7 +113,7 @@ def python_scenarios(model, seq):
     return nll_full, out
 
 
-def cpp_scenarios(binary, model_dir, seqs, threads=1):
+def cpp_scenarios(binary, model_dir, seqs, threads=1, weights="f32"):
     """Runs bench_quality on the sequences; same keys as python_scenarios."""
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         for s in seqs:
@@ -121,11 +121,13 @@ def cpp_scenarios(binary, model_dir, seqs, threads=1):
         path = f.name
     try:
         cmd = [binary, "--model", model_dir, "--tokens", path, "--cuts", ",".join(map(str, CUTS)),
-               "--decode", str(DECODE), "--modes", "exact,bounded,bounded-paper", "--threads", str(threads)]
+               "--decode", str(DECODE), "--modes", "exact,bounded,bounded-paper", "--threads", str(threads),
+               "--weights", weights]
         res = subprocess.run(cmd, check=True, capture_output=True, text=True)
         cmd_r = [binary, "--model", model_dir, "--tokens", path, "--modes", "bounded", "--decode", str(REPLAY_DECODE),
                  "--cuts", ",".join(str(p + SUFFIX) for p in REPLAY_P),
-                 "--replay", ",".join(f"{p}:{p + SUFFIX}" for p in REPLAY_P), "--threads", str(threads)]
+                 "--replay", ",".join(f"{p}:{p + SUFFIX}" for p in REPLAY_P), "--threads", str(threads),
+                 "--weights", weights]
         res_r = subprocess.run(cmd_r, check=True, capture_output=True, text=True)
     finally:
         os.unlink(path)
@@ -232,6 +234,7 @@ def main():
     ap.add_argument("--jsonl", help="also write the JSON lines here")
     ap.add_argument("--md", help="also write the markdown tables here")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--weights", default="f32", help="the C++ engine's matmul weights: f32 | bf16 | int8 (docs/WEIGHTS.md)")
     ap.add_argument("--summarize", help="only print the condensed table of an earlier --jsonl file")
     a = ap.parse_args()
     if a.summarize:
@@ -262,7 +265,7 @@ def main():
                 per.append(d)
             impls["py-f64"] = (full_nll, per)
         if a.cpp and os.path.exists(a.cpp):
-            impls["cedar-cpp"] = cpp_scenarios(a.cpp, path, seqs, a.threads)
+            impls["cedar-cpp"] = cpp_scenarios(a.cpp, path, seqs, a.threads, a.weights)
         elif a.cpp:
             print(f"# {a.cpp} not built: C++ numbers skipped", file=sys.stderr)
         md.append(f"\n### {name}\n")

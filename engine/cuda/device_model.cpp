@@ -60,6 +60,9 @@ DevWeight DeviceModel::Stack(const Weight& a, const Weight& b) {
 }
 
 std::unique_ptr<DeviceModel> DeviceModel::Create(const Model& host, DType weight_type) {
+  if (host.weight_precision() != WeightPrecision::kF32)  // the device uploads F32 host weights (and converts them itself)
+    throw std::runtime_error(std::string("cuda: the device backend reads F32 host weights; found --weights ") +
+                             WeightPrecisionName(host.weight_precision()) + " (load with --weights f32, or use --device cpu)");
   if (host.expert_cache())  // released layout loaded with experts on demand (--max-ram): host memory only
     throw std::runtime_error("cuda: routed experts read on demand (--max-ram below the expert bytes) run on the CPU backend only; use --device cpu or a larger --max-ram");
   int count = 0;

@@ -1,0 +1,98 @@
+// Matmul weights at the precision chosen at load (`--weights`, issue 20): BF16 files kept as
+// BF16, F32 rounded to BF16 or quantised to INT8 (block 32 along the input, F32 scales).
+#include <cstring>
+#include <vector>
+#include <stdexcept>
+
+#include <spdlog/spdlog.h>
+
+#include "engine/model.h"
+#include "kernels/weight_view.h"
+
+namespace cedar {
+
+const char* WeightPrecisionName(WeightPrecision p) {
+  switch (p) {
+    case WeightPrecision::kF32: return "f32";
+    case WeightPrecision::kBF16: return "bf16";
+    case WeightPrecision::kI8: return "int8";
+    case WeightPrecision::kAsStored: return "as-stored";
+  }
+  return "?";
+}
+
+WeightPrecision ParseWeightPrecision(const std::string& s) {
+  for (WeightPrecision p : {WeightPrecision::kF32, WeightPrecision::kBF16, WeightPrecision::kI8, WeightPrecision::kAsStored})
+    if (s == WeightPrecisionName(p)) return p;
+  throw std::invalid_argument("--weights: expected f32, bf16, int8 or as-stored, found '" + s + "'");
+}
+
+bool IsMatmulTensor(const std::string& name) {
+  static const char* const kSuffixes[] = {"attn.wq_a.weight", "attn.wq_b.weight", "attn.wkv.weight", "attn.wo_a.weight",
+                                          "attn.wo_b.weight", "compressor.wkv.weight", "compressor.wz.weight",
+                                          "compressor.wgate.weight", "indexer.wk.weight", "indexer.wq_b.weight",
+                                          "indexer.weights_proj.weight", ".w1.weight", ".w2.weight", ".w3.weight"};
+  if (name == "head.weight") return true;
+  for (const char* s : kSuffixes) {
+    const size_t n = std::strlen(s);
+    if (name.size() >= n && name.compare(name.size() - n, n, s) == 0) return true;
+  }
+  return false;
+}
+
+void* Model::AllocateBytes(size_t bytes) {
+  const size_t floats = (bytes + 3) / 4;
+  if (arena_) return arena_->Allocate(floats);
+  owned_.push_back(std::make_unique<std::vector<float>>(floats));
+  return owned_.back()->data();
+}
+
+Weight Model::TakeMatmul(const std::string& name, std::vector<int64_t> shape, WeightPrecision p) {
+  namespace k = kernels;
+  const TensorInfo* t = file_->Find(name);
+  const bool bf16_file = t && t->dtype == DType::BF16;
+  const bool keep_f32 = p == WeightPrecision::kF32 || (p == WeightPrecision::kAsStored && !bf16_file);
+  if (keep_f32) {
+    Weight w = Take(name, shape);  // checks name, shape and dtype; F32 in the arena (or mapped)
+    matmul_params_ += double(w.rows * w.cols);
+    matmul_bytes_ += double(w.rows) * k::WeightRowBytes(w.type, w.cols);
+    return w;
+  }
+  if (!t) throw std::runtime_error("model: " + file_->Path() + ": missing tensor '" + name + "'");
+  if (t->shape != shape) return Take(name, shape);  // Take names the expected and found shapes
+  if (t->dtype != DType::F32 && t->dtype != DType::BF16) return Take(name, shape);  // and the dtype
+  Weight w;
+  w.rows = shape[0];
+  w.cols = 1;
+  for (size_t i = 1; i < shape.size(); ++i) w.cols *= shape[i];
+  if (shape.size() == 3) {  // wo_a: groups stacked along rows
+    w.rows = shape[0] * shape[1];
+    w.cols = shape[2];
+  }
+  const int64_t n = w.rows * w.cols;
+  if (p == WeightPrecision::kI8) {
+    const std::vector<float> f = file_->ReadFloats(name);  // a transient F32 copy of this tensor only
+    const int64_t nb = (w.cols + k::kQuantBlock - 1) / k::kQuantBlock;
+    auto* q = static_cast<int8_t*>(AllocateBytes(size_t(n)));
+    auto* sc = static_cast<float*>(AllocateBytes(size_t(w.rows * nb) * sizeof(float)));
+    k::QuantizeI8(f.data(), w.rows, w.cols, q, sc);
+    w.type = k::WeightType::kI8;
+    w.stored = q;
+    w.scales = sc;
+  } else {  // BF16: a BF16 file's bits as they are, F32 rounded to nearest even
+    auto* b = static_cast<uint16_t*>(AllocateBytes(size_t(n) * 2));
+    if (bf16_file) {
+      std::memcpy(b, t->data, size_t(n) * 2);
+    } else {
+      const std::vector<float> f = file_->ReadFloats(name);
+      for (int64_t i = 0; i < n; ++i) b[i] = k::FloatToBf16(f[size_t(i)]);
+    }
+    w.type = k::WeightType::kBF16;
+    w.stored = b;
+  }
+  matmul_params_ += double(w.rows * w.cols);
+  matmul_bytes_ += double(w.rows) * k::WeightRowBytes(w.type, w.cols);
+  return w;
+}
+
+}  // namespace cedar

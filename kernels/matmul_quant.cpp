@@ -1,0 +1,318 @@
+// Products with BF16 / INT8 / FP8 / FP4 weights (kernels/weight_view.h), F32 activations.
+//
+// Decode (one row of x) and batched decode (<= kFewRowsMax rows) decode each block of 32 weights
+// in registers and reuse it for every row of x, so the weights are read once. Every output is
+// summed in one fixed order, whatever the number of rows of x and the rows side by side:
+//   per block of 32: t = (w0*x0 + w2*x2) + (w1*x1 + w3*x3) (8 lanes each), acc = fma(t, scale, acc)
+//   (acc + t for BF16), then the lanes summed pairwise; a partial last block goes through the same
+//   code from a zero-padded copy. So a row of a batch equals that row alone, bit for bit.
+// Many rows (prefill): a panel of weight rows is decoded to F32 once and sgemm runs on it.
+//
+// AVX2 + FMA (this project's minimum; AVX-512 would widen the lanes but change the order, so a
+// variant must keep 8-lane partial sums to stay row invariant). Without AVX2 a scalar loop keeps
+// the same structure (still row invariant, slower).
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define CEDAR_QUANT_AVX2 1
+#endif
+
+#include "kernels/cpu_internal.h"
+#include "kernels/quant_formats.h"
+#include "kernels/weight_view.h"
+
+namespace cedar::kernels::internal {
+
+namespace {
+
+constexpr int B = kQuantBlock;
+
+// 2^(code - 127) for every E8M0 code (NaN for 0xFF), built once.
+const float* E8m0Table() {
+  static const auto* t = [] {
+    auto* a = new float[256];
+    for (int i = 0; i < 256; ++i) a[i] = DecodeE8M0(uint8_t(i));
+    return a;
+  }();
+  return t;
+}
+
+int64_t Blocks(int64_t cols) { return (cols + B - 1) / B; }
+
+// The unscaled value of element (r, c) and the scale of its block (scalar; tails and fallback).
+float RawAt(const WeightView& w, int64_t r, int64_t c) {
+  switch (w.type) {
+    case WeightType::kBF16: return Bf16ToFloat(static_cast<const uint16_t*>(w.data)[r * w.cols + c]);
+    case WeightType::kI8: return float(static_cast<const int8_t*>(w.data)[r * w.cols + c]);
+    case WeightType::kFP8: return DecodeE4M3(static_cast<const uint8_t*>(w.data)[r * w.cols + c]);
+    case WeightType::kFP4: {
+      const uint8_t byte = static_cast<const uint8_t*>(w.data)[r * (w.cols / 2) + c / 2];
+      return DecodeE2M1(c % 2 ? uint8_t(byte >> 4) : uint8_t(byte & 0xF));
+    }
+    default: return static_cast<const float*>(w.data)[r * w.cols + c];
+  }
+}
+float ScaleOf(const WeightView& w, int64_t r, int64_t b) {
+  switch (w.type) {
+    case WeightType::kI8: return static_cast<const float*>(w.scales)[r * Blocks(w.cols) + b];
+    case WeightType::kFP8: return E8m0Table()[static_cast<const uint8_t*>(w.scales)[((w.row0 + r) / B) * Blocks(w.cols) + b]];
+    case WeightType::kFP4: return E8m0Table()[static_cast<const uint8_t*>(w.scales)[r * Blocks(w.cols) + b]];
+    default: return 1.0f;
+  }
+}
+
+#if CEDAR_QUANT_AVX2
+
+// Decoders: Load fills v[0..4) with the unscaled elements [32 b, 32 b + 32) of row r (a full block).
+// Scales(w, r): row r's scale row, computed once per row (no division in the block loop);
+// Scale(p, b): block b's scale from it.
+struct DecBf16 {
+  static constexpr bool kScaled = false;
+  static const void* Scales(const WeightView&, int64_t) { return nullptr; }
+  static float Scale(const void*, int64_t) { return 1.0f; }
+  static void Load(const WeightView& w, int64_t r, int64_t b, __m256 v[4]) {
+    const uint16_t* p = static_cast<const uint16_t*>(w.data) + r * w.cols + b * B;
+    for (int j = 0; j < 4; ++j) {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8 * j));
+      v[j] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+  }
+};
+struct DecI8 {
+  static constexpr bool kScaled = true;
+  static const void* Scales(const WeightView& w, int64_t r) { return static_cast<const float*>(w.scales) + r * Blocks(w.cols); }
+  static float Scale(const void* p, int64_t b) { return static_cast<const float*>(p)[b]; }
+  static void Load(const WeightView& w, int64_t r, int64_t b, __m256 v[4]) {
+    const int8_t* p = static_cast<const int8_t*>(w.data) + r * w.cols + b * B;
+    for (int j = 0; j < 4; ++j)
+      v[j] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * j))));
+  }
+};
+// E4M3 by bit placement: sign to bit 31, the 7 exponent+mantissa bits to bits 20..26 make a float
+// of 2^-120 times the value (subnormals included, as float subnormals), then * 2^120 (exact).
+// 0x7F/0xFF (NaN) decode as +-480: the released weights have none.
+struct DecFp8 {
+  static constexpr bool kScaled = true;
+  static const void* Scales(const WeightView& w, int64_t r) {
+    return static_cast<const uint8_t*>(w.scales) + ((w.row0 + r) / B) * Blocks(w.cols);
+  }
+  static float Scale(const void* p, int64_t b) { return E8m0Table()[static_cast<const uint8_t*>(p)[b]]; }
+  static void Load(const WeightView& w, int64_t r, int64_t b, __m256 v[4]) {
+    const uint8_t* p = static_cast<const uint8_t*>(w.data) + r * w.cols + b * B;
+    const __m256i sign_mask = _mm256_set1_epi32(int(0x80000000u)), low7 = _mm256_set1_epi32(0x7F);
+    const __m256 k2p120 = _mm256_set1_ps(0x1p120f);
+    for (int j = 0; j < 4; ++j) {
+      const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * j)));
+      const __m256i bits = _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi32(e, 24), sign_mask),
+                                           _mm256_slli_epi32(_mm256_and_si256(e, low7), 20));
+      v[j] = _mm256_mul_ps(_mm256_castsi256_ps(bits), k2p120);
+    }
+  }
+};
+// E2M1: 4 bytes = 8 nibbles per lane group (lane i takes bits 4i..4i+3: element 2k is byte k's low
+// nibble); magnitude from an 8-entry table by permute, sign from bit 3.
+struct DecFp4 {
+  static constexpr bool kScaled = true;
+  static const void* Scales(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.scales) + r * Blocks(w.cols); }
+  static float Scale(const void* p, int64_t b) { return E8m0Table()[static_cast<const uint8_t*>(p)[b]]; }
+  static void Load(const WeightView& w, int64_t r, int64_t b, __m256 v[4]) {
+    const uint8_t* p = static_cast<const uint8_t*>(w.data) + r * (w.cols / 2) + b * (B / 2);
+    const __m256 table = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
+    const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28), nib = _mm256_set1_epi32(0xF);
+    for (int j = 0; j < 4; ++j) {
+      int32_t word;
+      std::memcpy(&word, p + 4 * j, 4);
+      const __m256i idx = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(word), shifts), nib);
+      const __m256 mag = _mm256_permutevar8x32_ps(table, idx);
+      const __m256i sign = _mm256_slli_epi32(_mm256_srli_epi32(idx, 3), 31);
+      v[j] = _mm256_xor_ps(mag, _mm256_castsi256_ps(sign));
+    }
+  }
+};
+
+inline float HSum(__m256 v) {  // fixed pairwise order
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+// The per-block step shared by full and tail blocks: acc += (w . x over 32) * scale.
+template <bool kScaled>
+inline __m256 Step(const __m256 v[4], const float* xp, __m256 s, __m256 acc) {
+  __m256 t0 = _mm256_mul_ps(v[0], _mm256_loadu_ps(xp));
+  __m256 t1 = _mm256_mul_ps(v[1], _mm256_loadu_ps(xp + 8));
+  t0 = _mm256_fmadd_ps(v[2], _mm256_loadu_ps(xp + 16), t0);
+  t1 = _mm256_fmadd_ps(v[3], _mm256_loadu_ps(xp + 24), t1);
+  return kScaled ? _mm256_fmadd_ps(_mm256_add_ps(t0, t1), s, acc) : _mm256_add_ps(acc, _mm256_add_ps(t0, t1));
+}
+
+// N rows of x (stride in) against weight rows [r, r + R): y[n * ys + k].
+template <class D, int N, int R>
+void Block(const float* x, const WeightView& w, int64_t r, float* y, int64_t ys) {
+  const int64_t in = w.cols, nb = in / B;
+  __m256 acc[N][R];
+  const void* sc[R];
+  for (int k = 0; k < R; ++k) sc[k] = D::Scales(w, r + k);
+  for (int n = 0; n < N; ++n)
+    for (int k = 0; k < R; ++k) acc[n][k] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+#pragma GCC unroll 4
+    for (int k = 0; k < R; ++k) {
+      __m256 v[4];
+      D::Load(w, r + k, b, v);
+      const __m256 s = _mm256_set1_ps(D::Scale(sc[k], b));
+#pragma GCC unroll 8
+      for (int n = 0; n < N; ++n) acc[n][k] = Step<D::kScaled>(v, x + n * in + b * B, s, acc[n][k]);
+    }
+  }
+  if (in % B) {  // the partial last block, zero-padded
+    alignas(32) float wb[B], xb[B];
+    for (int k = 0; k < R; ++k) {
+      std::fill(wb, wb + B, 0.0f);
+      for (int64_t c = nb * B; c < in; ++c) wb[c - nb * B] = RawAt(w, r + k, c);
+      const __m256 v[4] = {_mm256_load_ps(wb), _mm256_load_ps(wb + 8), _mm256_load_ps(wb + 16), _mm256_load_ps(wb + 24)};
+      const __m256 s = _mm256_set1_ps(D::Scale(sc[k], nb));
+      for (int n = 0; n < N; ++n) {
+        std::fill(xb, xb + B, 0.0f);
+        std::copy(x + n * in + nb * B, x + n * in + in, xb);
+        acc[n][k] = Step<D::kScaled>(v, xb, s, acc[n][k]);
+      }
+    }
+  }
+  for (int n = 0; n < N; ++n)
+    for (int k = 0; k < R; ++k) y[n * ys + k] = HSum(acc[n][k]);
+}
+
+// Weight rows [r0, r1) for N rows of x: R rows side by side (several weight streams in flight,
+// accumulators within the 16 registers).
+template <class D, int N>
+void Rows(const float* x, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
+  constexpr int R = N <= 2 ? 4 : N <= 4 ? 2 : 1;
+  int64_t r = r0;
+  for (; r + R <= r1; r += R) Block<D, N, R>(x, w, r, y + (r - r0), ys);
+  for (; r < r1; ++r) Block<D, N, 1>(x, w, r, y + (r - r0), ys);
+}
+
+template <class D>
+void FewRowsT(const float* x, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
+  constexpr int kGroup = 8;
+  const int64_t blk = 64;  // weight rows per block: re-read from L2 by the next group of x rows
+  const int64_t in = w.cols;
+  for (int64_t a = r0; a < r1; a += blk) {
+    const int64_t e = std::min(r1, a + blk);
+    for (int b0 = 0; b0 < n; b0 += kGroup) {
+      const float* xb = x + int64_t(b0) * in;
+      float* yb = y + int64_t(b0) * ys + (a - r0);
+      switch (std::min(kGroup, n - b0)) {
+        case 1: Rows<D, 1>(xb, w, a, e, yb, ys); break;
+        case 2: Rows<D, 2>(xb, w, a, e, yb, ys); break;
+        case 3: Rows<D, 3>(xb, w, a, e, yb, ys); break;
+        case 4: Rows<D, 4>(xb, w, a, e, yb, ys); break;
+        case 5: Rows<D, 5>(xb, w, a, e, yb, ys); break;
+        case 6: Rows<D, 6>(xb, w, a, e, yb, ys); break;
+        case 7: Rows<D, 7>(xb, w, a, e, yb, ys); break;
+        default: Rows<D, 8>(xb, w, a, e, yb, ys); break;
+      }
+    }
+  }
+}
+
+// Full blocks of one row to F32 (scaled), vectorised; the tail by RawAt.
+template <class D>
+void DecodeRowT(const WeightView& w, int64_t r, float* out) {
+  const int64_t nb = w.cols / B;
+  const void* sc = D::Scales(w, r);
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256 v[4];
+    D::Load(w, r, b, v);
+    const __m256 s = _mm256_set1_ps(D::Scale(sc, b));
+    for (int j = 0; j < 4; ++j) _mm256_storeu_ps(out + b * B + 8 * j, _mm256_mul_ps(v[j], s));
+  }
+  for (int64_t c = nb * B; c < w.cols; ++c) out[c] = RawAt(w, r, c) * ScaleOf(w, r, nb);
+}
+
+#endif  // CEDAR_QUANT_AVX2
+
+// Without AVX2: the same block structure in scalar code (row invariant, not fast).
+void FewRowsScalar(const float* x, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
+  const int64_t in = w.cols;
+  for (int64_t r = r0; r < r1; ++r)
+    for (int b = 0; b < n; ++b) {
+      float acc = 0;
+      for (int64_t blk = 0; blk * B < in; ++blk) {
+        float t = 0;
+        for (int64_t c = blk * B; c < std::min(in, blk * B + B); ++c) t += RawAt(w, r, c) * x[b * in + c];
+        acc += t * ScaleOf(w, r, blk);
+      }
+      y[b * ys + (r - r0)] = acc;
+    }
+}
+
+}  // namespace
+
+// y[b * ys + (r - r0)] = x[b, :] . w[r, :] for b < n (n <= kFewRowsMax), r in [r0, r1).
+void QuantFewRows(const float* x, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
+#if CEDAR_QUANT_AVX2
+  switch (w.type) {
+    case WeightType::kBF16: return FewRowsT<DecBf16>(x, n, w, r0, r1, y, ys);
+    case WeightType::kI8: return FewRowsT<DecI8>(x, n, w, r0, r1, y, ys);
+    case WeightType::kFP8: return FewRowsT<DecFp8>(x, n, w, r0, r1, y, ys);
+    case WeightType::kFP4: return FewRowsT<DecFp4>(x, n, w, r0, r1, y, ys);
+    default: break;
+  }
+#endif
+  FewRowsScalar(x, n, w, r0, r1, y, ys);
+}
+
+void QuantDecodeRows(const WeightView& w, int64_t r0, int64_t n, float* out) {
+  for (int64_t r = r0; r < r0 + n; ++r) {
+    float* o = out + (r - r0) * w.cols;
+#if CEDAR_QUANT_AVX2
+    switch (w.type) {
+      case WeightType::kBF16: DecodeRowT<DecBf16>(w, r, o); continue;
+      case WeightType::kI8: DecodeRowT<DecI8>(w, r, o); continue;
+      case WeightType::kFP8: DecodeRowT<DecFp8>(w, r, o); continue;
+      case WeightType::kFP4: DecodeRowT<DecFp4>(w, r, o); continue;
+      default: break;
+    }
+#endif
+    for (int64_t c = 0; c < w.cols; ++c) o[c] = RawAt(w, r, c) * ScaleOf(w, r, c / B);
+  }
+}
+
+void MatmulColumnsTyped(const MatmulJob& j, int col0, int col1) {
+  const WeightView& w = j.wv;
+  if (j.in <= 0) {
+    for (int r = 0; r < j.n; ++r) std::fill(j.y + size_t(r) * j.out + col0, j.y + size_t(r) * j.out + col1, 0.0f);
+    return;
+  }
+  if (j.n <= kFewRowsMax) return QuantFewRows(j.x, j.n, w, col0, col1, j.y + col0, j.out);
+  // Many rows: panels of weight rows decoded once (~1 MiB of F32, so the panel stays in L2/L3
+  // while sgemm runs over all rows of x).
+  thread_local std::vector<float> panel;
+  const int64_t rows_per = std::max<int64_t>(16, (int64_t(1) << 18) / std::max(1, j.in) / 16 * 16);
+  for (int64_t a = col0; a < col1; a += rows_per) {
+    const int64_t m = std::min<int64_t>(rows_per, col1 - a);
+    panel.resize(size_t(m) * size_t(j.in));
+    QuantDecodeRows(w, a, m, panel.data());
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j.n, int(m), j.in, 1.0f, j.x, j.in, panel.data(), j.in, 0.0f,
+                j.y + a, j.out);
+  }
+}
+
+}  // namespace cedar::kernels::internal
+
+namespace cedar::kernels {
+void DecodeRows(const WeightView& w, int64_t r0, int64_t n, float* out) {
+  if (w.type == WeightType::kF32) {
+    std::copy(static_cast<const float*>(w.data) + r0 * w.cols, static_cast<const float*>(w.data) + (r0 + n) * w.cols, out);
+    return;
+  }
+  internal::QuantDecodeRows(w, r0, n, out);
+}
+}  // namespace cedar::kernels

@@ -1,0 +1,263 @@
+// The typed-weight products (kernels/weight_view.h, issue 20): BF16, INT8 (block 32), FP8 E4M3
+// (32x32 E8M0 blocks) and FP4 E2M1 (E8M0 per 32), each against its scalar reference and against
+// the F32 product of the weights before conversion, with tolerances derived from the format.
+// Failures name the worst element with both values.
+//
+// Two bounds, per output y = sum_i x_i w_i:
+//  * kernel vs reference (same stored weights): only the summation order differs; a sum of m
+//    products in float is within gamma_m * sum |x_i w_i| (gamma_m = m eps / (1 - m eps)), so the
+//    tolerance is (in + 8) * eps * sum_i |x_i| |w~_i| (w~: the stored weight decoded).
+//  * stored vs F32: |y~ - y| <= sum_i |x_i| e_i + the above, where e_i bounds |w~_i - w_i|:
+//      BF16: round to nearest with 8 significant bits (unit roundoff 2^-8): e_i = 2^-8 |w_i|;
+//      INT8: q = round(w / s), s = amax / 127: e_i = s_b / 2 (plus float rounding of q*s, 2^-24 |w_i|);
+//      FP8 E4M3: 4 significant bits (unit roundoff 2^-4): e_i = 2^-4 |w_i| for normals, half the subnormal step
+//            2^-10 * scale below 2^-6 * scale (the block scale keeps |w / scale| <= 448, no saturation);
+//      FP4 E2M1: grid steps 0.5 below 2, 1 below 4, 2 up to 6 (times the block scale, and
+//            |w / scale| <= 6): e_i = half the step at |w_i / scale|.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "kernels/quant_formats.h"
+#include "kernels/thread_pool.h"
+#include "kernels/weight_view.h"
+
+namespace k = cedar::kernels;
+using k::WeightType;
+
+namespace {
+
+constexpr double kEps = std::numeric_limits<float>::epsilon();
+
+std::vector<float> Random(size_t n, uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// A weight converted to `type`, owning its bytes.
+struct Stored {
+  std::vector<uint8_t> data, scales;
+  k::WeightView view;
+};
+Stored Convert(const std::vector<float>& w, int64_t rows, int64_t cols, WeightType type) {
+  Stored s;
+  const int64_t nb = (cols + 31) / 32;
+  s.view.type = type;
+  s.view.rows = rows;
+  s.view.cols = cols;
+  switch (type) {
+    case WeightType::kF32:
+      s.data.resize(w.size() * 4);
+      std::copy(reinterpret_cast<const uint8_t*>(w.data()), reinterpret_cast<const uint8_t*>(w.data()) + s.data.size(), s.data.begin());
+      break;
+    case WeightType::kBF16: {
+      s.data.resize(w.size() * 2);
+      auto* p = reinterpret_cast<uint16_t*>(s.data.data());
+      for (size_t i = 0; i < w.size(); ++i) p[i] = k::FloatToBf16(w[i]);
+      break;
+    }
+    case WeightType::kI8:
+      s.data.resize(w.size());
+      s.scales.resize(size_t(rows * nb) * 4);
+      k::QuantizeI8(w.data(), rows, cols, reinterpret_cast<int8_t*>(s.data.data()), reinterpret_cast<float*>(s.scales.data()));
+      break;
+    case WeightType::kFP8:
+      s.data.resize(w.size());
+      s.scales.resize(size_t((rows + 31) / 32 * nb));
+      k::QuantFp8Blocks(w.data(), rows, cols, 32, 32, s.data.data(), s.scales.data());
+      break;
+    case WeightType::kFP4:
+      s.data.resize(w.size() / 2);
+      s.scales.resize(size_t(rows * nb));
+      k::QuantFp4Packed(w.data(), rows, cols, 32, s.data.data(), s.scales.data());
+      break;
+  }
+  s.view.data = s.data.data();
+  s.view.scales = s.scales.empty() ? nullptr : s.scales.data();
+  return s;
+}
+
+// e_i of the header for element (r, c) with original value w.
+double ElementBound(const k::WeightView& v, int64_t r, int64_t c, float w) {
+  const int64_t nb = (v.cols + 31) / 32, b = c / 32;
+  switch (v.type) {
+    case WeightType::kF32: return 0;
+    case WeightType::kBF16: return std::ldexp(std::fabs(w), -8);
+    case WeightType::kI8: return static_cast<const float*>(v.scales)[r * nb + b] / 2 + std::ldexp(std::fabs(w), -23);
+    case WeightType::kFP8: {
+      const double s = k::DecodeE8M0(static_cast<const uint8_t*>(v.scales)[((v.row0 + r) / 32) * nb + b]);
+      return std::max(std::ldexp(double(std::fabs(w)), -4), std::ldexp(s, -10));
+    }
+    case WeightType::kFP4: {
+      const double s = k::DecodeE8M0(static_cast<const uint8_t*>(v.scales)[r * nb + b]), a = std::fabs(w) / s;
+      return s * (a < 2 ? 0.25 : a < 4 ? 0.5 : 1.0);
+    }
+  }
+  return 0;
+}
+
+// Checks got against want with a per-element tolerance; names the worst element.
+void ExpectWithin(const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
+                  const std::vector<double>& tol) {
+  REQUIRE(got.size() == want.size());
+  double worst = 0;
+  size_t at = 0;
+  bool ok = true;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(double(got[i]) - want[i]);
+    if (!(err <= tol[i])) ok = false;
+    const double ratio = err / (tol[i] > 0 ? tol[i] : 1e-30);
+    if (ratio > worst || !(err == err)) {
+      worst = ratio;
+      at = i;
+    }
+  }
+  INFO(what << ": worst element " << at << " got " << (got.empty() ? 0 : got[at]) << " expected " << (want.empty() ? 0 : want[at])
+            << " (error/tolerance " << worst << ")");
+  CHECK(ok);
+}
+
+const WeightType kTypes[] = {WeightType::kBF16, WeightType::kI8, WeightType::kFP8, WeightType::kFP4};
+
+}  // namespace
+
+TEST_CASE("typed-weight products match their scalar reference and the F32 product within the format's bound") {
+  for (int threads : {1, 2}) {
+    k::SetPoolThreads(threads);
+    for (WeightType type : kTypes)
+      for (int n : threads == 1 ? std::vector<int>{1, 17} : std::vector<int>{1, 2, 9, 16, 17, 40})
+        for (int in : {2, 33, 64, 130, 256})
+          for (int out : {1, 9, 65}) {
+            if (type == WeightType::kFP4 && in % 32 != 0) continue;  // the released FP4 layout: whole blocks
+            auto x = Random(size_t(n) * in, 10 + n + in), w = Random(size_t(out) * in, 20 + out + in, 0.05f);
+            Stored s = Convert(w, out, in, type);
+            std::vector<float> y(size_t(n) * out, NAN), yr(y.size(), NAN), yf(y.size(), NAN);
+            k::MatmulW(x.data(), s.view, y.data(), n);
+            k::ref::MatmulW(x.data(), s.view, yr.data(), n);
+            k::ref::Matmul(x.data(), w.data(), yf.data(), n, in, out);
+            std::vector<double> tol_ref(y.size()), tol_f32(y.size());
+            for (int b = 0; b < n; ++b)
+              for (int r = 0; r < out; ++r) {
+                double mag = 0, quant = 0;
+                for (int c = 0; c < in; ++c) {
+                  const double xi = std::fabs(x[size_t(b) * in + c]);
+                  mag += xi * std::fabs(k::WeightAt(s.view, r, c));
+                  quant += xi * ElementBound(s.view, r, c, w[size_t(r) * in + c]);
+                }
+                tol_ref[size_t(b) * out + r] = (in + 8) * kEps * mag;
+                tol_f32[size_t(b) * out + r] = quant + 2 * (in + 8) * kEps * mag;
+              }
+            const std::string what = std::string(k::WeightTypeName(type)) + " n=" + std::to_string(n) + " in=" +
+                                     std::to_string(in) + " out=" + std::to_string(out) + " threads=" + std::to_string(threads);
+            ExpectWithin(what + " vs reference", y, yr, tol_ref);
+            ExpectWithin(what + " vs F32", y, yf, tol_f32);
+          }
+  }
+  k::SetPoolThreads(2);
+}
+
+TEST_CASE("a row of a few-row typed product equals the same row alone, bit for bit (batched decode == decode)") {
+  for (int threads : {1, 2}) {
+    k::SetPoolThreads(threads);
+    for (WeightType type : kTypes)
+      for (int n : {2, 3, 5, 8, 9, 16})
+        for (int in : {32, 64, 100, 256})
+          for (int out : {1, 7, 64, 263}) {
+            if (type == WeightType::kFP4 && in % 32 != 0) continue;
+            auto x = Random(size_t(n) * in, 300 + n), w = Random(size_t(out) * in, 400 + out);
+            Stored s = Convert(w, out, in, type);
+            std::vector<float> y(size_t(n) * out), row(static_cast<size_t>(out));
+            k::MatmulW(x.data(), s.view, y.data(), n);
+            bool same = true;
+            for (int b = 0; b < n; ++b) {
+              k::MatmulW(x.data() + size_t(b) * in, s.view, row.data(), 1);
+              same = same && std::equal(row.begin(), row.end(), y.begin() + size_t(b) * out);
+            }
+            INFO(k::WeightTypeName(type) << " n=" << n << " in=" << in << " out=" << out << " threads=" << threads);
+            CHECK(same);
+          }
+  }
+  k::SetPoolThreads(2);
+}
+
+TEST_CASE("MatmulMany runs typed and F32 jobs together, each equal to its reference") {
+  const int shapes[][3] = {{1, 64, 320}, {3, 96, 70}, {20, 64, 33}, {1, 256, 9}, {16, 32, 100}, {0, 64, 8}};
+  std::vector<Stored> stored;
+  std::vector<std::vector<float>> xs, ys, yr;
+  std::vector<k::MatmulJob> jobs;
+  for (size_t i = 0; i < std::size(shapes); ++i) {
+    const int n = shapes[i][0], in = shapes[i][1], out = shapes[i][2];
+    const WeightType type = i % 3 == 2 ? WeightType::kF32 : kTypes[i % 4];
+    xs.push_back(Random(size_t(n) * in, 70 + i));
+    stored.push_back(Convert(Random(size_t(out) * in, 80 + i, 0.1f), out, in, type));
+    ys.emplace_back(size_t(n) * out, NAN);
+    yr.emplace_back(size_t(n) * out, NAN);
+  }
+  for (size_t i = 0; i < std::size(shapes); ++i) {
+    k::MatmulJob j{xs[i].data(), nullptr, ys[i].data(), shapes[i][0], shapes[i][1], shapes[i][2]};
+    if (stored[i].view.type == WeightType::kF32)
+      j.w = reinterpret_cast<const float*>(stored[i].data.data());
+    else
+      j.wv = stored[i].view;
+    jobs.push_back(j);
+  }
+  k::MatmulMany(jobs.data(), int(jobs.size()));
+  for (size_t i = 0; i < jobs.size(); ++i) jobs[i].y = yr[i].data();
+  k::ref::MatmulMany(jobs.data(), int(jobs.size()));
+  for (size_t i = 0; i < std::size(shapes); ++i) {
+    std::vector<double> tol(ys[i].size());
+    for (size_t e = 0; e < tol.size(); ++e) tol[e] = 4 * kEps * (shapes[i][1] + 8) * (1 + std::fabs(yr[i][e])) * 4;
+    ExpectWithin("MatmulMany job " + std::to_string(i) + " (" + k::WeightTypeName(stored[i].view.type) + ")", ys[i], yr[i], tol);
+  }
+}
+
+TEST_CASE("INT8 block quantisation is within half a scale per element, and DecodeRows equals WeightAt") {
+  for (int64_t cols : {1, 31, 32, 33, 100}) {
+    const int64_t rows = 5;
+    auto w = Random(size_t(rows * cols), 900 + cols);
+    w[0] = 0.0f;
+    Stored s = Convert(w, rows, cols, WeightType::kI8);
+    const int64_t nb = (cols + 31) / 32;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const float sc = reinterpret_cast<const float*>(s.scales.data())[r * nb + c / 32];
+        CHECK(std::fabs(k::WeightAt(s.view, r, c) - w[size_t(r * cols + c)]) <= sc / 2 * (1 + 1e-6) + 1e-30);
+      }
+    for (WeightType type : kTypes) {
+      if (type == WeightType::kFP4 && cols % 32 != 0) continue;
+      Stored t = Convert(w, rows, cols, type);
+      std::vector<float> dec(size_t(rows * cols));
+      k::DecodeRows(t.view, 1, rows - 1, dec.data());
+      bool same = true;
+      for (int64_t r = 1; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) same = same && dec[size_t((r - 1) * cols + c)] == k::WeightAt(t.view, r, c);
+      INFO(k::WeightTypeName(type) << " cols=" << cols);
+      CHECK(same);
+    }
+  }
+}
+
+TEST_CASE("FP8 row slices keep their 32-row scale blocks") {
+  const int64_t rows = 96, cols = 64;
+  auto w = Random(size_t(rows * cols), 5);
+  for (int64_t r = 0; r < 32; ++r)
+    for (int64_t c = 0; c < cols; ++c) w[size_t(r * cols + c)] *= 100;  // distinct scales per row block
+  Stored s = Convert(w, rows, cols, WeightType::kFP8);
+  const k::WeightView part = s.view.Rows(20, 40);
+  for (int64_t r = 0; r < 40; ++r)
+    for (int64_t c = 0; c < cols; ++c) REQUIRE(k::WeightAt(part, r, c) == k::WeightAt(s.view, r + 20, c));
+  auto x = Random(size_t(cols), 6);
+  std::vector<float> y(40), yr(40);
+  k::MatmulW(x.data(), part, y.data(), 1);
+  k::ref::MatmulW(x.data(), part, yr.data(), 1);
+  for (int r = 0; r < 40; ++r) CHECK(std::fabs(y[size_t(r)] - yr[size_t(r)]) <= 1e-3 * (1 + std::fabs(yr[size_t(r)])));
+}
