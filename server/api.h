@@ -11,6 +11,9 @@
 //   GET    /v1/cache              the prefix cache's state (JSON)
 //   GET    /metrics               Prometheus text
 //   GET    /health                liveness ("ok", or 503 while draining)
+//   POST   /tokenize, /detokenize, /apply-template   llama.cpp's utilities (server/admin.cpp)
+//   POST   /v1/cache/flush        drop the caller's tenant's unpinned cache entries
+//   GET    /version               version and git describe
 //
 // Errors use OpenAI's shape ({"error": {message, type, param, code}}) with the status that
 // fits: 400 (bad JSON, wrong types, a tool message answering no call, prompt too long), 404
@@ -59,6 +62,9 @@ struct ApiOptions {
   // /v1/cache to simulate the same; restore=recompute makes every cached prefix exact.
   session::DecoderPolicy decoder_policy = session::DecoderPolicy::kAuto;
   session::RestorePolicy restore_policy = session::RestorePolicy::kStaircase;
+  // One info-level line per request (method, route, status, ms, prompt/cached/generated tokens,
+  // session); --no-access-log turns it off.
+  bool access_log = true;
 };
 
 // "auto", "exact", "bounded" / "replay", "recompute"; Parse* return false for other names.
@@ -135,6 +141,11 @@ class Api {
   HttpResponse Health() const;
   HttpResponse Metrics();
   HttpResponse Cache();
+  // server/admin.cpp: /tokenize, /detokenize, /apply-template, /v1/cache/flush, /version.
+  HttpResponse Admin(const HttpRequest& request, const std::string& path);
+  // The access log line of one answered request (`turn`: its result when it ran a turn).
+  void AccessLog(const HttpRequest& request, const std::string& route, int status, double seconds,
+                 const session::TurnResult* turn, const std::string& session_id) const;
 
   // Runs f(manager_) unless the manager is detached (then 503). Not for waiting on turns.
   template <class F>

@@ -48,6 +48,9 @@ struct ServerOptions {
   double auth_timeout_s = 5;
   double write_timeout_s = 60;      // one write
   double drain_timeout_s = 10;      // at Stop, how long in-flight turns may still run
+  // A streamed response silent this long (its turn queued or prefilling) gets an SSE comment
+  // ": keep-alive\n\n", so proxies and clients with idle timeouts keep the stream. 0 = never.
+  double sse_keepalive_s = 5;
 };
 
 // The documented default socket path: $XDG_RUNTIME_DIR/cedar/cedar.sock, else
