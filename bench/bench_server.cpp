@@ -28,6 +28,11 @@
 #include <string>
 #include <thread>
 #include <vector>
+#include <iostream>
+
+#include <boost/program_options.hpp>
+
+#include "engine/flag_values.h"
 
 #include <nlohmann/json.hpp>
 
@@ -296,22 +301,35 @@ int main(int argc, char** argv) {
   std::string presets = "tiny", conc = "1,8,32,128";
   int turns = 4, max_tokens = 16;
   size_t system_chars = 2000;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--presets") presets = v;
-    else if (k == "--concurrency") conc = v;
-    else if (k == "--turns") turns = std::stoi(v);
-    else if (k == "--max-tokens") max_tokens = std::stoi(v);
-    else if (k == "--system-chars") system_chars = std::stoul(v);
-    else {
-      std::fprintf(stderr, "usage: bench_server [--presets tiny,small] [--concurrency 1,8,32,128] [--turns 4] "
-                           "[--max-tokens 16] [--system-chars 2000]\n");
-      return 2;
+  // Boost.program_options, as the `cedar` subcommands: --help prints this and exits, and a bad
+  // value is an error naming the flag (engine/flag_values.h), never a library's message.
+  namespace po = boost::program_options;
+  std::string turns_s = "4", max_tokens_s = "16", system_chars_s = "2000";
+  po::options_description desc("bench_server: agents' turns against the HTTP server, by concurrency, as JSON lines");
+  desc.add_options()("help,h", "show this help and exit")(
+      "presets", po::value(&presets)->default_value(presets), "model presets (comma-separated)")(
+      "concurrency", po::value(&conc)->default_value(conc), "concurrent agents (comma-separated)")(
+      "turns", po::value(&turns_s)->default_value(turns_s), "turns per agent")(
+      "max-tokens", po::value(&max_tokens_s)->default_value(max_tokens_s), "tokens per turn")(
+      "system-chars", po::value(&system_chars_s)->default_value(system_chars_s), "characters of the shared system prompt");
+  std::vector<int> c;
+  try {
+    po::variables_map vm;
+    po::store(po::parse_command_line(argc, argv, desc), vm);
+    if (vm.count("help")) {
+      std::cout << desc << "\n";
+      return 0;
     }
+    po::notify(vm);
+    turns = cedar::ParseIntFlag<int>("--turns", turns_s, 1, 1 << 20);
+    max_tokens = cedar::ParseIntFlag<int>("--max-tokens", max_tokens_s, 0, 1 << 24);
+    system_chars = cedar::ParseIntFlag<size_t>("--system-chars", system_chars_s, 0, size_t(1) << 30);
+    c = cedar::ParseIntListFlag<int>("--concurrency", conc, 1, 1 << 16);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_server: %s (bench_server --help lists the options)\n", e.what());
+    return 2;
   }
   try {
-    std::vector<int> c;
-    for (const std::string& s : Split(conc)) c.push_back(std::stoi(s));
     for (const std::string& p : Split(presets)) RunPreset(p, c, turns, max_tokens, system_chars);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_server: %s\n", e.what());

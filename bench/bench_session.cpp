@@ -8,12 +8,16 @@
 #include <cstdio>
 #include <filesystem>
 #include <random>
+#include <iostream>
 #include <set>
 #include <string>
+
+#include <boost/program_options.hpp>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "engine/flag_values.h"
 #include "engine/info.h"
 #include "engine/init.h"
 #include "session/session_manager.h"
@@ -37,25 +41,36 @@ int main(int argc, char** argv) {
   int context = 16384, append = 512, turns = 20;
   std::string preset = "small", model_dir;
   std::set<int> no_cache_turns = {1, 10, 20};
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i], v = argv[i + 1];
-    if (a == "--context") context = std::stoi(v);
-    else if (a == "--append") append = std::stoi(v);
-    else if (a == "--turns") turns = std::stoi(v);
-    else if (a == "--preset") preset = v;
-    else if (a == "--model") model_dir = v;
-    else if (a == "--no-cache-turns") {
-      no_cache_turns.clear();
-      size_t p = 0;
-      while (p < v.size()) {
-        size_t q = v.find(',', p);
-        no_cache_turns.insert(std::stoi(v.substr(p, q - p)));
-        p = q == std::string::npos ? v.size() : q + 1;
-      }
-    } else {
-      std::fprintf(stderr, "usage: bench_session [--context N] [--append N] [--turns N] [--preset small|--model DIR] [--no-cache-turns 1,10,20]\n");
-      return 2;
+  // Boost.program_options, as the `cedar` subcommands: --help prints this and exits, and a bad
+  // value is an error naming the flag (engine/flag_values.h), never a library's message.
+  namespace po = boost::program_options;
+  std::string context_s = "16384", append_s = "512", turns_s = "20", no_cache_s = "1,10,20";
+  po::options_description desc(
+      "bench_session: a session's turns over a long context (prefill, live hits, cache restores) as JSON lines");
+  desc.add_options()("help,h", "show this help and exit")(
+      "context", po::value(&context_s)->default_value(context_s), "tokens of the first turn's prompt")(
+      "append", po::value(&append_s)->default_value(append_s), "tokens each later turn adds")(
+      "turns", po::value(&turns_s)->default_value(turns_s), "turns")(
+      "preset", po::value(&preset)->default_value(preset), "model preset (random weights, written once to a temp dir)")(
+      "model", po::value(&model_dir), "model directory (instead of --preset)")(
+      "no-cache-turns", po::value(&no_cache_s)->default_value(no_cache_s),
+      "turns also run without the cache, for comparison (comma-separated)");
+  try {
+    po::variables_map vm;
+    po::store(po::parse_command_line(argc, argv, desc), vm);
+    if (vm.count("help")) {
+      std::cout << desc << "\n";
+      return 0;
     }
+    po::notify(vm);
+    context = ParseIntFlag<int>("--context", context_s, 1, 1 << 24);
+    append = ParseIntFlag<int>("--append", append_s, 1, 1 << 24);
+    turns = ParseIntFlag<int>("--turns", turns_s, 1, 1 << 20);
+    const std::vector<int> nc = ParseIntListFlag<int>("--no-cache-turns", no_cache_s, 1, 1 << 20);
+    no_cache_turns = std::set<int>(nc.begin(), nc.end());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_session: %s (bench_session --help lists the options)\n", e.what());
+    return 2;
   }
   if (model_dir.empty()) {
     ModelConfig c;

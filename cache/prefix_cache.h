@@ -308,6 +308,11 @@ class PrefixCache {
   // change. Ok when everything was written (or there is no disk tier).
   Status Flush();
 
+  // Forgets partition `salt` (one tenant's, or one cache_salt's): drops every unpinned node in
+  // it, RAM and disk, as eviction would. Pinned paths (sessions' prefixes, soft pins, handles in
+  // use) stay. Other partitions are untouched. Returns the tokens dropped (cache/prefix_cache_drop.cpp).
+  size_t DropPartition(TenantSalt salt);
+
  private:
   friend class PrefixHandle;
   using Node = detail::Node;

@@ -58,7 +58,11 @@ std::vector<int32_t> ParseIds(const char* flag, const std::string& s) {
 
 ModelConfig PresetOrThrow(const std::string& name) {
   ModelConfig c;
-  if (!PresetConfig(name, &c)) throw std::invalid_argument("unknown preset '" + name + "' (expected tiny, small or flash)");
+  if (!PresetConfig(name, &c)) {
+    std::string names;
+    for (const std::string& n : PresetNames()) names += (names.empty() ? "" : ", ") + n;
+    throw std::invalid_argument("unknown preset '" + name + "' (expected one of " + names + ")");
+  }
   return c;
 }
 
@@ -113,7 +117,7 @@ int RunInit(int argc, char** argv) {
   std::string preset, out, dtype, tokenizer_dir, arch, tokenizer_from;
   uint64_t seed = 0;
   int vocab_size = 0;
-  desc.add_options()("preset", po::value(&preset)->default_value("tiny"), "tiny | small (--arch v41: v41-tiny | v41-tiny-engram | v41-small)")(
+  desc.add_options()("preset", po::value(&preset)->default_value("tiny"), "tiny | small | medium (--arch v41: v41-tiny | v41-tiny-engram | v41-small)")(
       "arch", po::value(&arch)->default_value("cedar"), "cedar (config.json + model.safetensors) | v41 (the released DeepSeek-V4.1 layout)")(
       "seed", IntOption<uint64_t>("--seed", &seed, 0, UINT64_MAX), "random seed")("out", po::value(&out)->required(), "output directory")(
       "dtype", po::value(&dtype)->default_value("f32"), "f32 | bf16 weights")(
@@ -125,7 +129,7 @@ int RunInit(int argc, char** argv) {
       "vocabulary size (0 = the preset's; with --tokenizer, its ids + Cedar's chat specials, rounded up to 128)");
   po::variables_map vm;
   if (!Parse(argc, argv,
-             "usage: cedar init --preset tiny|small --seed N --out DIR [--dtype f32|bf16] [--tokenizer DIR] [--vocab-size N]\n"
+             "usage: cedar init --preset tiny|small|medium --seed N --out DIR [--dtype f32|bf16] [--tokenizer DIR] [--vocab-size N]\n"
              "       cedar init --arch v41 --preset v41-tiny|v41-tiny-engram|v41-small --seed N --out DIR [--tokenizer-from DIR]",
              desc, vm)) {
     return 0;
@@ -255,7 +259,7 @@ int RunGenerate(int argc, char** argv) {
       "mode", po::value(&mode_s)->default_value("bounded"), "full | exact | bounded | bounded-paper")(
       "max-tokens", IntOption("--max-tokens", &max_tokens, 0, 1 << 24), "tokens to generate")(
       "chunk", IntOption("--chunk", &chunk, 0, 1 << 24), "prefill chunk size (0 = whole prompt)")(
-      "temperature", RealOption("--temperature", &temperature, 0.0f, 100.0f), "0 = greedy")(
+      "temperature", RealOption("--temperature", &temperature, 0.0f, 2.0f), "0 = greedy; at most 2, as the server")(
       "top-p", RealOption("--top-p", &top_p, 0.0f, 1.0f, /*lo_open=*/true), "nucleus mass")(
       "seed", IntOption<uint64_t>("--seed", &seed, 0, UINT64_MAX), "sampling seed")(
       "stop", po::value(&stop), "comma-separated stop token ids")(
@@ -336,10 +340,14 @@ int RunGenerate(int argc, char** argv) {
   const uint64_t hash = XXH3_64bits(logits.data(), logits.size() * sizeof(float));
   const double prefill_s = std::chrono::duration<double>(t1 - t0).count(), decode_s = std::chrono::duration<double>(t2 - t1).count();
   std::string text = tokenizer.Decode(out);
+  // As the text output prints it: 16 hex digits (a 64-bit number loses digits in JavaScript and
+  // other JSON readers that hold numbers as doubles).
+  char hash_hex[17];
+  std::snprintf(hash_hex, sizeof hash_hex, "%016llx", (unsigned long long)hash);
   if (vm.count("json")) {
     nlohmann::json j = {{"mode", mode_s}, {"device", be->Describe()}, {"prompt_tokens", ids.size()}, {"tokens", out}, {"text", text},
                         {"finish_reason", finish}, {"prefill_layer_token_units", pr.stats.layer_token_units},
-                        {"layer_token_units", units}, {"final_logits_xxh3", hash}, {"prefill_seconds", prefill_s},
+                        {"layer_token_units", units}, {"final_logits_xxh3", hash_hex}, {"prefill_seconds", prefill_s},
                         {"decode_seconds", decode_s}};
     if (!spec_json.is_null()) j["speculative"] = spec_json;
     std::cout << j.dump() << "\n";

@@ -36,6 +36,7 @@ namespace {
 // to map it with a bare "Cannot allocate memory", or fill the disk).
 void CheckCacheBudgets(uint64_t ram, uint64_t disk, const std::string& cache_dir, const po::variables_map& vm) {
   auto as_given = [&](const char* name, uint64_t bytes) {
+    if (!vm.count(name)) return "the default " + std::to_string(bytes) + " bytes";
     return "'" + vm[name].as<std::string>() + "' (" + std::to_string(bytes) + " bytes)";
   };
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
@@ -105,8 +106,8 @@ int RunServe(int argc, char** argv) {
   std::string server_id;  // --server-id: this instance's name in a cluster (X-Cedar-Server)
   std::string decoder_policy = "auto", restore_policy = "staircase", device = "auto";
   int port = 0, io_threads = 2, threads = 0, max_sessions = 1024, default_max_tokens = 256;
-  uint64_t max_connections = 1024, max_unix_connections = 256, max_body = 32u << 20, cache_ram = 0, cache_disk = 0, max_ram = 0;
-  double read_timeout = 60, drain_timeout = 10, auth_timeout = 5;
+  uint64_t max_connections = 1024, max_unix_connections = 256, max_body = 32u << 20, cache_ram = 0, cache_disk = 8ull << 30, max_ram = 0;
+  double read_timeout = 60, drain_timeout = 10, auth_timeout = 5, sse_keepalive = 5;
   session::SchedulerOptions sched;  // defaults: session/session_manager.h
   std::string scheduler = session::SchedulerName(sched.kind);
   desc.add_options()("model", po::value(&model_dir)->required(), "model directory (config.json + model.safetensors)")(
@@ -120,8 +121,13 @@ int RunServe(int argc, char** argv) {
       "api-key-file", po::value(&api_key_file), "read API keys from this file, one per line (# comments)")(
       "model-name", po::value(&model_name), "the model id /v1/models lists (default: the directory's name)")(
       "cache-ram", BytesOption("--cache-ram", &cache_ram, "1G"), "prefix cache RAM budget (at most the machine's memory)")(
-      "cache-disk", BytesOption("--cache-disk", &cache_disk, "8G"),
-      "prefix cache disk budget (at most the size of the file system holding --cache-dir)")(
+      // No default shown: without --cache-dir there is no disk tier and the budget means nothing.
+      "cache-disk",
+      po::value<std::string>()->notifier([&](const std::string& v) {
+        cache_disk = ParseBytesOption("--cache-disk", v, 0, kMaxBytesOption);
+      }),
+      "prefix cache disk budget, only with --cache-dir (8G there unless given; at most the size of the file system "
+      "holding --cache-dir)")(
       "cache-dir", po::value(&cache_dir), "prefix cache disk tier (LMDB) directory; none = RAM only")(
       "cache-remote", po::value(&cache_remote),
       "shared cache tier under RAM and disk: redis://HOST[:PORT][/DB] or unix:///PATH[?db=DB] (several servers "
@@ -176,7 +182,10 @@ int RunServe(int argc, char** argv) {
       "at SIGINT/SIGTERM, seconds in-flight turns may run before they are cancelled")(
       "server-id", po::value(&server_id),
       "a name for this instance (1-64 of [A-Za-z0-9_.:-]), sent as the X-Cedar-Server header of every response, so "
-      "that behind a load balancer a client sees which server answered (examples/cluster/)");
+      "that behind a load balancer a client sees which server answered (examples/cluster/)")(
+      "sse-keepalive", RealOption("--sse-keepalive", &sse_keepalive, 0.0, 3600.0),
+      "seconds of silence in a stream (queued or prefilling turn) before an SSE comment ': keep-alive' (0 = never)")(
+      "no-access-log", "no info-level line per request (route, status, ms, tokens, session)");
   desc.add_options()("help,h", "show this help");
   po::variables_map vm;
   po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -260,6 +269,7 @@ int RunServe(int argc, char** argv) {
   ao.model_name = model_name;
   ao.tokenizer = tokenizer;
   ao.default_max_tokens = default_max_tokens;
+  ao.access_log = vm.count("no-access-log") == 0;
   // deepseek_v41 replay memory beside the disk cache (when the cache made its directory).
   if (!mo.cache_dir.empty() && std::filesystem::is_directory(mo.cache_dir)) {
     ao.replay_memory_path = mo.cache_dir + "/replay_memory.jsonl";
@@ -279,6 +289,7 @@ int RunServe(int argc, char** argv) {
   so.auth_timeout_s = auth_timeout;
   so.drain_timeout_s = drain_timeout;
   so.server_id = server_id;
+  so.sse_keepalive_s = sse_keepalive;
   server::HttpServer http(api, *manager, so);
   std::signal(SIGPIPE, SIG_IGN);
   http.Start();

@@ -8,6 +8,7 @@
 
 #include "kernels/hw_probe.h"
 #include "cli/commands.h"
+#include "server/version.h"
 
 namespace {
 
@@ -28,7 +29,8 @@ const Command kCommands[] = {
 };
 
 void Usage() {
-  std::printf("usage: cedar <command> [options]   (cedar <command> --help for its options)\n\ncommands:\n");
+  std::printf("usage: cedar <command> [options]   (cedar <command> --help or cedar help <command> for its options;\n"
+              "       cedar --version)\n\ncommands:\n");
   for (const Command& c : kCommands) std::printf("  %-13s %s\n", c.name, c.summary);
 }
 
@@ -37,9 +39,26 @@ void Usage() {
 int main(int argc, char** argv) {
   cedar::kernels::KeepLargeAllocations();
   if (const char* lvl = std::getenv("CEDAR_LOG")) spdlog::set_level(spdlog::level::from_str(lvl));
-  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
+    // `cedar help <command>` is `cedar <command> --help`.
+    if (argc >= 3 && !std::strcmp(argv[1], "help")) {
+      for (const Command& c : kCommands) {
+        if (std::strcmp(argv[2], c.name) != 0) continue;
+        char help_flag[] = "--help";
+        char* args[] = {argv[2], help_flag, nullptr};
+        return c.run(2, args);
+      }
+      std::fprintf(stderr, "cedar help: unknown command '%s'\n", argv[2]);
+      Usage();
+      return 2;
+    }
     Usage();
     return argc < 2 ? 2 : 0;
+  }
+  if (!std::strcmp(argv[1], "--version") || !std::strcmp(argv[1], "version")) {
+    // The project version and `git describe` at configure time (server/version.h.in).
+    std::printf("cedar %s%s%s\n", cedar::kCedarVersion, *cedar::kCedarGitDescribe ? " " : "", cedar::kCedarGitDescribe);
+    return 0;
   }
   for (const Command& c : kCommands) {
     if (std::strcmp(argv[1], c.name) != 0) continue;

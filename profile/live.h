@@ -30,7 +30,7 @@ struct LiveTarget {
   int n_layers = 0, n_encoder_layers = 0, window = 0;
   size_t page_tokens = 0;       // 0 = not reported
   uint64_t ram_budget = 0, disk_budget = 0;
-  std::string restore_policy;   // the server's RestorePolicy: "replay" or "recompute" ("" = not reported)
+  std::string restore_policy;   // the server's RestorePolicy: "staircase" (its default), "replay" or "recompute" ("" = not reported)
   std::string decoder_policy;   // "auto", "exact" or "bounded"
 };
 

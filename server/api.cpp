@@ -153,7 +153,8 @@ void Api::DetachManager() {
 
 std::string Api::RouteOf(const std::string& path) {
   for (const char* r : {"/v1/chat/completions", "/v1/completions", "/v1/sessions", "/v1/models", "/v1/cache",
-                        "/metrics", "/health", "/v1/responses", "/v1/messages", "/v1/messages/count_tokens"}) {
+                        "/metrics", "/health", "/v1/responses", "/v1/messages", "/v1/messages/count_tokens",
+                        "/tokenize", "/detokenize", "/apply-template", "/v1/cache/flush", "/version"}) {
     if (path == r) return r;
   }
   if (path.starts_with(kSessionsPrefix) && path.size() > kSessionsPrefix.size()) return "/v1/sessions/{id}";
@@ -187,10 +188,28 @@ HttpResponse Api::Handle(const HttpRequest& request) {
   }
   // A streamed response is counted by its `complete`, when its turn ends.
   if (!response.stream) {
-    metrics_.Request(route, response.status,
-                     std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    metrics_.Request(route, response.status, seconds);
+    // A turn answered 200 was logged with its tokens by RunTurn.
+    const bool turn_route = route == "/v1/chat/completions" || route == "/v1/completions";
+    if (!(turn_route && response.status == 200)) AccessLog(request, route, response.status, seconds, nullptr, "");
   }
   return response;
+}
+
+void Api::AccessLog(const HttpRequest& request, const std::string& route, int status, double seconds,
+                    const session::TurnResult* turn, const std::string& session_id) const {
+  if (!options_.access_log) return;
+  const std::string path = request.target.substr(0, request.target.find('?'));
+  if (!turn) {
+    spdlog::info("access: {} {} {} {:.1f} ms", bridge::Clip(request.method, 10), bridge::Clip(path, 100), status,
+                 seconds * 1000);
+    return;
+  }
+  const session::TurnAccounting& a = turn->accounting;
+  spdlog::info("access: {} {} {} {:.1f} ms prompt={} cached={} generated={} session={}", request.method, route, status,
+               seconds * 1000, a.prompt_tokens, a.cached_tokens(), turn->output.size(),
+               session_id.empty() ? "-" : session_id);
 }
 
 HttpResponse Api::Route(const HttpRequest& request, const std::string& path) {
@@ -214,6 +233,10 @@ HttpResponse Api::Route(const HttpRequest& request, const std::string& path) {
       throw ApiError(404, "not_found_error", "model_not_found", "unknown model '" + bridge::Clip(id, 100) + "'", "model");
     }
     return JsonResponse(200, json::parse(Models().body)["data"][0]);
+  }
+  if (path == "/tokenize" || path == "/detokenize" || path == "/apply-template" || path == "/v1/cache/flush" ||
+      path == "/version") {
+    return Admin(request, path);
   }
   if (path == "/v1/cache") {
     if (m != "GET") throw MethodNotAllowed(m, path, "GET");

@@ -13,6 +13,9 @@
 //   GET    /v1/cache              the prefix cache's state (JSON)
 //   GET    /metrics               Prometheus text
 //   GET    /health                liveness ("ok", or 503 while draining)
+//   POST   /tokenize, /detokenize, /apply-template   llama.cpp's utilities (server/admin.cpp)
+//   POST   /v1/cache/flush        drop the caller's tenant's unpinned cache entries
+//   GET    /version               version and git describe
 //
 // Errors use OpenAI's shape ({"error": {message, type, param, code}}) with the status that
 // fits: 400 (bad JSON, wrong types, a tool message answering no call, prompt too long), 404
@@ -68,6 +71,9 @@ struct ApiOptions {
   // chain's session is deleted; continuing it then restores from the prefix cache).
   size_t responses_max_stored = 4096;
   size_t responses_max_sessions = 64;
+  // One info-level line per request (method, route, status, ms, prompt/cached/generated tokens,
+  // session); --no-access-log turns it off.
+  bool access_log = true;
 };
 
 // "auto", "exact", "bounded" / "replay", "recompute"; Parse* return false for other names.
@@ -170,6 +176,11 @@ class Api {
   HttpResponse Health() const;
   HttpResponse Metrics();
   HttpResponse Cache();
+  // server/admin.cpp: /tokenize, /detokenize, /apply-template, /v1/cache/flush, /version.
+  HttpResponse Admin(const HttpRequest& request, const std::string& path);
+  // The access log line of one answered request (`turn`: its result when it ran a turn).
+  void AccessLog(const HttpRequest& request, const std::string& route, int status, double seconds,
+                 const session::TurnResult* turn, const std::string& session_id) const;
 
   // Runs f(manager_) unless the manager is detached (then 503). Not for waiting on turns.
   template <class F>

@@ -61,6 +61,9 @@ HttpResponse JsonResponse(int status, const json& body) {
 HttpResponse ErrorResponse(const ApiError& error) {
   HttpResponse r = JsonResponse(error.status, error.ToJson());
   if (error.retry_after_s > 0) r.headers.emplace_back("Retry-After", std::to_string(error.retry_after_s));
+  // A busy session stays busy until its turn ends: the OpenAI SDKs retry 409s (~2 s of
+  // backoff) unless told not to; the client should wait for its turn instead.
+  if (error.status == 409 && error.code == "session_busy") r.headers.emplace_back("x-should-retry", "false");
   return r;
 }
 

@@ -15,6 +15,7 @@
 
 #include "server/api.h"
 #include "server/api_error.h"
+#include "server/logprobs_json.h"
 #include "server/request_parse.h"
 #include "server/tenant.h"
 
@@ -41,6 +42,13 @@ Api::TurnPlan Api::PlanTurn(const GenerationParams& params, std::vector<int32_t>
   r.prompt = std::move(prompt);
   r.max_tokens = params.max_tokens.value_or(options_.default_max_tokens);
   r.sampling = params.sampling;
+  for (const auto& [id, bias] : params.adjust.bias)
+    if (!tokenizer_.InVocab(id))
+      throw InvalidRequest("logit_bias: token id " + std::to_string(id) + " is outside the vocabulary (size " +
+                               std::to_string(tokenizer_.vocab_size()) + ")",
+                           "logit_bias");
+  r.adjust = params.adjust;
+  r.top_logprobs = params.top_logprobs;
   r.priority = params.priority;
   r.decoder = options_.decoder_policy;
   r.restore = options_.restore_policy;
@@ -62,6 +70,9 @@ Api::TurnPlan Api::PlanTurn(const GenerationParams& params, std::vector<int32_t>
   m.ignore_eos = params.ignore_eos;
   m.include_usage = params.include_usage;
   m.stop_ids = r.stop_tokens;
+  m.top_logprobs = params.top_logprobs;
+  m.return_token_ids = params.return_token_ids;
+  if (m.return_token_ids) m.prompt_ids = r.prompt;
   // Call ids unique across the conversation: the response id's random part names the turn.
   m.call_ids.prefix = "call_" + m.id.substr(m.id.find('-') + 1, 12) + "_";
   return plan;
@@ -222,22 +233,40 @@ HttpResponse Api::RunTurn(TurnPlan plan, const HttpRequest& request, const std::
     const session::TurnResult& r = turn->Wait();
     if (r.error_kind != session::ErrorKind::kNone) throw FromErrorKind(r.error_kind, r.error, prompt_param);
     Finished(plan, *turn);
+    AccessLog(request, route, 200, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), &r,
+              plan.meta.session_id);
+    // Issue 19's extras on the one choice: logprobs of the shown tokens, token ids.
+    const std::vector<TokenLogprobs> shown =
+        plan.meta.top_logprobs >= 0 ? ShownLogprobs(r.output, r.logprobs, plan.meta.stop_ids) : std::vector<TokenLogprobs>{};
     if (plan.chat) {
       const bridge::AssistantOutput out = ChatOutputOf(tokenizer_, r.output, plan.meta, turn->matched_stop());
-      return JsonResponse(200, ChatCompletionJson(plan.meta, out, *turn));
+      json j = ChatCompletionJson(plan.meta, out, *turn);
+      if (plan.meta.top_logprobs >= 0)
+        j["choices"][0]["logprobs"] = {{"content", ChatLogprobEntries(tokenizer_, shown)}, {"refusal", nullptr}};
+      return JsonResponse(200, j);
     }
-    return JsonResponse(
-        200, CompletionJson(plan.meta, CompletionTextOf(tokenizer_, r.output, plan.meta, turn->matched_stop()), *turn));
+    json j = CompletionJson(plan.meta, CompletionTextOf(tokenizer_, r.output, plan.meta, turn->matched_stop()), *turn);
+    if (plan.meta.top_logprobs >= 0) j["choices"][0]["logprobs"] = CompletionLogprobs(tokenizer_, shown);
+    if (plan.meta.return_token_ids) {
+      j["choices"][0]["token_ids"] = r.output;
+      j["choices"][0]["prompt_token_ids"] = plan.meta.prompt_ids;
+    }
+    return JsonResponse(200, j);
   }
   HttpResponse response;
   response.content_type = "text/event-stream";
   response.headers = {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}};
   response.stream = MakeTurnStream(turn, tokenizer_, plan.meta, plan.chat, plan.stop);
   auto shared_plan = std::make_shared<TurnPlan>(std::move(plan));
-  response.complete = [this, turn, shared_plan, route, start] {
+  auto log_request = std::make_shared<HttpRequest>();  // what the access log names (no body)
+  log_request->method = request.method;
+  log_request->target = request.target;
+  response.complete = [this, turn, shared_plan, route, start, log_request] {
     const session::TurnResult& r = turn->Wait();
     if (r.error_kind == session::ErrorKind::kNone) Finished(*shared_plan, *turn);
-    metrics_.Request(route, 200, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    metrics_.Request(route, 200, seconds);
+    AccessLog(*log_request, route, 200, seconds, &r, shared_plan->meta.session_id);
     turn->Publish();  // only now the stream's last events go out
   };
   return response;
@@ -264,6 +293,7 @@ void Api::Finished(const TurnPlan& plan, LiveTurn& turn) {
     finish = FinishReasonOf(false, turn.matched_stop(), r.finish_reason);
   }
   metrics_.Turn(r.accounting, int64_t(r.output.size()), finish);
+  metrics_.InterTokenGaps(turn.token_gaps());
 }
 
 }  // namespace cedar::server

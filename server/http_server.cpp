@@ -344,7 +344,34 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
       // between tokens); EndRequest and Shutdown drop the body, which ends that cycle.
       auto ex = self->stream_.get_executor();
       self->body_->SetWaker([self, ex] { net::post(ex, [self] { self->Pump(); }); });
+      self->ArmKeepAlive();
       self->Pump();
+    });
+  }
+
+  // SSE keep-alives: a timer on the connection's executor; each tick that finds the stream
+  // silent since the last one (its turn queued or prefilling) writes an SSE comment, which
+  // every SSE client ignores and every proxy counts as traffic.
+  void ArmKeepAlive() {
+    if (server_.opt.sse_keepalive_s <= 0) return;
+    if (!keepalive_) keepalive_ = std::make_unique<net::steady_timer>(stream_.get_executor());
+    keepalive_->expires_after(Ms(server_.opt.sse_keepalive_s));
+    keepalive_->async_wait([self = this->shared_from_this()](beast::error_code ec) {
+      if (ec || !self->body_ || self->body_done_ || self->closed_) return;
+      if (!self->writing_ && !self->wrote_since_tick_) self->WriteKeepAlive();
+      self->wrote_since_tick_ = false;
+      self->ArmKeepAlive();
+    });
+  }
+
+  void WriteKeepAlive() {
+    static const std::string kComment = ": keep-alive\n\n";
+    writing_ = true;
+    stream_.expires_after(Ms(server_.opt.write_timeout_s));
+    net::async_write(stream_, http::make_chunk(net::buffer(kComment)), [self = this->shared_from_this()](beast::error_code ec, size_t) {
+      self->writing_ = false;
+      if (ec) return self->Abort();
+      self->Pump();  // a wake that came during the write found writing_ set
     });
   }
 
@@ -355,6 +382,7 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
     body_done_ = !body_->Pull(&chunk_);
     if (chunk_.empty() && !body_done_) return;
     writing_ = true;
+    wrote_since_tick_ = true;
     stream_.expires_after(Ms(server_.opt.write_timeout_s));
     auto self = this->shared_from_this();
     if (chunk_.empty()) {
@@ -386,6 +414,7 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
       server_.RequestEnded();
     }
     StopWatch();
+    if (keepalive_) keepalive_->cancel();
     body_.reset();
     serializer_.reset();
     head_.reset();
@@ -440,6 +469,7 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
     closed_ = true;
     if (cancelled_ && in_request_) cancelled_->store(true);
     if (body_ && !body_done_) body_->Cancel();
+    if (keepalive_) keepalive_->cancel();
     body_.reset();  // (head_ and serializer_ stay: a header write may still be pending)
     beast::error_code ignored;
     stream_.socket().shutdown(net::socket_base::shutdown_both, ignored);
@@ -472,6 +502,8 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
   std::unique_ptr<http::response_serializer<http::empty_body>> serializer_;
   std::string chunk_;
   bool writing_ = false, body_done_ = false;
+  std::unique_ptr<net::steady_timer> keepalive_;  // ArmKeepAlive
+  bool wrote_since_tick_ = false;                 // a chunk went out since the last keep-alive tick
   // The watch for the client closing.
   bool watching_ = false;
   uint64_t watch_gen_ = 0;

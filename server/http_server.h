@@ -51,6 +51,9 @@ struct ServerOptions {
   // This instance's name in a cluster, sent as "X-Cedar-Server" on every response (a client
   // behind a load balancer sees which server answered); "" = no header. REQUIRES: ValidServerId.
   std::string server_id;
+  // A streamed response silent this long (its turn queued or prefilling) gets an SSE comment
+  // ": keep-alive\n\n", so proxies and clients with idle timeouts keep the stream. 0 = never.
+  double sse_keepalive_s = 5;
 };
 
 // 1 to 64 characters from [A-Za-z0-9_.:-] (safe in a header and a log line).

@@ -15,6 +15,9 @@ std::shared_ptr<LiveTurn> LiveTurn::Submit(session::SessionManager& manager, ses
   std::shared_ptr<LiveTurn> turn(new LiveTurn(tokenizer, std::move(stop), std::move(cancelled)));
   // The callback holds the turn alive until the manager drops the request.
   request.on_token = [turn](int32_t id) { return turn->OnToken(id); };
+  // Called right before on_token for the same token (engine thread): staged until it arrives.
+  if (request.top_logprobs >= 0)
+    request.on_logprobs = [turn](const TokenLogprobs& lp) { turn->staged_logprobs_ = lp; };
   request.cancelled = turn->cancelled_;  // the scheduler ends the turn at its next step once set
   turn->submitted_ = std::chrono::steady_clock::now();
   turn->future_ = manager.Submit(std::move(request));
@@ -32,6 +35,10 @@ std::shared_ptr<LiveTurn> LiveTurn::Manual(const bridge::Tokenizer& tokenizer, s
 void LiveTurn::Complete(session::TurnResult result) { manual_.set_value(std::move(result)); }
 
 bool LiveTurn::OnToken(int32_t id) {
+  const auto now = std::chrono::steady_clock::now();
+  if (last_token_ != std::chrono::steady_clock::time_point{})
+    gaps_.push_back(std::chrono::duration<float>(now - last_token_).count());
+  last_token_ = now;
   int matched = -1;
   if (!matcher_.empty() && tokenizer_.InVocab(id)) {
     matched = matcher_.Push(tokenizer_.TokenBytes(id), tokenizer_.IsSpecial(id));
@@ -40,6 +47,10 @@ bool LiveTurn::OnToken(int32_t id) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     pending_.push_back(id);
+    if (staged_logprobs_) {
+      pending_logprobs_.push_back(std::move(*staged_logprobs_));
+      staged_logprobs_.reset();
+    }
     if (matched >= 0) matched_stop_ = matcher_.stops()[size_t(matched)];
     if (wake_due_ && wake_) {
       wake_due_ = false;
@@ -91,10 +102,12 @@ void LiveTurn::SetWaker(std::function<void()> wake) {
   if (now && wake) wake();
 }
 
-std::vector<int32_t> LiveTurn::Take(bool* finished) {
+std::vector<int32_t> LiveTurn::Take(bool* finished, std::vector<TokenLogprobs>* logprobs) {
   std::lock_guard<std::mutex> lk(mu_);
   std::vector<int32_t> out;
   out.swap(pending_);
+  if (logprobs) logprobs->swap(pending_logprobs_);
+  pending_logprobs_.clear();
   *finished = published_;
   wake_due_ = !published_;
   return out;

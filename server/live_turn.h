@@ -49,7 +49,8 @@ class LiveTurn {
   void SetWaker(std::function<void()> wake);
   // Moves out the tokens generated since the last call; *finished = the result is in and
   // published (then every token has been taken and result() is valid).
-  std::vector<int32_t> Take(bool* finished);
+  // `logprobs` (optional): the same tokens' log-probabilities, when the request asked for them.
+  std::vector<int32_t> Take(bool* finished, std::vector<TokenLogprobs>* logprobs = nullptr);
   void Cancel() { cancelled_->store(true); }
 
   // Valid once finished.
@@ -60,6 +61,8 @@ class LiveTurn {
   // Submit -> result, as the server saw it: the session manager's whole time for the turn
   // (queueing, compute, and its bookkeeping after TurnAccounting::total_ms). Valid once finished.
   double manager_ms() const { return manager_ms_; }
+  // Seconds between consecutive tokens as on_token received them (n - 1 gaps). Valid once finished.
+  const std::vector<float>& token_gaps() const { return gaps_; }
 
  private:
   LiveTurn(const bridge::Tokenizer& tokenizer, std::vector<std::string> stop,
@@ -68,12 +71,16 @@ class LiveTurn {
 
   const bridge::Tokenizer& tokenizer_;
   StopMatcher matcher_;  // engine thread only
+  std::optional<TokenLogprobs> staged_logprobs_;  // engine thread only: the next OnToken's logprobs
+  std::vector<float> gaps_;                        // engine thread until finished (token_gaps)
+  std::chrono::steady_clock::time_point last_token_{};  // engine thread only
   std::shared_ptr<std::atomic<bool>> cancelled_;
   std::future<session::TurnResult> future_;
   std::promise<session::TurnResult> manual_;  // Manual turns only
 
   std::mutex mu_;  // guards the fields below
   std::vector<int32_t> pending_;
+  std::vector<TokenLogprobs> pending_logprobs_;  // aligned with pending_ when the turn reports logprobs
   std::function<void()> wake_;
   bool wake_due_ = true;  // the consumer has taken everything since the last wake
   bool finished_ = false;   // Wait has the result

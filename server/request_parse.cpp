@@ -1,5 +1,6 @@
 #include "server/request_parse.h"
 
+#include <charconv>
 #include <cmath>
 #include <limits>
 
@@ -79,6 +80,48 @@ std::vector<std::string> ReadStop(const json& body) {
   return out;
 }
 
+// logit_bias: {"<token id>": bias}, bias in [-100, 100] (OpenAI's range).
+std::vector<std::pair<int32_t, float>> ReadLogitBias(const json& body) {
+  std::vector<std::pair<int32_t, float>> out;
+  const json* v = Find(body, "logit_bias");
+  if (!v) return out;
+  if (!v->is_object()) Expected("logit_bias", "an object mapping token ids to numbers in [-100, 100]", *v);
+  for (auto it = v->begin(); it != v->end(); ++it) {
+    const std::string& key = it.key();
+    int32_t id = -1;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+    if (ec != std::errc() || end != key.data() + key.size() || key.empty() || id < 0)
+      throw InvalidRequest("logit_bias: expected token ids as keys, found \"" + bridge::Clip(key, 40) + "\"", "logit_bias");
+    const json& b = it.value();
+    if (!b.is_number() || !std::isfinite(b.get<double>()) || b.get<double>() < -100 || b.get<double>() > 100)
+      throw InvalidRequest("logit_bias: expected a number in [-100, 100] for token " + key + ", found " + Shown(b),
+                           "logit_bias");
+    out.emplace_back(int32_t(id), float(b.get<double>()));
+  }
+  return out;
+}
+
+// Fields OpenAI defines that Cedar does not implement: 400 naming the field when present with
+// anything but its default (docs/SERVER.md "Request fields").
+void RefuseUnsupported(const json& body, bool chat) {
+  auto refuse = [](const char* field, const std::string& why) {
+    throw InvalidRequest(std::string(field) + ": " + why, field, "unsupported_field");
+  };
+  if (auto n = ReadInt(body, "n"); n && *n != 1) refuse("n", "only n = 1 is supported");
+  if (chat) {
+    for (const char* f : {"audio", "prediction", "web_search_options", "functions", "function_call"})
+      if (Find(body, f)) refuse(f, "not supported by this server");
+    if (const json* m = Find(body, "modalities"); m && *m != json::array({"text"}))
+      refuse("modalities", "only [\"text\"] is supported");
+  } else {
+    if (const json* e = Find(body, "echo"); e && !(e->is_boolean() && !e->get<bool>()))
+      refuse("echo", "not supported (only false)");
+    if (const json* sfx = Find(body, "suffix"); sfx && !(sfx->is_string() && sfx->get<std::string>().empty()))
+      refuse("suffix", "not supported (only \"\")");
+    if (auto b = ReadInt(body, "best_of"); b && *b != 1) refuse("best_of", "only best_of = 1 is supported");
+  }
+}
+
 GenerationParams ReadParams(const json& body, const HttpRequest& request) {
   GenerationParams p;
   if (const json* v = Find(body, "model")) {
@@ -101,7 +144,9 @@ GenerationParams ReadParams(const json& body, const HttpRequest& request) {
   if (auto t = ReadNumber(body, "temperature", 0, 2, false, "[0, 2]")) p.sampling.temperature = float(*t);
   if (auto t = ReadNumber(body, "top_p", 0, 1, true, "(0, 1]")) p.sampling.top_p = float(*t);
   if (auto s = ReadInt(body, "seed")) p.sampling.seed = uint64_t(*s);
-  if (auto n = ReadInt(body, "n"); n && *n != 1) throw InvalidRequest("n: only n = 1 is supported", "n");
+  p.adjust.bias = ReadLogitBias(body);
+  if (auto x = ReadNumber(body, "presence_penalty", -2, 2, false, "[-2, 2]")) p.adjust.presence_penalty = float(*x);
+  if (auto x = ReadNumber(body, "frequency_penalty", -2, 2, false, "[-2, 2]")) p.adjust.frequency_penalty = float(*x);
   if (auto pr = ReadInt(body, "priority")) {
     if (*pr < -1000000 || *pr > 1000000) Expected("priority", "an integer in [-1000000, 1000000]", body["priority"]);
     p.priority = int(*pr);
@@ -191,7 +236,16 @@ std::string SessionIdOf(const json& body, const HttpRequest& request) {
 
 ChatRequest ParseChatRequest(const json& body, const HttpRequest& request) {
   ChatRequest r;
+  RefuseUnsupported(body, true);
   r.params = ReadParams(body, request);
+  if (ReadBool(body, "logprobs", false)) r.params.top_logprobs = 0;
+  if (auto k = ReadInt(body, "top_logprobs")) {
+    if (*k < 0 || *k > kMaxTopLogprobs) Expected("top_logprobs", "an integer in [0, 20]", body["top_logprobs"]);
+    if (r.params.top_logprobs < 0) throw InvalidRequest("top_logprobs: needs \"logprobs\": true", "top_logprobs");
+    r.params.top_logprobs = int(*k);
+  }
+  if (ReadBool(body, "return_token_ids", false))
+    throw InvalidRequest("return_token_ids: only /v1/completions returns token ids", "return_token_ids", "unsupported_field");
   const json* messages = Find(body, "messages");
   if (!messages) throw InvalidRequest("messages: required", "messages");
   if (!messages->is_array() || messages->empty()) Expected("messages", "a non-empty array", *messages);
@@ -211,7 +265,14 @@ ChatRequest ParseChatRequest(const json& body, const HttpRequest& request) {
 
 CompletionRequest ParseCompletionRequest(const json& body, const HttpRequest& request) {
   CompletionRequest r;
+  RefuseUnsupported(body, false);
   r.params = ReadParams(body, request);
+  if (const json* lp = Find(body, "logprobs")) {
+    if (!lp->is_number_integer() || lp->get<int64_t>() < 0 || lp->get<int64_t>() > kMaxTopLogprobs)
+      Expected("logprobs", "an integer in [0, 20] (alternatives per token)", *lp);
+    r.params.top_logprobs = int(lp->get<int64_t>());
+  }
+  r.params.return_token_ids = ReadBool(body, "return_token_ids", false);
   const json* p = Find(body, "prompt");
   if (!p) throw InvalidRequest("prompt: required", "prompt");
   const json* v = p;

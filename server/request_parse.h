@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/logprobs.h"
 #include "engine/sampling.h"
 #include "tools_bridge/lib/chat_template.h"
 #include "server/http_message.h"
@@ -26,9 +27,25 @@ struct GenerationParams {
   bool include_usage = false;        // stream_options.include_usage
   bool ignore_eos = false;           // `ignore_eos` (as vLLM): only max_tokens ends the turn
   int priority = 0;                  // `priority` (as vLLM): lower values are scheduled first
+  // Issue 19. `logit_bias` ({"id": bias in [-100, 100]}), `presence_penalty` and
+  // `frequency_penalty` (in [-2, 2]), OpenAI's semantics (engine/logprobs.h). Ids are checked
+  // against the vocabulary by the Api.
+  LogitAdjustments adjust;
+  // Chat: `logprobs: true` and `top_logprobs` (0..20); completions: `logprobs` (0..20 = the
+  // alternatives per token). -1 = no logprobs.
+  int top_logprobs = -1;
+  bool return_token_ids = false;     // completions: `return_token_ids` (vLLM)
 };
 
+// Fields accepted and ignored (OpenAI's bookkeeping, with nothing to do here). Documented in
+// docs/SERVER.md "Request fields"; every other field OpenAI defines that Cedar does not
+// implement is refused with 400 naming it (never silently ignored).
+inline constexpr const char* kNoOpFields[] = {"user", "metadata", "store", "service_tier", "safety_identifier",
+                                              "prompt_cache_key"};
+
 inline constexpr size_t kMaxStopStrings = 16;
+// Most alternatives per token `top_logprobs` / completions' `logprobs` may ask for (OpenAI's 20).
+inline constexpr int kMaxTopLogprobs = 20;
 // Longest stop string: the matcher and the stream holdback compare a tail that long per token.
 inline constexpr size_t kMaxStopStringBytes = 256;
 // Longest `model`: it is echoed in every response and every stream chunk.

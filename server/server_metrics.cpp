@@ -1,15 +1,35 @@
 #include "server/server_metrics.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+
+#include "server/version.h"
 
 namespace cedar::server {
 namespace {
 
+// Integral values (every counter, byte gauges) print exactly as integers: "%.10g" would print
+// 12345678901 as 1.23456789e+10. Others keep 10 significant digits.
 std::string Num(double x) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.10g", x);
+  if (x == std::floor(x) && std::fabs(x) < 9.0e15) std::snprintf(buf, sizeof buf, "%.0f", x);
+  else std::snprintf(buf, sizeof buf, "%.10g", x);
   return buf;
+}
+
+// A label value with Prometheus' escapes (backslash, quote, newline).
+std::string LabelValue(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
 }
 
 void Head(std::string& out, const char* name, const char* type, const char* help) {
@@ -74,6 +94,11 @@ void ServerMetrics::Turn(const session::TurnAccounting& a, int64_t completion_to
   turn_total_.Observe(a.total_ms / 1000.0);
 }
 
+void ServerMetrics::InterTokenGaps(const std::vector<float>& seconds) {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (float g : seconds) inter_token_.Observe(double(g));
+}
+
 void ServerMetrics::Connection(int delta) {
   std::lock_guard<std::mutex> lk(mu_);
   totals_.connections_open += delta;
@@ -126,7 +151,19 @@ std::string ServerMetrics::Render(const session::EngineMetrics& e) const {
     ttft_.Render("cedar_time_to_first_token_seconds", "", out);
     Head(out, "cedar_turn_duration_seconds", "histogram", "Submit to end of turn in the session manager.");
     turn_total_.Render("cedar_turn_duration_seconds", "", out);
+    Head(out, "cedar_inter_token_latency_seconds", "histogram",
+         "Time between consecutive generated tokens of a turn, as the server received them.");
+    inter_token_.Render("cedar_inter_token_latency_seconds", "", out);
   }
+  Head(out, "cedar_build_info", "gauge", "Always 1; the labels name the build.");
+  Line(out, "cedar_build_info",
+       "version=\"" + LabelValue(kCedarVersion) + "\",git=\"" + LabelValue(kCedarGitDescribe) + "\"", 1);
+  Metric(out, "cedar_running_turns", "gauge", "Admitted turns (prefilling or decoding).",
+         double(e.prefilling_turns + e.decoding_turns));
+  Metric(out, "cedar_waiting_turns", "gauge", "Turns waiting for admission (as cedar_queue_turns).", double(e.queued_turns));
+  Head(out, "cedar_cache_usage_ratio", "gauge", "Bytes held over the byte budget of the prefix cache, by tier (0 without a budget).");
+  Line(out, "cedar_cache_usage_ratio", "tier=\"ram\"", e.ram_budget ? double(e.ram_bytes) / double(e.ram_budget) : 0.0);
+  Line(out, "cedar_cache_usage_ratio", "tier=\"disk\"", e.disk_budget ? double(e.disk_bytes) / double(e.disk_budget) : 0.0);
   Metric(out, "cedar_turns_total", "counter", "Turns the engine finished.", double(e.turns));
   Metric(out, "cedar_turns_cancelled_total", "counter", "Turns cancelled (client gone, stop string, shutdown).",
          double(e.turns_cancelled));

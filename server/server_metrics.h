@@ -37,6 +37,8 @@ class ServerMetrics {
   // One finished turn as the client saw it.
   void Turn(const session::TurnAccounting& a, int64_t completion_tokens, const std::string& finish_reason);
   void Connection(int delta);  // +1 opened, -1 closed
+  // The gaps between one turn's consecutive tokens (LiveTurn::token_gaps).
+  void InterTokenGaps(const std::vector<float>& seconds);
   // One chat request's assistant messages: `exact` rendered as the ids the model sampled (a
   // remembered generation), `canonical` re-rendered from content and tool calls (the fallback).
   void Replays(int exact, int canonical);
@@ -56,7 +58,7 @@ class ServerMetrics {
   std::map<std::pair<std::string, int>, uint64_t> requests_;
   std::map<std::string, Histogram> durations_;
   std::map<std::string, uint64_t> finish_reasons_;
-  Histogram ttft_, turn_total_;
+  Histogram ttft_, turn_total_, inter_token_;
   Totals totals_;
 };
 

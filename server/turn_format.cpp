@@ -6,6 +6,7 @@
 #include "tools_bridge/lib/dsml_parser.h"
 #include "tools_bridge/lib/openai_json.h"
 #include "server/api_error.h"
+#include "server/logprobs_json.h"
 #include "server/stop_strings.h"
 
 namespace cedar::server {
@@ -31,12 +32,48 @@ class ChunkFormatter {
   virtual std::string Push(int32_t id) = 0;
   // After the last token: the rest of the text and the finish chunk.
   virtual std::string Finish(const LiveTurn& turn) = 0;
+  // Before Push(id): the token's logprobs (null unless asked for). They ride on the next chunk
+  // that goes out, so every shown token's entry appears exactly once, in order.
+  void Note(int32_t id, const TokenLogprobs* lp, const TurnMeta& meta) {
+    if (meta.return_token_ids) pending_ids_.push_back(id);
+    if (lp && !IsStopId(meta, id)) pending_lps_.push_back(*lp);
+  }
+
+ protected:
+  // The pending logprobs in chat's shape (null when none were asked for).
+  json TakeChatLogprobs(const TurnMeta& meta, const bridge::Tokenizer& tokenizer) {
+    if (meta.top_logprobs < 0 || pending_lps_.empty()) return nullptr;
+    json j = {{"content", ChatLogprobEntries(tokenizer, pending_lps_)}, {"refusal", nullptr}};
+    pending_lps_.clear();
+    return j;
+  }
+  // Completions: logprobs (legacy shape) and token_ids of the tokens since the last chunk.
+  void TakeCompletionExtras(const TurnMeta& meta, const bridge::Tokenizer& tokenizer, json& choice) {
+    if (meta.top_logprobs >= 0) {
+      choice["logprobs"] = pending_lps_.empty() && choice["text"] == "" ? json(nullptr)
+                                                                        : CompletionLogprobs(tokenizer, pending_lps_, text_offset_);
+      for (const TokenLogprobs& lp : pending_lps_) text_offset_ += int64_t(LogprobTokenText(tokenizer, lp.chosen.id).size());
+      pending_lps_.clear();
+    }
+    if (meta.return_token_ids) {
+      choice["token_ids"] = pending_ids_;
+      pending_ids_.clear();
+      if (!prompt_ids_sent_) choice["prompt_token_ids"] = meta.prompt_ids;
+      prompt_ids_sent_ = true;
+    }
+  }
+
+ private:
+  std::vector<TokenLogprobs> pending_lps_;
+  std::vector<int32_t> pending_ids_;
+  int64_t text_offset_ = 0;
+  bool prompt_ids_sent_ = false;
 };
 
 class ChatChunks final : public ChunkFormatter {
  public:
   ChatChunks(const bridge::Tokenizer& tokenizer, const TurnMeta& meta, std::vector<std::string> stop)
-      : meta_(meta), holdback_(std::move(stop)) {
+      : tokenizer_(tokenizer), meta_(meta), holdback_(std::move(stop)) {
     if (meta.dsml) {
       decoder_.emplace(tokenizer, bridge::SpecialText::kName);
       dsml_.emplace(meta.thinking, meta.call_ids);
@@ -66,7 +103,7 @@ class ChatChunks final : public ChunkFormatter {
     json last = Base(meta_, "chat.completion.chunk");
     last["choices"] = json::array({{{"index", 0},
                                     {"delta", json::object()},
-                                    {"logprobs", nullptr},
+                                    {"logprobs", TakeChatLogprobs(meta_, tokenizer_)},
                                     {"finish_reason", FinishReasonOf(tool_call_count() > 0, matched_stop,
                                                                      result.finish_reason)}}});
     last["cedar"] = CedarJson(result.accounting, meta_.session_id, turn.manager_ms());
@@ -78,7 +115,7 @@ class ChatChunks final : public ChunkFormatter {
   std::string Chunk(json delta, json finish_reason) {
     json j = Base(meta_, "chat.completion.chunk");
     j["choices"] = json::array(
-        {{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", finish_reason}}});
+        {{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", TakeChatLogprobs(meta_, tokenizer_)}, {"finish_reason", finish_reason}}});
     return SseEvent(j);
   }
 
@@ -102,6 +139,7 @@ class ChatChunks final : public ChunkFormatter {
 
   int tool_call_count() const { return parser_ ? parser_->tool_call_count() : dsml_->tool_call_count(); }
 
+  const bridge::Tokenizer& tokenizer_;
   TurnMeta meta_;
   std::optional<bridge::ToolCallStreamParser> parser_;  // cedar format
   std::optional<bridge::StreamDecoder> decoder_;        // deepseek_v41: ids -> text ...
@@ -112,7 +150,7 @@ class ChatChunks final : public ChunkFormatter {
 class CompletionChunks final : public ChunkFormatter {
  public:
   CompletionChunks(const bridge::Tokenizer& tokenizer, const TurnMeta& meta, std::vector<std::string> stop)
-      : meta_(meta), decoder_(tokenizer), holdback_(std::move(stop)) {}
+      : tokenizer_(tokenizer), meta_(meta), decoder_(tokenizer), holdback_(std::move(stop)) {}
 
   std::string Start() override { return {}; }
 
@@ -128,10 +166,12 @@ class CompletionChunks final : public ChunkFormatter {
     rest += holdback_.Finish(matched_stop);
     std::string out = Text(rest, nullptr);
     json last = Base(meta_, "text_completion");
-    last["choices"] = json::array({{{"index", 0},
-                                    {"text", ""},
-                                    {"logprobs", nullptr},
-                                    {"finish_reason", FinishReasonOf(false, matched_stop, result.finish_reason)}}});
+    json choice = {{"index", 0},
+                   {"text", ""},
+                   {"logprobs", nullptr},
+                   {"finish_reason", FinishReasonOf(false, matched_stop, result.finish_reason)}};
+    TakeCompletionExtras(meta_, tokenizer_, choice);
+    last["choices"] = json::array({std::move(choice)});
     last["cedar"] = CedarJson(result.accounting, meta_.session_id, turn.manager_ms());
     return out + SseEvent(last);
   }
@@ -140,11 +180,13 @@ class CompletionChunks final : public ChunkFormatter {
   std::string Text(const std::string& text, json finish_reason) {
     if (text.empty()) return {};
     json j = Base(meta_, "text_completion");
-    j["choices"] =
-        json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish_reason}}});
+    json choice = {{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
+    TakeCompletionExtras(meta_, tokenizer_, choice);
+    j["choices"] = json::array({std::move(choice)});
     return SseEvent(j);
   }
 
+  const bridge::Tokenizer& tokenizer_;
   TurnMeta meta_;
   bridge::StreamDecoder decoder_;
   StopHoldback holdback_;
@@ -165,8 +207,11 @@ class TurnStream final : public BodySource {
       *out += format_->Start();
     }
     bool finished = false;
-    const std::vector<int32_t> ids = turn_->Take(&finished);
-    for (int32_t id : ids) {
+    std::vector<TokenLogprobs> lps;
+    const std::vector<int32_t> ids = turn_->Take(&finished, meta_.top_logprobs >= 0 ? &lps : nullptr);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const int32_t id = ids[i];
+      format_->Note(id, i < lps.size() ? &lps[i] : nullptr, meta_);
       *out += format_->Push(id);
       completion_tokens_++;
     }

@@ -32,6 +32,13 @@ struct TurnMeta {
   // by dsml::StreamParser / ParseOutput (else Cedar's own ids, read by ToolCallStreamParser).
   bool dsml = false;
   bool thinking = false;  // deepseek_v41: the prompt ended with "<think>" (output starts with reasoning)
+  // Issue 19: -1 = no logprobs; else chunks and responses carry each shown token's logprob and
+  // this many alternatives (chat: logprobs.content; completions: the legacy logprobs object).
+  int top_logprobs = -1;
+  // Completions' return_token_ids (vLLM): choices carry `token_ids` (every generated id, stop
+  // ids included) and `prompt_token_ids` (these; filled only when the flag is set).
+  bool return_token_ids = false;
+  std::vector<int32_t> prompt_ids;
 };
 
 nlohmann::json UsageJson(const session::TurnAccounting& a, int64_t completion_tokens);

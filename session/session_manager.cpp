@@ -336,6 +336,10 @@ SessionManager::DeleteOutcome SessionManager::DeleteSession(const std::string& i
   });
 }
 
+size_t SessionManager::FlushCachePartition(cache::TenantSalt salt) {
+  return impl_->Call<size_t>([this, salt] { return impl_->cache->DropPartition(salt); });
+}
+
 std::string SessionManager::CheckCacheIntegrity() {
   return impl_->Call<std::string>([this] {
     const cache::Status s = impl_->cache->CheckIntegrity();

@@ -27,6 +27,7 @@
 #include "cache/cache_types.h"
 #include "cache/remote_config.h"
 #include "engine/backend.h"
+#include "engine/logprobs.h"
 #include "engine/model.h"
 #include "engine/sampling.h"
 
@@ -75,6 +76,14 @@ struct TurnRequest {
   // mask the logits and after it with the token; null = unconstrained. When it allows no
   // token the turn ends with finish_reason "stop".
   std::shared_ptr<LogitsProcessor> logits_processor;
+  // logit_bias and presence/frequency penalties (engine/logprobs.h), applied to the logits the
+  // sampler draws from (before the logits processor); counts are over this turn's output.
+  LogitAdjustments adjust;
+  // -1: no logprobs. Else TurnResult::logprobs gets, per generated token, its log-probability
+  // under the model's logits at temperature 1 (before adjustments and masks) and this many
+  // most likely alternatives (0..20); on_logprobs hears each one before on_token.
+  int top_logprobs = -1;
+  std::function<void(const TokenLogprobs&)> on_logprobs;
   // Scheduling (issue 14). Lower values are served first, as in vLLM's `priority` (default 0,
   // negative allowed); equal priorities are first come first served. A priority orders the
   // queue of turns not yet admitted and the prefill chunks of a step; it never preempts.
@@ -117,6 +126,7 @@ struct TurnResult {
   std::string error;                 // when error_kind != kNone
   TurnAccounting accounting;
   std::vector<float> prompt_logits;  // [V] after the prompt, when asked for
+  std::vector<TokenLogprobs> logprobs; // one per output token when TurnRequest::top_logprobs >= 0
   uint64_t logits_hash = 0;          // FNV-1a of the bytes of the turn's last logits [V] (0: none);
                                      // equal hashes across runs = the same final state, bit for bit
 };
@@ -266,6 +276,10 @@ class SessionManager {
   // Waits (on the engine thread) until the shared remote tier's writer has sent everything
   // queued so far (tests; a no-op without --cache-remote).
   void DrainRemoteWrites();
+  // Drops the prefix cache's unpinned entries of partition `salt` (one tenant's; see
+  // PrefixCache::DropPartition); sessions' live states and pinned prefixes stay. Returns the
+  // tokens dropped.
+  size_t FlushCachePartition(cache::TenantSalt salt);
   const Model& model() const { return *model_; }
   const std::string& device() const { return device_; }              // "cpu" or "cuda": the backend in use
   const std::string& device_detail() const { return device_detail_; }  // Backend::Describe()

@@ -4,6 +4,7 @@
 #include <future>
 #include <memory>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "cache/cache_types.h"
@@ -36,7 +37,8 @@ struct ActiveTurn {
   std::unique_ptr<Sequence> state;         // on the backend
   std::optional<Sampler> sampler;
   std::vector<float> logits;               // [V] predicting the next token
-  std::vector<float> masked_logits;        // [V] logits after the request's logits_processor
+  std::vector<float> masked_logits;        // [V] logits after the request's adjustments and logits_processor
+  std::unordered_map<int32_t, int> counts; // generated tokens so far, by id (presence/frequency penalties)
   std::vector<cache::SnapshotInput> snapshots;  // taken at the end of the prompt
   cache::DecoderTail tail_kind = cache::DecoderTail::kNone;  // what the decoder windows equal:
                                            // exact, a bounded replay (until the first decode step), or neither

@@ -323,12 +323,16 @@ void SessionManager::Impl::EndPrefill(ActiveTurn& t, std::optional<PrefillResult
   }
 }
 
-// The grammar hook (issue 19): the logits to sample from, masked by the turn's logits processor
-// when it has one (a copy: t.logits stays the model's, which the cache may keep as the decoder
-// tail); nullptr when the processor allows no token.
+// The logits to sample from: the model's, adjusted by the request's logit_bias and penalties
+// (engine/logprobs.h), then masked by its logits processor (the grammar hook, issue 19). A copy
+// when either applies: t.logits stays the model's, which the cache may keep as the decoder tail
+// and logprobs report. nullptr when the processor allows no token.
 static const std::vector<float>* ConstrainLogits(ActiveTurn& t) {
-  if (!t.request.logits_processor) return &t.logits;
+  const bool adjust = !t.request.adjust.empty();
+  if (!t.request.logits_processor && !adjust) return &t.logits;
   t.masked_logits = t.logits;
+  if (adjust) ApplyAdjustments(t.request.adjust, t.counts, t.masked_logits);
+  if (!t.request.logits_processor) return &t.masked_logits;
   return t.request.logits_processor->Process(t.masked_logits) ? &t.masked_logits : nullptr;
 }
 
@@ -339,6 +343,11 @@ bool SessionManager::Impl::Sample(ActiveTurn& t) {
   const int32_t tok = t.sampler->Sample(*logits);
   if (rq.logits_processor) rq.logits_processor->Accept(tok);
   t.result.output.push_back(tok);
+  t.counts[tok]++;
+  if (rq.top_logprobs >= 0) {
+    t.result.logprobs.push_back(LogprobsOf(t.logits, tok, rq.top_logprobs));
+    if (rq.on_logprobs) rq.on_logprobs(t.result.logprobs.back());
+  }
   if (!t.first_token_seen) {
     t.first_token_seen = true;
     t.result.accounting.ttft_ms = Ms(t.submitted, std::chrono::steady_clock::now());

@@ -64,6 +64,10 @@ G=(generate "${M[@]}" --prompt hi)
 expect_refused --max-tokens -1 -- "${G[@]}" --max-tokens -1
 expect_refused --top-p 0 -- "${G[@]}" --top-p 0
 expect_refused --temperature -1 -- "${G[@]}" --temperature -1
+# What the server refuses, generate refuses (issue 19): temperature in [0, 2], max_tokens >= 0.
+expect_refused --temperature 9 -- "${G[@]}" --temperature 9
+expect_refused --max-tokens -5 -- "${G[@]}" --max-tokens -5
+expect_refused --sse-keepalive -1 -- "${S[@]}" --sse-keepalive -1
 expect_refused --chunk 1e3 -- "${G[@]}" --chunk 1e3
 expect_refused --threads -2 -- "${G[@]}" --threads -2
 expect_refused --seed -1 -- "${G[@]}" --seed -1
@@ -90,6 +94,22 @@ expect_refused --page-tokens 0 -- "${P[@]}" --page-tokens 0
 expect_refused --sweep-ram oops -- "${P[@]}" --sweep-ram 1G,oops
 expect_refused --units-per-s -1 -- "${P[@]}" --units-per-s -1
 expect_refused --limit -1 -- "${P[@]}" --limit -1
+
+# The help and version a newcomer reads (issue 19): `cedar --version`, `cedar help CMD`, every
+# preset in init's help, and no --cache-disk default without --cache-dir.
+check_help() {
+  local what=$1 needle=$2 absent=$3
+  shift 3
+  local out
+  out=$("$CEDAR" "$@" 2>&1 </dev/null)
+  if [[ $? -ne 0 || $out != *"$needle"* ]]; then echo "FAIL: cedar $* ($what) lacks '$needle': $out"; return; fi
+  if [[ -n $absent && $out == *"$absent"* ]]; then echo "FAIL: cedar $* ($what) shows '$absent'"; return; fi
+  echo "ok: cedar $* ($what)"
+}
+n=$((n + 1)); check_help version "cedar 0." "" --version >"$TMP/case.$n" &
+n=$((n + 1)); check_help "help serve" "--sse-keepalive" "" help serve >"$TMP/case.$n" &
+n=$((n + 1)); check_help "init presets" "medium" "" init --help >"$TMP/case.$n" &
+n=$((n + 1)); check_help "cache-disk default" "--cache-disk arg" "--cache-disk arg (=" serve --help >"$TMP/case.$n" &
 
 wait
 for i in $(seq 1 "$n"); do
