@@ -1,6 +1,7 @@
 #include "engine/benchmark.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +15,7 @@
 
 #include "engine/backend.h"
 #include "engine/engine.h"
+#include "engine/expert_cache.h"
 #include "engine/flag_values.h"
 #include "engine/info.h"
 #include "engine/init.h"
@@ -74,6 +76,17 @@ void MeasureMachine(const Backend& b, const ModelConfig& c, double* matmul_gflop
 #endif
 }
 
+// --max-ram: bytes, or a number with a binary K, M or G suffix.
+int64_t ParseMaxRam(const std::string& text) {
+  int64_t unit = 1;
+  std::string digits = text;
+  if (!digits.empty() && std::string("KMG").find(char(std::toupper(digits.back()))) != std::string::npos) {
+    unit = int64_t(1) << (10 * (1 + int(std::string("KMG").find(char(std::toupper(digits.back()))))));
+    digits.pop_back();
+  }
+  return ParseIntFlag<int64_t>("--max-ram", digits, 0, (int64_t(1) << 50) / unit) * unit;
+}
+
 }  // namespace
 
 int RunEngineBenchMain(int argc, char** argv) {
@@ -90,12 +103,15 @@ int RunEngineBenchMain(int argc, char** argv) {
     };
     if (a == "--help" || a == "-h") {
       std::printf("usage: cedar bench [--model DIR | --preset small|medium] [--lengths 512,4096,16384] [--decode N] [--decode-batch 1,8]\n"
-                  "                   [--threads N] [--device cpu|cuda|auto] [--f32-weights] [--mmap-weights]\n"
+                  "                   [--threads N] [--device cpu|cuda|auto] [--f32-weights] [--mmap-weights] [--max-ram BYTES[K|M|G]]\n"
                   "Prints one JSON object per result: the machine's matmul rate and bandwidth (the CPU's sgemm and read\n"
                   "bandwidth, or the GPU's BF16 GEMM and copy bandwidth), then prefill tokens/s per length in full and\n"
                   "bounded, then decode tokens/s, each with its fraction of the hardware. --device auto (the default)\n"
                   "is cuda when this build has CUDA and a device exists; --f32-weights keeps F32 weights on the GPU;\n"
-                  "--mmap-weights reads F32 weights in place from the file instead of the huge-page copy.\n");
+                  "--mmap-weights reads F32 weights in place from the file instead of the huge-page copy.\n"
+                  "A released-layout model (cedar init --arch v41) also prints its load (dequantise-once seconds, stored\n"
+                  "and F32 bytes); with --max-ram below its expert bytes the experts are dequantised on demand, and the\n"
+                  "prefill and decode lines give the share of time spent dequantising and the shard bytes read per token.\n");
       return 0;
     } else if (a == "--model") model_dir = next();
     else if (a == "--preset") preset = next();
@@ -106,6 +122,7 @@ int RunEngineBenchMain(int argc, char** argv) {
     else if (a == "--device") device = next();
     else if (a == "--f32-weights") f32_weights = true;
     else if (a == "--mmap-weights") load.mmap_weights = true;
+    else if (a == "--max-ram") load.max_ram_bytes = ParseMaxRam(next());
     else throw std::invalid_argument("unknown option " + a);
   }
   // Checked before anything runs.
@@ -130,6 +147,25 @@ int RunEngineBenchMain(int argc, char** argv) {
   const bool on_gpu = std::string(be->name()) == "cuda";
   const std::string model_name = model_dir.find("cedar-bench-") != std::string::npos ? preset : model_dir;
   const ModelInfo info = ComputeInfo(c);
+  // The released layout: what loading cost (every weight dequantised once into the arena, or the
+  // dense part only when --max-ram puts the experts on demand).
+  const ExpertCache* experts = m->expert_cache();
+  if (const ReleasedLoadReport* lr = m->released_load()) {
+    Emit({{"bench", "load"}, {"model", model_name}, {"tensors", lr->tensors}, {"stored_bytes", lr->stored_bytes},
+          {"dense_f32_bytes", lr->dense_bytes}, {"expert_f32_bytes", lr->expert_bytes}, {"check_seconds", lr->check_seconds},
+          {"dequant_seconds", lr->dequant_seconds}, {"total_seconds", lr->total_seconds},
+          {"experts_on_demand", experts != nullptr}, {"max_ram_bytes", load.max_ram_bytes}});
+  }
+  // Experts dequantised on demand since `before`: the share of `seconds` spent on it, and the
+  // shard bytes read per token.
+  auto add_on_demand = [&](const ExpertCache::Stats& before, double seconds, double tokens, nlohmann::json* j) {
+    if (!experts) return;
+    const ExpertCache::Stats now = experts->stats();
+    (*j)["expert_misses"] = now.misses - before.misses;
+    (*j)["expert_dequant_seconds"] = now.dequant_seconds - before.dequant_seconds;
+    (*j)["dequant_share_of_time"] = (now.dequant_seconds - before.dequant_seconds) / seconds;
+    (*j)["shard_bytes_read_per_token"] = double(now.stored_bytes_read - before.stored_bytes_read) / tokens;
+  };
   // Matmul parameters a row touches in one layer, averaged over layers (attention projections,
   // routed experts actually used, shared expert): the FLOPs below count 2 per parameter.
   const double layer_params = double(info.active_per_decode_token - info.head_params) / c.n_layers;
@@ -150,6 +186,7 @@ int RunEngineBenchMain(int argc, char** argv) {
       opt.mode = mode;
       opt.chunk_size = 2048;
       kernels::ResetWorkCounters();
+      const ExpertCache::Stats before = experts ? experts->stats() : ExpertCache::Stats{};
       auto t0 = std::chrono::steady_clock::now();
       PrefillResult r = be->Prefill(*st, t, opt);
       const double s = Since(t0);
@@ -160,6 +197,7 @@ int RunEngineBenchMain(int argc, char** argv) {
                           {"layer_token_units", r.stats.layer_token_units}, {"matmul_gflops", gflops},
                           {on_gpu ? "fraction_of_matmul" : "fraction_of_sgemm", gflops / sgemm}};
       if (!on_gpu) AddCpuWorkFigures(sgemm, s, &j);
+      add_on_demand(before, s, n, &j);
       if (mode == PrefillMode::kFull) full_tps = tps;
       else j["speedup_vs_full"] = tps / full_tps;
       Emit(j);
@@ -180,6 +218,7 @@ int RunEngineBenchMain(int argc, char** argv) {
     for (auto& st : states) ptrs.push_back(st.get());
     std::vector<int32_t> toks(size_t(batch), 1);
     kernels::ResetWorkCounters();
+    const ExpertCache::Stats before = experts ? experts->stats() : ExpertCache::Stats{};
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < decode_n; ++i) {
       auto logits = be->DecodeBatch(ptrs, toks);
@@ -203,7 +242,10 @@ int RunEngineBenchMain(int argc, char** argv) {
       j["matmul_share_of_time"] = w.matmul_seconds / s;
       // (batch 1 only: in a batch each routed expert sees a different number of rows)
       if (batch == 1) j["weight_gbs_while_in_matmuls"] = w.matmul_flops / 2.0 * 4.0 / w.matmul_seconds / 1e9;
+      // F32 weight bytes the matmuls read per token (2 FLOPs per weight; batch 1: every row its own).
+      j["matmul_weight_bytes_per_token"] = w.matmul_flops / 2.0 * 4.0 / (double(batch) * decode_n);
     }
+    add_on_demand(before, s, double(batch) * decode_n, &j);
     Emit(j);
   }
   return 0;
