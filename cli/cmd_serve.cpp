@@ -145,7 +145,7 @@ int RunServe(int argc, char** argv) {
       "deepest snapshot, exact)")(
       "decoder-policy", po::value(&decoder_policy)->default_value("auto"), "auto | exact | bounded")(
       "device", po::value(&device)->default_value("auto"),
-      "cpu | cuda | auto (cuda when built with CUDA and a GPU exists); cuda without a device fails at start")(
+      "cpu | cuda | auto (cuda when built with CUDA, a GPU exists and the CUDA engine runs the model, else cpu); cuda without a device, or for a model the CUDA engine refuses, fails at start")(
       "f32-weights", "CUDA: keep F32 weights on the device (default BF16)")(
       "mmap-weights", "read F32 weights in place from the file (less RAM, slower decode)")(
       "weights", po::value(&weights)->default_value("f32"), "matmul weights in memory: f32 | bf16 | int8 (block 32) | as-stored (BF16, released FP8/FP4 kept)")(
@@ -223,7 +223,10 @@ int RunServe(int argc, char** argv) {
   (void)server::ApiKeys(api_keys);  // before the model loads: throws on an empty or spaced key
   // Checked before the model loads: an unknown name, or cuda in a build or on a machine without it.
   session::ManagerOptions mo;
-  mo.backend.device = ResolveDevice(device);
+  (void)ResolveDevice(device);  // an unknown name fails here
+  // "auto" is decided once the model is loaded (MakeBackend): the CPU when the CUDA engine
+  // refuses the model's released switches, instead of the refusal.
+  mo.backend.device = device;
   mo.backend.f32_weights = vm.count("f32-weights") > 0;
   if (mo.backend.device == "cuda") {
     std::string why;

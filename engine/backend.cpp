@@ -99,17 +99,30 @@ std::string CudaRefusal(const ModelConfig& c) {
   return why.empty() ? "" : "the CUDA engine cannot run this model: " + why + "; use --device cpu";
 }
 
-std::unique_ptr<Backend> MakeBackend(const Model& m, const BackendOptions& opt) {
-  const std::string refusal = CudaRefusal(m.config());
-  if (opt.device == "auto" && !refusal.empty()) {
-    spdlog::debug("--device auto: cpu ({})", refusal);
-    return std::make_unique<CpuBackend>(m);
+DeviceChoice ChooseDevice(const std::string& requested, bool cuda_available, const std::string& cuda_why,
+                          const std::string& refusal) {
+  if (requested == "cpu") return {"cpu", "", ""};
+  if (requested == "cuda") {
+    if (!refusal.empty()) return {"", "", "--device cuda: " + refusal};
+    if (!cuda_available) return {"", "", "--device cuda: " + cuda_why};
+    return {"cuda", "", ""};
   }
-  const std::string device = ResolveDevice(opt.device);
-  if (device == "cpu") return std::make_unique<CpuBackend>(m);
-  if (!refusal.empty()) throw std::runtime_error("--device cuda: " + refusal);
+  if (requested == "auto") {
+    if (!cuda_available) return {"cpu", "", ""};
+    if (!refusal.empty()) return {"cpu", "--device auto: running on the CPU because " + refusal, ""};
+    return {"cuda", "", ""};
+  }
+  throw std::invalid_argument("--device: expected cpu, cuda or auto, found " + requested);
+}
+
+std::unique_ptr<Backend> MakeBackend(const Model& m, const BackendOptions& opt) {
   std::string why;
-  if (!CudaAvailable(&why)) throw std::runtime_error("--device cuda: " + why);
+  const bool cuda = opt.device != "cpu" && CudaAvailable(&why);
+  const DeviceChoice choice = ChooseDevice(opt.device, cuda, why, CudaRefusal(m.config()));
+  if (!choice.error.empty()) throw std::runtime_error(choice.error);
+  if (!choice.note.empty()) spdlog::info("{}", choice.note);
+  spdlog::debug("--device {}: {}", opt.device, choice.device);
+  if (choice.device == "cpu") return std::make_unique<CpuBackend>(m);
 #ifdef CEDAR_HAVE_CUDA
   return gpu::MakeCudaBackend(m, opt.f32_weights);
 #else

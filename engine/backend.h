@@ -98,9 +98,22 @@ bool CudaAvailable(std::string* why = nullptr);
 // "auto" -> "cuda" when CudaAvailable(), else "cpu". Throws std::invalid_argument on anything
 // but cpu, cuda or auto.
 std::string ResolveDevice(const std::string& device);
-// The backend for opt.device. An explicit "cuda" without a device (or in a build without
-// CUDA) throws std::runtime_error saying which; so does an explicit "cuda" for a model the CUDA
-// engine cannot run (CudaRefusal), while "auto" then picks the CPU.
+// Which device a model runs on: ChooseDevice's decision, made once the model is loaded.
+struct DeviceChoice {
+  std::string device;  // "cpu" or "cuda" ("" when `error` is set)
+  std::string note;    // "auto" fell back to the CPU although CUDA is usable: why (the refusal)
+  std::string error;   // an explicit "cuda" that cannot run: the message to fail with
+};
+// The rule of MakeBackend as a pure function (tested without a GPU): "cpu" is the CPU; "cuda"
+// is CUDA when `cuda_available` and the CUDA engine accepts the model (`refusal` empty, from
+// CudaRefusal), else an error saying which (`cuda_why` is CudaAvailable's reason); "auto" is
+// CUDA when both hold, else the CPU, with a note when only the refusal stood in the way.
+// Throws std::invalid_argument on any other name.
+DeviceChoice ChooseDevice(const std::string& requested, bool cuda_available, const std::string& cuda_why,
+                          const std::string& refusal);
+// The backend for opt.device, by ChooseDevice: an explicit "cuda" without a device (or in a
+// build without CUDA), or for a model the CUDA engine cannot run, throws std::runtime_error
+// saying which; "auto" then runs on the CPU (an info log names the refused switches).
 std::unique_ptr<Backend> MakeBackend(const Model& m, const BackendOptions& opt);
 // "" when the CUDA engine can run `c`, else why not, naming the config field(s): it does not
 // implement the released parts of issue 21 yet (mHC, YaRN, other router scores, released KV

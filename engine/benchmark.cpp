@@ -1,6 +1,7 @@
 #include "engine/benchmark.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -17,6 +18,7 @@
 
 #include "engine/backend.h"
 #include "engine/engine.h"
+#include "engine/expert_cache.h"
 #include "engine/flag_values.h"
 #include "engine/info.h"
 #include "engine/init.h"
@@ -116,6 +118,17 @@ void MeasureMachine(const Backend& b, const ModelConfig& c, int probe_mib, doubl
 #endif
 }
 
+// --max-ram: bytes, or a number with a binary K, M or G suffix.
+int64_t ParseMaxRam(const std::string& text) {
+  int64_t unit = 1;
+  std::string digits = text;
+  if (!digits.empty() && std::string("KMG").find(char(std::toupper(digits.back()))) != std::string::npos) {
+    unit = int64_t(1) << (10 * (1 + int(std::string("KMG").find(char(std::toupper(digits.back()))))));
+    digits.pop_back();
+  }
+  return ParseIntFlag<int64_t>("--max-ram", digits, 0, (int64_t(1) << 50) / unit) * unit;
+}
+
 }  // namespace
 
 int RunEngineBenchMain(int argc, char** argv) {
@@ -134,7 +147,7 @@ int RunEngineBenchMain(int argc, char** argv) {
       std::printf("usage: cedar bench [--model DIR | --preset small|medium [--keep-model]] [--lengths 512,4096,16384]\n"
                   "                   [--decode N] [--decode-batch 1,8] [--decode-context 512] [--reps 3] [--threads N] [--spec-tokens K]\n"
                   "                   [--device cpu|cuda|auto] [--f32-weights] [--mmap-weights] [--row-invariant-matmul]\n"
-                  "                   [--weights f32|bf16|int8|as-stored]\n"
+                  "                   [--weights f32|bf16|int8|as-stored] [--max-ram BYTES[K|M|G]]\n"
                   "Prints one JSON object per result: the machine's matmul rate and bandwidth (the CPU's sgemm and read\n"
                   "bandwidth, or the GPU's BF16 GEMM and copy bandwidth), then prefill tokens/s per length in full and\n"
                   "bounded, then decode tokens/s, each with its fraction of the hardware. Every figure is timed --reps\n"
@@ -150,7 +163,10 @@ int RunEngineBenchMain(int argc, char** argv) {
                   "--spec-tokens K (released layout with DSpark, --preset v41-tiny|v41-small or --model DIR): greedy decode\n"
                   "of --decode N tokens after 4 prompts, plain and speculative with K drafts per pass (CPU): one JSON line\n"
                   "with the acceptance rate and both decode rates; nothing else runs.\n"
-                  "--weights holds the CPU's matmul weights at that precision (the decode bound counts its bytes).\n");
+                  "--weights holds the CPU's matmul weights at that precision (the decode bound counts its bytes).\n"
+                  "A released-layout model (cedar init --arch v41) also prints its load (dequantise-once seconds, stored\n"
+                  "and F32 bytes); with --max-ram below its expert bytes the experts are dequantised on demand, and the\n"
+                  "prefill and decode lines give the share of time spent dequantising and the shard bytes read per token.\n");
       return 0;
     } else if (a == "--model") model_dir = next();
     else if (a == "--preset") preset = next();
@@ -167,6 +183,7 @@ int RunEngineBenchMain(int argc, char** argv) {
     else if (a == "--mmap-weights") load.mmap_weights = true;
     else if (a == "--spec-tokens") spec_tokens = ParseIntFlag("--spec-tokens", next(), 1, 15);
     else if (a == "--weights") load.weights = ParseWeightPrecision(next());
+    else if (a == "--max-ram") load.max_ram_bytes = ParseMaxRam(next());
     else throw std::invalid_argument("unknown option " + a);
   }
   if (spec_tokens > 0) {
@@ -212,6 +229,25 @@ int RunEngineBenchMain(int argc, char** argv) {
   const bool on_gpu = std::string(be->name()) == "cuda";
   const std::string model_name = model_dir.find("cedar-bench-") != std::string::npos ? preset : model_dir;
   const ModelInfo info = ComputeInfo(c);
+  // The released layout: what loading cost (every weight dequantised once into the arena, or the
+  // dense part only when --max-ram puts the experts on demand).
+  const ExpertCache* experts = m->expert_cache();
+  if (const ReleasedLoadReport* lr = m->released_load()) {
+    Emit({{"bench", "load"}, {"model", model_name}, {"tensors", lr->tensors}, {"stored_bytes", lr->stored_bytes},
+          {"dense_f32_bytes", lr->dense_bytes}, {"expert_f32_bytes", lr->expert_bytes}, {"check_seconds", lr->check_seconds},
+          {"dequant_seconds", lr->dequant_seconds}, {"total_seconds", lr->total_seconds},
+          {"experts_on_demand", experts != nullptr}, {"max_ram_bytes", load.max_ram_bytes}});
+  }
+  // Experts dequantised on demand since `before`: the share of `seconds` spent on it, and the
+  // shard bytes read per token.
+  auto add_on_demand = [&](const ExpertCache::Stats& before, double seconds, double tokens, nlohmann::json* j) {
+    if (!experts) return;
+    const ExpertCache::Stats now = experts->stats();
+    (*j)["expert_misses"] = now.misses - before.misses;
+    (*j)["expert_dequant_seconds"] = now.dequant_seconds - before.dequant_seconds;
+    (*j)["dequant_share_of_time"] = (now.dequant_seconds - before.dequant_seconds) / seconds;
+    (*j)["shard_bytes_read_per_token"] = double(now.stored_bytes_read - before.stored_bytes_read) / tokens;
+  };
   // Matmul parameters a row touches in one layer, averaged over layers (attention projections,
   // routed experts actually used, shared expert): the FLOPs below count 2 per parameter.
   const double layer_params = double(info.active_per_decode_token - info.head_params) / c.n_layers;
@@ -250,12 +286,14 @@ int RunEngineBenchMain(int argc, char** argv) {
     for (PrefillMode mode : {PrefillMode::kFull, PrefillMode::kBounded}) {
       std::vector<double> secs, tpss, gfs;
       PrefillResult r;
+      ExpertCache::Stats before{};  // of the last rep
       for (int rep = 0; rep < reps; ++rep) {
         auto st = be->NewSequence();
         PrefillOptions opt;
         opt.mode = mode;
         opt.chunk_size = 2048;
         kernels::ResetWorkCounters();
+        before = experts ? experts->stats() : ExpertCache::Stats{};
         auto t0 = std::chrono::steady_clock::now();
         r = be->Prefill(*st, t, opt);
         const double s = Since(t0);
@@ -271,6 +309,7 @@ int RunEngineBenchMain(int argc, char** argv) {
       AddSpread("tokens_per_s", tps, &j);
       AddSpread(on_gpu ? "fraction_of_matmul" : "fraction_of_sgemm", {gf.min / sgemm, gf.median / sgemm, gf.max / sgemm}, &j);
       if (!on_gpu) AddCpuWorkFigures(sgemm, secs.back(), &j);  // the work counters of the last rep
+      add_on_demand(before, secs.back(), n, &j);
       if (mode == PrefillMode::kFull) full_tps = tps.median;
       else j["speedup_vs_full"] = tps.median / full_tps;
       Emit(j);
@@ -290,19 +329,23 @@ int RunEngineBenchMain(int argc, char** argv) {
     for (auto& st : states) ptrs.push_back(st.get());
     std::vector<int32_t> toks(size_t(batch), 1);
     std::vector<double> tpss;
-    double in_matmul_gbs = 0, matmul_share = 0;
+    double in_matmul_gbs = 0, matmul_share = 0, matmul_bytes_per_token = 0, s = 0;
+    ExpertCache::Stats before{};  // of the last rep
     for (int rep = 0; rep < reps; ++rep) {
       kernels::ResetWorkCounters();
+      before = experts ? experts->stats() : ExpertCache::Stats{};
       auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < decode_n; ++i) {
         auto logits = be->DecodeBatch(ptrs, toks);
         for (int b = 0; b < batch; ++b) toks[size_t(b)] = int32_t(logits[size_t(b)].size() % 7 + b);
       }
-      const double s = Since(t0);
+      s = Since(t0);
       tpss.push_back(batch * decode_n / s);
       if (!on_gpu) {
         const kernels::WorkCounters w = kernels::ReadWorkCounters();
         matmul_share = w.matmul_seconds / s;
+        // Weight bytes the matmuls read per token (2 FLOPs per weight; batch 1: every row its own).
+        matmul_bytes_per_token = w.matmul_flops / 2.0 * weight_bytes / (double(batch) * decode_n);
         // Weight bytes the matmul calls streamed per second (the held bytes per weight; 2 FLOPs per weight).
         in_matmul_gbs = std::max(in_matmul_gbs, w.matmul_flops / 2.0 * weight_bytes / w.matmul_seconds / 1e9);
       }
@@ -327,7 +370,9 @@ int RunEngineBenchMain(int argc, char** argv) {
       j["matmul_share_of_time"] = matmul_share;  // of the last rep
       // (batch 1 only: in a batch each routed expert sees a different number of rows)
       if (batch == 1) j["weight_gbs_while_in_matmuls"] = in_matmul_gbs;
+      j["matmul_weight_bytes_per_token"] = matmul_bytes_per_token;  // of the last rep, at the held precision
     }
+    add_on_demand(before, s, double(batch) * decode_n, &j);
     Emit(j);
   }
   return 0;

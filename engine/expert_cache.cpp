@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <string>
 
 #include "engine/checkpoint_index.h"
@@ -24,6 +25,7 @@ ExpertRef ExpertCache::Get(int layer, int e) const {
     return {&entry->f, entry};
   }
   ++stats_.misses;
+  const auto t0 = std::chrono::steady_clock::now();
   auto entry = std::make_shared<Entry>();
   const std::string p = "layers." + std::to_string(layer) + ".ffn.experts." + std::to_string(e) + ".";
   // [I, d], [d, I], [I, d]: as LoadReleased's arena copies (Checkpoint::DequantizeWeightInto).
@@ -36,6 +38,11 @@ ExpertRef ExpertCache::Get(int layer, int e) const {
   entry->f.w1 = {entry->w1.data(), inter_, dim_};
   entry->f.w2 = {entry->w2.data(), dim_, inter_};
   entry->f.w3 = {entry->w3.data(), inter_, dim_};
+  stats_.dequant_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (const char* w : {"w1", "w2", "w3"}) {
+    stats_.stored_bytes_read += int64_t(ck_->Get(p + w + ".weight").nbytes);
+    if (const TensorInfo* scale = ck_->Find(p + w + ".scale")) stats_.stored_bytes_read += int64_t(scale->nbytes);
+  }
   stats_.resident_bytes += expert_bytes_;
   // Evict the least recent until the new one fits (never the new one itself).
   while (stats_.resident_bytes > budget_ && !lru_.empty()) {

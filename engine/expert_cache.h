@@ -30,6 +30,8 @@ class ExpertCache {
   int64_t ExpertBytes() const { return expert_bytes_; }  // F32 bytes of one expert (w1, w2, w3)
   struct Stats {
     int64_t hits = 0, misses = 0, evictions = 0, resident_bytes = 0;
+    int64_t stored_bytes_read = 0;  // bytes of the misses' tensors and scales as stored in the shards
+    double dequant_seconds = 0;     // wall seconds spent dequantising misses (cedar bench: its share of decode)
   };
   Stats stats() const;
 

@@ -15,7 +15,13 @@ struct SamplingParams {
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& p) : params_(p), rng_(p.seed) {}
+  // One token from `logits` [V] (definition in sampling.cpp); orders only the ids with
+  // nonzero probability, by an O(V) radix sort when they are many.
   int32_t Sample(const std::vector<float>& logits);
+  // The same definition by a full stable sort of all V ids (the implementation before the
+  // selection above; 129,280 ids per token): the reference that tests compare Sample with
+  // token for token, and Sample's own path for NaN logits or a non-finite maximum.
+  int32_t SampleFullSort(const std::vector<float>& logits);
 
  private:
   SamplingParams params_;

@@ -142,7 +142,10 @@ Api::Api(session::SessionManager& manager, ApiOptions options)
   } else {
     template_ = std::make_unique<bridge::ChatTemplate>(tokenizer_);
   }
-  spdlog::debug("chat format {}", bridge::ChatFormatName(format_));
+  for (int32_t id = 0; id < tokenizer_.vocab_size(); ++id) {
+    if (auto name = tokenizer_.SpecialName(id); name && name->find("image") != std::string_view::npos) image_ids_.push_back(id);
+  }
+  spdlog::debug("chat format {}; {} image tokens refused in prompts", bridge::ChatFormatName(format_), image_ids_.size());
 }
 
 void Api::DetachManager() {

@@ -208,6 +208,10 @@ class Api {
   std::mutex chain_mu_;      // guards chain_sessions_
   std::deque<std::pair<std::string, uint64_t>> chain_sessions_;  // ChainSession's (id, tenant), LRU first
   std::once_flag grammar_vocab_once_;
+  // The tokenizer's special tokens that stand for an image (their names contain "image": the
+  // released <｜deepseek_image｜> = image_token_id 129264, <｜rl_image_pad｜>, <｜rl_image_start｜>),
+  // ascending. Vision is out of scope: PlanTurn answers a prompt holding one with a 400.
+  std::vector<int32_t> image_ids_;
   std::shared_ptr<const grammar::TokenVocab> grammar_vocab_;  // GrammarVocab()
 
   // Session existence is the SessionManager's alone (one source of truth keeps create, delete

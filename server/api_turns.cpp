@@ -32,6 +32,14 @@ Api::TurnPlan Api::PlanTurn(const GenerationParams& params, std::vector<int32_t>
                             std::to_string(c.max_seq_len) + " positions, prompt and output together",
                         chat ? "messages" : "prompt");
   }
+  for (int32_t id : prompt) {
+    if (std::binary_search(image_ids_.begin(), image_ids_.end(), id)) {
+      throw InvalidRequest(std::string(chat ? "messages" : "prompt") + ": the prompt holds the image token " +
+                               std::string(*tokenizer_.SpecialName(id)) + " (id " + std::to_string(id) +
+                               "); image input is not supported (Cedar serves the text model: vision is out of scope)",
+                           chat ? "messages" : "prompt");
+    }
+  }
   const std::string cache_salt = ParseCacheSalt(body);
   TurnPlan plan;
   plan.chat = chat;

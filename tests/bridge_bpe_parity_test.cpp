@@ -1,7 +1,8 @@
-// Cedar's BpeTokenizer against an independent implementation (@huggingface/tokenizers, run by
-// node on tests/tokenizer_js/encode.mjs) on the released DeepSeek tokenizer (V3 files, and the
-// same with the V4.1 added tokens): identical ids on every text of the corpus (bpe_corpus.h),
-// which holds every added token. Also, on every text: decode(encode(x)) == x for valid UTF-8
+// Cedar's BpeTokenizer against two independent implementations run by node on
+// tests/tokenizer_js/encode.mjs: @huggingface/tokenizers (JavaScript) and `tokenizers` (Hugging
+// Face's Node binding of the Rust crate, the tokenizer the released model was made with), on the
+// released DeepSeek tokenizer (V3 files, and the same with the V4.1 added tokens): identical ids
+// from both on every text of the corpus (bpe_corpus.h), which holds every added token. Also, on every text: decode(encode(x)) == x for valid UTF-8
 // (RepairUtf8(x) otherwise), Encode never yields a special id, and a StreamDecoder fed the ids
 // one at a time yields the same text as Decode.
 // Exits 77 (ctest: skipped) with a message when node or the npm packages are missing.
@@ -37,15 +38,18 @@ std::string Ids(const bridge::TokenIds& ids, size_t at) {
 }
 
 // Compares one tokenizer on one corpus; returns the number of failures (prints the first few).
-int Check(const std::string& name, const std::string& dir, const bridge::BpeTokenizer* tok,
-          const std::vector<CorpusText>& corpus, const std::string& work) {
-  const std::string corpus_path = work + "/" + name + ".corpus", ids_path = work + "/" + name + ".ids.json";
+// impl: encode.mjs's implementation, "hf-js" or "hf-rust".
+int Check(const std::string& tokenizer, const std::string& impl, const std::string& dir,
+          const bridge::BpeTokenizer* tok, const std::vector<CorpusText>& corpus, const std::string& work) {
+  const std::string name = tokenizer + "/" + impl;
+  const std::string corpus_path = work + "/" + tokenizer + ".corpus";
+  const std::string ids_path = work + "/" + tokenizer + "." + impl + ".ids.json";
   WriteCorpus(corpus_path, corpus);
   const std::string cmd = "cd '" CEDAR_SOURCE_DIR "/tests/tokenizer_js' && node encode.mjs '" + dir + "' '" +
-                          corpus_path + "' '" + ids_path + "'";
+                          corpus_path + "' '" + ids_path + "' " + impl;
   const auto t0 = std::chrono::steady_clock::now();
-  if (std::system(cmd.c_str()) != 0) {
-    std::printf("FAIL %s: node failed: %s\n", name.c_str(), cmd.c_str());
+  if (const int rc = std::system(cmd.c_str()); rc != 0) {
+    std::printf("FAIL %s: node failed (status %d): %s\n", name.c_str(), rc, cmd.c_str());
     return 1;
   }
   const double js_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -74,7 +78,7 @@ int Check(const std::string& name, const std::string& dir, const bridge::BpeToke
       size_t k = 0;
       while (k < ids.size() && k < expected.size() && ids[k] == expected[k]) ++k;
       const size_t at = tok->Decode(std::span(ids).first(k)).size();
-      std::ofstream(work + "/" + name + ".mismatch" + std::to_string(i) + ".txt", std::ios::binary) << text;
+      std::ofstream(work + "/" + tokenizer + "." + impl + ".mismatch" + std::to_string(i) + ".txt", std::ios::binary) << text;
       fail(where + ": first mismatch at token " + std::to_string(k) + " (decoded byte " + std::to_string(at) +
            "): cedar [" + Ids(ids, k) + "] js [" + Ids(expected, k) + "] near " + Excerpt(bridge::RepairUtf8(text), at));
       continue;
@@ -142,8 +146,11 @@ int main() {
     // V4.1: its added tokens and some random text (the BPE part is the V3 files').
     std::vector<CorpusText> v41_corpus(generated.begin(), generated.begin() + 150);
     for (auto& t : SpecialTexts(AddedNames(v41_tok.get()))) v41_corpus.push_back(t);
-    int failures = Check("deepseek_v3", v3, v3_tok.get(), v3_corpus, work);
-    failures += Check("deepseek_v41", v41, v41_tok.get(), v41_corpus, work);
+    int failures = 0;
+    for (const char* impl : {"hf-js", "hf-rust"}) {
+      failures += Check("deepseek_v3", impl, v3, v3_tok.get(), v3_corpus, work);
+      failures += Check("deepseek_v41", impl, v41, v41_tok.get(), v41_corpus, work);
+    }
     std::printf("%s\n", failures == 0 ? "PASS" : "FAIL");
     return failures == 0 ? 0 : 1;
   } catch (const std::exception& e) {

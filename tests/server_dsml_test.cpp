@@ -122,6 +122,49 @@ TEST_CASE("deepseek_v41 needs the BPE tokenizer: a byte tokenizer is refused wit
   manager->Shutdown(true);
 }
 
+TEST_CASE("deepseek_v41: vision is out of scope, an image in a prompt gets a clear 400") {
+  auto s = V41Server::Make();
+  if (!s) {
+    MESSAGE(testing::MissingTokenizerMessage());
+    return;
+  }
+  auto raw = [&](const std::string& target, const json& body) {
+    server::HttpRequest r;
+    r.method = "POST";
+    r.target = target;
+    r.body = body.dump();
+    return s->api->Handle(r);
+  };
+  // An OpenAI image content part.
+  json body = {{"model", "cedar"}, {"max_tokens", 2},
+               {"messages", {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", "what is this?"}},
+                                                           {{"type", "image_url"}, {"image_url", {{"url", "data:image/png;base64,AAAA"}}}}}}}}}};
+  server::HttpResponse res = raw("/v1/chat/completions", body);
+  INFO(res.body);
+  CHECK(res.status == 400);
+  CHECK(res.body.find("messages[0].content[1]") != std::string::npos);
+  CHECK(res.body.find("vision is out of scope") != std::string::npos);
+  // The released image token typed into a message (the encoder's text is tokenized with the
+  // added tokens, so it becomes id 129264).
+  body["messages"] = {{{"role", "user"}, {"content", "look: <｜deepseek_image｜>"}}};
+  res = raw("/v1/chat/completions", body);
+  INFO(res.body);
+  CHECK(res.status == 400);
+  CHECK(res.body.find("<｜deepseek_image｜> (id 129264)") != std::string::npos);
+  CHECK(res.body.find("\"param\":\"messages\"") != std::string::npos);
+  // As a token id of a completion prompt, and another image token (<｜rl_image_pad｜>, 129262).
+  for (int id : {129264, 129262}) {
+    res = raw("/v1/completions", {{"model", "cedar"}, {"max_tokens", 2}, {"prompt", {0, 100, id}}});
+    INFO(res.body);
+    CHECK(res.status == 400);
+    CHECK(res.body.find("(id " + std::to_string(id) + ")") != std::string::npos);
+    CHECK(res.body.find("\"param\":\"prompt\"") != std::string::npos);
+  }
+  // Without the image the same request is served.
+  body["messages"] = {{{"role", "user"}, {"content", "look: an image"}}};
+  CHECK(raw("/v1/chat/completions", body).status == 200);
+}
+
 TEST_CASE("deepseek_v41 prompts are BPE(EncodeWithSpecials(the released encoder's text))") {
   auto s = V41Server::Make();
   if (!s) {

@@ -3,16 +3,20 @@
 //
 //   node agent.mjs --socket /run/user/1000/cedar/cedar.sock        # the Unix socket
 //   node agent.mjs --base-url http://127.0.0.1:8080/v1 --api-key K # TCP
-//   options: --turns N (default 5), --stream, --seed S, --max-tokens N, --json (one JSON line per turn)
+//   options: --turns N (default 5), --stream, --seed S, --max-tokens N (default 200),
+//            --max-result-bytes N (default 600: the largest tool result),
+//            --json (one JSON line per turn, then a summary line with /metrics and /v1/cache)
 //
 // It opens a session (POST /v1/sessions, pinning the system prompt and tool schemas), then
-// plays turns of tool calls and tool results, calling the model every turn and printing how
-// much of each prompt came from the cache. The tiny random test model never emits a real tool
-// call, so after each reply (sent back verbatim, as every agent does) the script adds the call
-// a real model would have made, and the tool's result; with a real model, use its
-// `tool_calls`. Because the reply goes back unchanged, the server reattaches the exact ids it
-// generated, and each turn's prompt extends the previous prompt + output: the session's live
-// state serves all of it.
+// plays N turns in which the model must call a tool: `tool_choice` is "required" or names the
+// tool (alternately), with `parallel_tool_calls: false`, and the server enforces it through its
+// grammar engine, so even a model with random weights makes a well-formed call (the tools'
+// parameters are enums and booleans, so every call ends within a few dozen tokens). After each
+// reply, sent back verbatim as every agent does, it answers each call with a tool result of a
+// varied size (a dozen bytes to 600 bytes), then plays a last turn with `tool_choice: "none"`.
+// Because the replies go back unchanged, the server renders each one as the exact tokens the
+// model sampled (its DSML bytes, for a released-encoding model), so each turn's prompt extends
+// the previous prompt + output and the session's live state serves all of it.
 import OpenAI from 'openai';
 import { parseArgs } from 'node:util';
 import { unixSocketFetch, closeUnixSocketAgents } from './unix_fetch.mjs';
@@ -24,7 +28,8 @@ const { values: opt } = parseArgs({
     'api-key': { type: 'string', default: process.env.CEDAR_API_KEY ?? 'unused' },
     turns: { type: 'string', default: '5' },
     seed: { type: 'string', default: '7' },
-    'max-tokens': { type: 'string', default: '16' },
+    'max-tokens': { type: 'string', default: '200' },
+    'max-result-bytes': { type: 'string', default: '600' },
     stream: { type: 'boolean', default: false },
     json: { type: 'boolean', default: false },
   },
@@ -36,34 +41,48 @@ if (!opt.socket && !opt['base-url']) {
 
 const rawFetch = opt.socket ? unixSocketFetch(opt.socket) : fetch;
 const baseURL = opt.socket ? 'http://cedar/v1' : opt['base-url'];
-const client = new OpenAI({ baseURL, apiKey: opt['api-key'], fetch: rawFetch, maxRetries: 0, timeout: 120_000 });
+const client = new OpenAI({ baseURL, apiKey: opt['api-key'], fetch: rawFetch, maxRetries: 0, timeout: 300_000 });
 const authHeaders = { Authorization: `Bearer ${opt['api-key']}` };
 
+const files = ['session/session_manager.h', 'server/api.cpp', 'docs/SERVER.md', 'engine/sampling.cpp'];
 const tools = [
-  { type: 'function', function: { name: 'search_code', description: 'Search the repository for a string.',
-    parameters: { type: 'object', properties: { query: { type: 'string' } }, required: ['query'] } } },
+  { type: 'function', function: { name: 'search_code', description: 'Search the repository for a symbol.',
+    parameters: { type: 'object', properties: { query: { type: 'string', enum: ['SessionManager::Submit', 'kSessionBusy', 'Sampler'] } },
+      required: ['query'] } } },
   { type: 'function', function: { name: 'read_file', description: 'Read a file of the repository.',
-    parameters: { type: 'object', properties: { path: { type: 'string' } }, required: ['path'] } } },
+    parameters: { type: 'object', properties: { path: { type: 'string', enum: files } }, required: ['path'] } } },
   { type: 'function', function: { name: 'run_tests', description: 'Run the test suite and report failures.',
-    parameters: { type: 'object', properties: { label: { type: 'string' } } } } },
+    parameters: { type: 'object', properties: { label: { type: 'string', enum: ['unit', 'model'] }, verbose: { type: 'boolean' } },
+      required: ['label'] } } },
 ];
 const system = { role: 'system', content: 'You are a coding agent. Use the tools to inspect the repository, then answer.' };
 
-// What a real model would have called, turn by turn, and what the tools answered.
-const script = [
-  ['search_code', { query: 'SessionManager::Submit' }, 'session/session_manager.cpp:94: std::future<TurnResult> SessionManager::Submit(...)'],
-  ['read_file', { path: 'session/session_manager.h' }, '// Sessions and the engine loop. One thread owns the model...'],
-  ['run_tests', { label: 'unit' }, '100% tests passed, 0 tests failed out of 9'],
-  ['search_code', { query: 'kSessionBusy' }, 'server/api_error.cpp:24: case ErrorKind::kSessionBusy:'],
-  ['read_file', { path: 'docs/SERVER.md' }, '# cedar serve ... (the server documentation)'],
-];
+// Tool results of varied sizes (bytes), cycled turn by turn: a dozen bytes to 600 bytes (20 turns
+// then fit the 4,096 positions of the tiny test models), at most --max-result-bytes.
+const resultBytes = [30, 300, 12, 120, 600, 60, 200, 20, 400, 80].map((b) => Math.min(b, Number(opt['max-result-bytes'])));
+
+// What the tool answered: deterministic text of about `bytes` bytes that names the call.
+function toolResult(turn, call) {
+  const head = `${call.function.name}(${call.function.arguments}) at turn ${turn}:\n`;
+  const bytes = resultBytes[(turn - 1) % resultBytes.length];
+  let text = head;
+  for (let line = 1; text.length < bytes; ++line) text += `${line}: result line ${line} of ${call.function.name}, value ${(line * 7919) % 1000}\n`;
+  return text.slice(0, Math.max(bytes, head.length));
+}
+
+// The tool_choice of a turn: "required", or the tool named (alternately, cycling the tools).
+function toolChoice(turn) {
+  if (turn % 2 === 1) return 'required';
+  return { type: 'function', function: { name: tools[(turn / 2) % tools.length].function.name } };
+}
 
 // One model call; returns the assistant message as the client got it, with usage and cedar.
-async function callModel(sessionId, messages) {
+async function callModel(sessionId, messages, choice) {
   const params = {
-    model: 'cedar', messages, tools, tool_choice: 'auto', session_id: sessionId,
-    max_tokens: Number(opt['max-tokens']), temperature: 0.8, seed: Number(opt.seed),
+    model: 'cedar', messages, tools, tool_choice: choice, session_id: sessionId,
+    max_tokens: choice === 'none' ? 4 : Number(opt['max-tokens']), temperature: 0.8, seed: Number(opt.seed),
   };
+  if (choice !== 'none') params.parallel_tool_calls = false;
   if (!opt.stream) {
     const r = await client.chat.completions.create(params);
     return { message: r.choices[0].message, finish: r.choices[0].finish_reason, usage: r.usage, cedar: r.cedar };
@@ -88,20 +107,22 @@ async function callModel(sessionId, messages) {
   return { message, finish, usage, cedar };
 }
 
-function report(turn, r, previous) {
+function report(turn, r, previous, choice, results) {
   const cached = r.usage.prompt_tokens_details?.cached_tokens ?? 0;
   const line = {
     turn, prompt_tokens: r.usage.prompt_tokens, cached_tokens: cached, completion_tokens: r.usage.completion_tokens,
-    previous_context: previous, finish_reason: r.finish, text: r.message.content ?? '',
-    tool_calls: r.message.tool_calls ?? [], cedar: r.cedar,
+    previous_context: previous, finish_reason: r.finish, text: r.message.content ?? '', tool_choice: choice,
+    tool_calls: r.message.tool_calls ?? [], tool_result_bytes: results, cedar: r.cedar,
   };
   if (opt.json) {
     console.log(JSON.stringify(line));
   } else {
     const tiers = r.cedar?.cached_tokens_by_tier ?? {};
     const share = ((100 * cached) / r.usage.prompt_tokens).toFixed(1);
+    const calls = (r.message.tool_calls ?? []).map((c) => `${c.function.name}(${c.function.arguments})`).join(', ');
     console.log(`turn ${turn}: prompt ${r.usage.prompt_tokens} tokens, cached ${cached} (${share}%: live ${tiers.live}, ` +
-      `ram ${tiers.ram}, disk ${tiers.disk}), completion ${r.usage.completion_tokens}, ttft ${r.cedar?.ttft_ms?.toFixed(2)} ms`);
+      `ram ${tiers.ram}, disk ${tiers.disk}), completion ${r.usage.completion_tokens}, ttft ${r.cedar?.ttft_ms?.toFixed(2)} ms` +
+      (calls ? `, called ${calls}, results ${results.join('+')} bytes` : ''));
   }
 }
 
@@ -109,26 +130,28 @@ async function main() {
   // A session, with the system prompt and tool schemas pinned in the cache for an hour.
   const session = await client.post('/sessions', { body: { messages: [system], tools, pin_ttl_s: 3600 } });
   const messages = [system, { role: 'user', content: 'Why does a second request on a busy session fail, and where is that handled?' }];
-  const turns = Math.min(Number(opt.turns), script.length);
+  const turns = Number(opt.turns);
   let previous = 0;
-  for (let t = 0; t < turns; ++t) {
-    const r = await callModel(session.id, messages);
-    report(t + 1, r, previous);
-    previous = r.usage.prompt_tokens + r.usage.completion_tokens;
+  for (let t = 1; t <= turns + 1; ++t) {
+    const choice = t <= turns ? toolChoice(t) : 'none';
+    const r = await callModel(session.id, messages, choice);
+    const calls = r.message.tool_calls ?? [];
+    if (choice !== 'none' && (calls.length !== 1 || r.finish !== 'tool_calls')) {
+      throw new Error(`turn ${t}: tool_choice ${JSON.stringify(choice)} gave ${calls.length} tool calls, finish_reason ` +
+        `${r.finish} after ${r.usage.completion_tokens} tokens, prompt ${r.usage.prompt_tokens} (raise --max-tokens if the call was cut off)`);
+    }
     messages.push(r.message);  // the reply goes back unchanged
-    const [name, args, result] = script[t];
-    const id = `call_${t}`;
-    messages.push({ role: 'assistant', content: null,
-      tool_calls: [{ id, type: 'function', function: { name, arguments: JSON.stringify(args) } }] });
-    messages.push({ role: 'tool', tool_call_id: id, content: result });
+    const results = calls.map((c) => toolResult(t, c));
+    calls.forEach((c, i) => messages.push({ role: 'tool', tool_call_id: c.id, content: results[i] }));
+    report(t, r, previous, choice, results.map((x) => Buffer.byteLength(x)));
+    previous = r.usage.prompt_tokens + r.usage.completion_tokens;
   }
-  const last = await callModel(session.id, messages);
-  report(turns + 1, last, previous);
-  // What the server counted (Prometheus text), for comparison with what we saw.
-  const metricsUrl = new URL('../metrics', baseURL.endsWith('/') ? baseURL : baseURL + '/');
-  const metrics = await (await rawFetch(metricsUrl.href, { headers: authHeaders })).text();
+  // What the server counted (Prometheus text) and its page size, for comparison with what we saw.
+  const base = baseURL.endsWith('/') ? baseURL : baseURL + '/';
+  const metrics = await (await rawFetch(new URL('../metrics', base).href, { headers: authHeaders })).text();
+  const cache = await (await rawFetch(new URL('cache', base).href, { headers: authHeaders })).json();
   await client.delete(`/sessions/${session.id}`);
-  if (opt.json) console.log(JSON.stringify({ summary: true, session: session.id, metrics }));
+  if (opt.json) console.log(JSON.stringify({ summary: true, session: session.id, metrics, page_tokens: cache.page_tokens }));
 }
 
 main().then(closeUnixSocketAgents).catch((e) => {

@@ -34,9 +34,13 @@ std::string ReadContent(const json& m, size_t i) {
   for (size_t p = 0; p < it->size(); ++p) {
     const json& part = (*it)[p];
     const std::string where = Field(i, "content[" + std::to_string(p) + "]");
-    if (!part.is_object() || part.value("type", json()) != "text") {
-      Fail(where + ": only {\"type\":\"text\"} parts are supported");
+    const json type = part.is_object() ? part.value("type", json()) : json();
+    if (type == "image_url" || type == "image" || type == "input_image") {
+      Fail(where + ": an image part (type " + type.dump() +
+           "): image input is not supported (Cedar serves the text model: vision is out of scope); expected "
+           "{\"type\":\"text\"} parts");
     }
+    if (type != "text") Fail(where + ": only {\"type\":\"text\"} parts are supported, found type " + Clip(type.dump()));
     auto t = part.find("text");
     if (t == part.end() || !t->is_string()) Fail(where + ".text: expected a string");
     text += t->get_ref<const std::string&>();
