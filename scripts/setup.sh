@@ -39,6 +39,9 @@ if command -v npm >/dev/null 2>&1; then
   # The clients of the Responses / Messages end-to-end test (tests/e2e/apis_e2e.sh).
   npm ci --prefix examples/agent_apis --no-audit --no-fund --loglevel=error ||
     echo "setup: npm ci in examples/agent_apis failed; server_apis_e2e will skip"
+  # The official `openai` client of the agent example and its end-to-end test (tests/e2e/agent_e2e.sh).
+  npm ci --prefix examples/agent --no-audit --no-fund --loglevel=error ||
+    echo "setup: npm ci in examples/agent failed; server_agent_e2e will skip"
 fi
 
 [ "${1:-}" = "--no-build" ] && exit 0
