@@ -15,7 +15,9 @@ get_filename_component(CEDAR_GPU_ROOT "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
 # references, compiled in directly so the tests need no CPU-backend dependency (OpenBLAS).
 add_library(cedar_gpu_test_main STATIC
   ${CEDAR_GPU_ROOT}/tests/gpu_test_main.cpp
-  ${CEDAR_GPU_ROOT}/kernels/reference_ops.cpp)
+  ${CEDAR_GPU_ROOT}/kernels/reference_ops.cpp
+  ${CEDAR_GPU_ROOT}/kernels/weight_view_ref.cpp
+  ${CEDAR_GPU_ROOT}/kernels/quant_formats.cpp)
 target_include_directories(cedar_gpu_test_main PUBLIC ${CEDAR_GPU_ROOT})
 target_link_libraries(cedar_gpu_test_main PUBLIC cedar_kernels_cuda doctest::doctest)
 
