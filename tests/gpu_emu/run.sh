@@ -41,7 +41,12 @@ for f in "$out"/src/*.cpp "$root"/tests/gpu_test_main.cpp; do
   compile "$f" "$o" "${flags[@]}"
   objs+=("$o")
 done
-compile "$root/kernels/reference_ops.cpp" "$out/reference_ops.o" "${flags[@]}"
+# The scalar references (ref::MatmulMany calls ref::MatmulW on typed weights, which decodes FP8/FP4).
+ref_objs=()
+for f in reference_ops weight_view_ref quant_formats; do
+  compile "$root/kernels/$f.cpp" "$out/$f.o" "${flags[@]}"
+  ref_objs+=("$out/$f.o")
+done
 
 # The engine with its CUDA backend, as the CMake build compiles it but against the emulator's
 # kernels (plain C++: engine code sees only the host-only kernels/cuda headers). Headers are
@@ -56,7 +61,7 @@ if [[ $need_engine == 1 ]]; then
           -DSPDLOG_COMPILED_LIB -DSPDLOG_FMT_EXTERNAL -DSPDLOG_SHARED_LIB -DFMT_SHARED
           -DCEDAR_SOURCE_DIR="\"$root\"" ${EMU_FLAGS:-})
   for f in "$root"/engine/*.cpp "$root"/engine/cuda/*.cpp "$root"/kernels/*.cpp "$root"/tests/test_models.cpp; do
-    [[ $(basename "$f") == reference_ops.cpp ]] && continue  # already in the kernel objects
+    case $(basename "$f") in reference_ops.cpp|weight_view_ref.cpp|quant_formats.cpp) continue ;; esac  # in ref_objs
     o="$out/engine/$(basename "$(dirname "$f")")_$(basename "${f%.cpp}").o"
     compile "$f" "$o" "${eflags[@]}"
     engine_objs+=("$o")
@@ -77,12 +82,12 @@ for t in "${tests[@]}"; do
     compile "$root/tests/$t.cpp" "$out/engine/tests_$t.o" "${eflags[@]}"
     extra=()
     [[ $t == gpu_session_test ]] && extra=("${session_objs[@]}" -llmdb)
-    g++ "${flags[@]}" "$out/engine/tests_$t.o" "${engine_objs[@]}" "${extra[@]}" "${objs[@]}" "$out/reference_ops.o" \
+    g++ "${flags[@]}" "$out/engine/tests_$t.o" "${engine_objs[@]}" "${extra[@]}" "${objs[@]}" "${ref_objs[@]}" \
       -o "$out/$t" -lopenblas -lspdlog -lfmt -lxxhash -lpthread
     echo "== $t (emulated)"
     CEDAR_GPU_QUICK=${CEDAR_GPU_QUICK:-1} "$out/$t" "$@" || rc=1
   else
-    g++ "${flags[@]}" "$root/tests/$t.cpp" "${objs[@]}" "$out/reference_ops.o" -o "$out/$t"
+    g++ "${flags[@]}" "$root/tests/$t.cpp" "${objs[@]}" "${ref_objs[@]}" -o "$out/$t"
     echo "== $t (emulated)"
     "$out/$t" "$@" || rc=1
   fi
