@@ -45,5 +45,9 @@ if command -v npm >/dev/null 2>&1; then
 fi
 
 [ "${1:-}" = "--no-build" ] && exit 0
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+# ccache, where the machine has it (not installed by this script), makes rebuilds of a fresh clone cheap.
+LAUNCHER=()
+command -v ccache >/dev/null 2>&1 &&
+  LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "${LAUNCHER[@]}"
 cmake --build build -j"$(nproc)"
