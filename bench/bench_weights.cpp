@@ -1,6 +1,6 @@
 // The typed-weight products at decode (one row of x), kernel by kernel (issue 20):
 //
-//   build/bench/bench_weights [--rows 8192] [--cols 4096] [--reps 20] [--threads 1,2]
+//   build/bench/bench_weights [--rows 8192] [--cols 4096] [--reps 20] [--threads 1,2] [--int8-activations 0|1]
 //
 // For F32, BF16, INT8, FP8 and FP4 weights [rows, cols] (64+ MB as F32, so each pass streams
 // from memory): seconds per product, GB/s of the stored bytes (scales included) and the
@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <cstdio>
+#include <ctime>
 #include <random>
 #include <string>
 #include <vector>
@@ -33,6 +34,13 @@ namespace k = cedar::kernels;
 namespace {
 
 double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+// CPU seconds of this process (all threads): on a shared machine, wall time includes the time the
+// scheduler gave to others; CPU time does not (memory contention from others still counts).
+double CpuNow() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
 
 #if defined(__AVX2__)
 // y[r] = sum_b (wq[r, b] . xq[b]) * ws[r, b] * xs[b] with INT8 x: abs(w) (unsigned) times
@@ -58,6 +66,15 @@ void I8I8MatVec(const int8_t* wq, const float* ws, const int8_t* xq, const float
   }
 }
 #endif
+
+double Load1() {
+  double l = -1;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &l) != 1) l = -1;
+    std::fclose(f);
+  }
+  return l;
+}
 
 struct Stored {
   std::vector<uint8_t> data, scales;
@@ -105,12 +122,14 @@ Stored Make(const std::vector<float>& w, int64_t rows, int64_t cols, k::WeightTy
 int main(int argc, char** argv) {
   int64_t rows = 8192, cols = 4096;
   int reps = 20;
+  bool int8_acts = true;  // --int8-activations 0 skips the INT8-activation comparison (slow to set up)
   std::vector<int> threads = {1, 2};
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--rows") rows = std::stoll(v);
     else if (a == "--cols") cols = std::stoll(v) / 32 * 32;
     else if (a == "--reps") reps = std::stoi(v);
+    else if (a == "--int8-activations") int8_acts = v != "0";
     else if (a == "--threads") {
       threads.clear();
       for (size_t p = 0; p < v.size();) {
@@ -134,22 +153,27 @@ int main(int argc, char** argv) {
       Stored s = Make(w, rows, cols, t);
       const double bytes = double(rows) * k::WeightRowBytes(t, cols);
       k::MatmulW(x.data(), s.view, y.data(), 1);  // warm-up
-      std::vector<double> secs;
+      std::vector<double> secs, cpu;
       for (int r = 0; r < reps; ++r) {
-        const double t0 = Now();
+        const double t0 = Now(), c0 = CpuNow();
         k::MatmulW(x.data(), s.view, y.data(), 1);
         secs.push_back(Now() - t0);
+        cpu.push_back(CpuNow() - c0);
       }
       std::sort(secs.begin(), secs.end());
+      std::sort(cpu.begin(), cpu.end());
       const double med = secs[secs.size() / 2];
       std::printf("%s\n", nlohmann::json{{"bench", "matvec"}, {"weights", k::WeightTypeName(t)}, {"threads", th}, {"rows", rows},
                                          {"cols", cols}, {"bytes", bytes}, {"seconds_min", secs.front()}, {"seconds_median", med},
-                                         {"gbs_median", bytes / med / 1e9}, {"fraction_of_read_bandwidth", bytes / med / 1e9 / bw}}
+                                         {"gbs_median", bytes / med / 1e9}, {"fraction_of_read_bandwidth", bytes / med / 1e9 / bw},
+                                         {"cpu_seconds_median", cpu[cpu.size() / 2]},
+                                         {"gbs_per_cpu_thread", bytes / (cpu[cpu.size() / 2] / th) / 1e9}, {"load1", Load1()}}
                                   .dump().c_str());
     }
   }
 #if defined(__AVX2__)
   // INT8 weights: activations F32 (dequantise in registers) vs activations INT8 (maddubs).
+  if (!int8_acts) return 0;
   k::SetPoolThreads(1);
   Stored s = Make(w, rows, cols, k::WeightType::kI8);
   const int64_t nb = cols / 32;
