@@ -2,6 +2,7 @@
 //
 //   build/bench/bench_quality --model DIR --tokens FILE [--cuts 128,320] [--decode 128]
 //                             [--replay 128:144,384:400] [--modes exact,bounded,bounded-paper]
+//                             [--weights W] [--kl-ref f32]
 //
 // FILE: one sequence per line, comma-separated token ids. For each sequence, with the C++
 // engine (F32, or the matmul weights at --weights: compare `full`'s NLL across two runs for the
@@ -16,12 +17,17 @@
 // Prints one JSON object per (sequence, scenario) with per-row arrays: the row, the next
 // token's negative log-likelihood (nats) under the scenario and under full, KL(full || mode)
 // (nats), whether the argmax agrees (ties toward the lower id), and max |logit difference|.
+// With --kl-ref P, every scenario also runs on the model loaded at precision P (the same rows, the
+// same mode) and each row adds `kl_ref` = KL(P's logits || these) in nats and `nll_ref`: the
+// price of --weights within one mode (bench/quality/weights_kl.py aggregates it, docs/WEIGHTS.md).
 // It never asserts; the Python driver aggregates and cross-checks against its own numbers.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <exception>
 #include <fstream>
+#include <memory>
+#include <span>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -69,11 +75,19 @@ size_t Argmax(const std::vector<float>& x) {
 struct Rows {
   nlohmann::json row = nlohmann::json::array(), nll = nlohmann::json::array(), nll_full = nlohmann::json::array(),
                  kl = nlohmann::json::array(), top1 = nlohmann::json::array(), maxabs = nlohmann::json::array();
+  nlohmann::json kl_ref = nlohmann::json::array(), nll_ref = nlohmann::json::array();  // --kl-ref only
 };
 
+double Kl(const std::vector<double>& lp_ref, const std::vector<double>& lp) {
+  double kl = 0;
+  for (size_t i = 0; i < lp.size(); ++i) kl += std::exp(lp_ref[i]) * (lp_ref[i] - lp[i]);
+  return kl;
+}
+
 // Adds the comparison of `logits` (row r) with the full logits of that row.
+// `ref`: the same row's logits on the --kl-ref model (nullptr without it).
 void AddRow(Rows& out, int64_t r, const std::vector<float>& logits, const std::vector<std::vector<float>>& full,
-            const std::vector<int32_t>& toks) {
+            const std::vector<int32_t>& toks, const std::vector<float>* ref = nullptr) {
   const auto& f = full[size_t(r)];
   const auto lp = LogSoftmax(logits), lf = LogSoftmax(f);
   double kl = 0, mx = 0;
@@ -88,24 +102,79 @@ void AddRow(Rows& out, int64_t r, const std::vector<float>& logits, const std::v
   out.kl.push_back(kl);
   out.top1.push_back(Argmax(logits) == Argmax(f) ? 1 : 0);
   out.maxabs.push_back(mx);
-}
-
-nlohmann::json ToJson(const Rows& r) {
-  return {{"row", r.row}, {"nll", r.nll}, {"nll_full", r.nll_full}, {"kl", r.kl}, {"top1", r.top1}, {"max_abs", r.maxabs}};
-}
-
-// Prefilled state `st` whose last logits are `first` (row n-1): decode up to `decode` rows more.
-void DecodeRows(const Model& m, SequenceState& st, std::vector<float> logits, int64_t n, int decode,
-                const std::vector<int32_t>& toks, const std::vector<std::vector<float>>& full, Rows& out) {
-  AddRow(out, n - 1, logits, full, toks);
-  for (int i = 0; i < decode && size_t(n + i) < toks.size(); ++i) {
-    logits = cedar::DecodeStep(m, st, toks[size_t(n + i)]);
-    AddRow(out, n + i, logits, full, toks);
+  if (ref) {
+    const auto lr = LogSoftmax(*ref);
+    out.kl_ref.push_back(Kl(lr, lp));
+    out.nll_ref.push_back(has_next ? -lr[size_t(toks[size_t(r + 1)])] : 0.0);
   }
 }
 
+nlohmann::json ToJson(const Rows& r) {
+  nlohmann::json j = {{"row", r.row}, {"nll", r.nll}, {"nll_full", r.nll_full}, {"kl", r.kl}, {"top1", r.top1}, {"max_abs", r.maxabs}};
+  if (!r.kl_ref.empty()) {
+    j["kl_ref"] = r.kl_ref;
+    j["nll_ref"] = r.nll_ref;
+  }
+  return j;
+}
+
+// Prefilled state `st` whose last logits are `logits` (row n-1): the logits of rows n-1 .. n-1+decode
+// (decode teacher-forced, within the sequence).
+std::vector<std::vector<float>> DecodeRows(const Model& m, SequenceState& st, std::vector<float> logits, int64_t n, int decode,
+                                           const std::vector<int32_t>& toks) {
+  std::vector<std::vector<float>> out{logits};
+  for (int i = 0; i < decode && size_t(n + i) < toks.size(); ++i) out.push_back(cedar::DecodeStep(m, st, toks[size_t(n + i)]));
+  return out;
+}
+
+// `full`: the logits of every row, one token at a time.
+std::vector<std::vector<float>> RunFull(const Model& m, const std::vector<int32_t>& toks) {
+  std::vector<std::vector<float>> full;
+  SequenceState st(m.config());
+  cedar::PrefillOptions opt;
+  opt.mode = PrefillMode::kFull;
+  full.push_back(cedar::Prefill(m, st, std::span<const int32_t>(toks.data(), 1), opt).logits);
+  for (size_t r = 1; r < toks.size(); ++r) full.push_back(cedar::DecodeStep(m, st, toks[r]));
+  return full;
+}
+
+// <mode>@n: rows n-1 .. n-1+decode.
+std::vector<std::vector<float>> RunMode(const Model& m, const std::vector<int32_t>& toks, PrefillMode mode, int n, int decode,
+                                        int64_t* units) {
+  SequenceState st(m.config());
+  cedar::PrefillOptions opt;
+  opt.mode = mode;
+  auto pr = cedar::Prefill(m, st, std::span<const int32_t>(toks.data(), size_t(n)), opt);
+  *units = pr.stats.layer_token_units;
+  return DecodeRows(m, st, pr.logits, n, decode, toks);
+}
+
+// replay P:n: rows n-1 .. n-1+decode after the eviction and the encoder replay.
+std::vector<std::vector<float>> RunReplay(const Model& m, const std::vector<int32_t>& toks, int64_t P, int64_t n, int decode,
+                                          int64_t* replay_units, int64_t* suffix_units) {
+  if (n <= P) throw std::invalid_argument("--replay: n must be > P (a suffix to prefill)");
+  SequenceState st(m.config());
+  cedar::PrefillOptions opt;
+  opt.mode = PrefillMode::kFull;
+  cedar::Prefill(m, st, std::span<const int32_t>(toks.data(), size_t(P)), opt);
+  st.DropWindowsAndResidual();
+  *replay_units = cedar::EncoderReplay(m, st).layer_token_units;
+  opt.mode = PrefillMode::kBounded;
+  auto pr = cedar::Prefill(m, st, std::span<const int32_t>(toks.data() + P, size_t(n - P)), opt);
+  *suffix_units = pr.stats.layer_token_units;
+  return DecodeRows(m, st, pr.logits, n, decode, toks);
+}
+
+// The comparison of rows first_row.. (logits `got`, and `ref` on the --kl-ref model if not empty).
+Rows Compare(int64_t first_row, const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& ref,
+             const std::vector<std::vector<float>>& full, const std::vector<int32_t>& toks) {
+  Rows rows;
+  for (size_t i = 0; i < got.size(); ++i) AddRow(rows, first_row + int64_t(i), got[i], full, toks, ref.empty() ? nullptr : &ref[i]);
+  return rows;
+}
+
 int Main(int argc, char** argv) {
-  std::string model_dir, tokens_file, cuts_s, replay_s, modes_s = "exact,bounded,bounded-paper", weights = "f32";
+  std::string model_dir, tokens_file, cuts_s, replay_s, modes_s = "exact,bounded,bounded-paper", weights = "f32", kl_ref;
   int decode = 128, threads = 1;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -121,9 +190,10 @@ int Main(int argc, char** argv) {
     else if (a == "--decode") decode = std::stoi(next());
     else if (a == "--threads") threads = std::stoi(next());
     else if (a == "--weights") weights = next();  // every scenario at this precision (docs/WEIGHTS.md)
+    else if (a == "--kl-ref") kl_ref = next();    // also run every scenario at this precision: kl_ref, nll_ref
     else if (a == "--help" || a == "-h") {
       std::printf("usage: bench_quality --model DIR --tokens FILE [--cuts N,N] [--decode D] [--replay P:n,P:n] "
-                  "[--modes exact,bounded,bounded-paper] [--threads T] [--weights f32|bf16|int8|as-stored]\n");
+                  "[--modes exact,bounded,bounded-paper] [--threads T] [--weights f32|bf16|int8|as-stored] [--kl-ref f32|...]\n");
       return 0;
     } else throw std::invalid_argument("unknown option " + a);
   }
@@ -132,6 +202,12 @@ int Main(int argc, char** argv) {
   cedar::LoadOptions load;
   load.weights = cedar::ParseWeightPrecision(weights);
   auto m = Model::Load(model_dir, load);
+  std::unique_ptr<const Model> ref_model;
+  if (!kl_ref.empty()) {
+    cedar::LoadOptions lr;
+    lr.weights = cedar::ParseWeightPrecision(kl_ref);
+    ref_model = Model::Load(model_dir, lr);
+  }
   const auto cuts = ParseInts(cuts_s);
   std::vector<std::pair<int64_t, int64_t>> replays;
   {
@@ -159,17 +235,19 @@ int Main(int argc, char** argv) {
     const auto toks = ParseInts(line);
     if (toks.size() < 2) continue;
     // full: one row at a time
-    std::vector<std::vector<float>> full;
+    const std::vector<std::vector<float>> full = RunFull(*m, toks);
+    const bool with_ref = ref_model != nullptr;
     {
-      SequenceState st(m->config());
-      cedar::PrefillOptions opt;
-      opt.mode = PrefillMode::kFull;
-      full.push_back(cedar::Prefill(*m, st, std::span<const int32_t>(toks.data(), 1), opt).logits);
-      for (size_t r = 1; r < toks.size(); ++r) full.push_back(cedar::DecodeStep(*m, st, toks[r]));
-      Rows rows;
-      for (size_t r = 0; r + 1 < toks.size(); ++r) AddRow(rows, int64_t(r), full[r], full, toks);
+      const std::vector<std::vector<float>> ref = with_ref ? RunFull(*ref_model, toks) : std::vector<std::vector<float>>{};
+      std::vector<std::vector<float>> got(full.begin(), full.end() - 1), refr;
+      if (with_ref) refr.assign(ref.begin(), ref.end() - 1);
+      const Rows rows = Compare(0, got, refr, full, toks);
       nlohmann::json j = {{"seq", seq}, {"scenario", "full"}, {"impl", "cedar-cpp"}};
       j["nll"] = rows.nll;
+      if (with_ref) {
+        j["kl_ref"] = rows.kl_ref;
+        j["nll_ref"] = rows.nll_ref;
+      }
       std::printf("%s\n", j.dump().c_str());
     }
     for (const std::string& ms : modes) {
@@ -177,41 +255,22 @@ int Main(int argc, char** argv) {
       if (!cedar::ParseMode(ms, &mode)) throw std::invalid_argument("unknown mode " + ms);
       for (int n : cuts) {
         if (n < 1 || size_t(n) > toks.size()) continue;
-        SequenceState st(m->config());
-        cedar::PrefillOptions opt;
-        opt.mode = mode;
-        auto pr = cedar::Prefill(*m, st, std::span<const int32_t>(toks.data(), size_t(n)), opt);
-        Rows rows;
-        DecodeRows(*m, st, pr.logits, n, decode, toks, full, rows);
-        nlohmann::json j = {{"seq", seq}, {"scenario", ms}, {"impl", "cedar-cpp"}, {"n", n},
-                            {"prefill_layer_token_units", pr.stats.layer_token_units}};
-        j.update(ToJson(rows));
+        int64_t units = 0, ref_units = 0;
+        const auto got = RunMode(*m, toks, mode, n, decode, &units);
+        const auto ref = with_ref ? RunMode(*ref_model, toks, mode, n, decode, &ref_units) : std::vector<std::vector<float>>{};
+        nlohmann::json j = {{"seq", seq}, {"scenario", ms}, {"impl", "cedar-cpp"}, {"n", n}, {"prefill_layer_token_units", units}};
+        j.update(ToJson(Compare(n - 1, got, ref, full, toks)));
         std::printf("%s\n", j.dump().c_str());
       }
     }
     for (auto [P, n] : replays) {
       if (size_t(n) > toks.size()) continue;
-      SequenceState st(m->config());
-      cedar::PrefillOptions opt;
-      opt.mode = PrefillMode::kFull;
-      cedar::Prefill(*m, st, std::span<const int32_t>(toks.data(), size_t(P)), opt);
-      st.DropWindowsAndResidual();
-      const auto rs = cedar::EncoderReplay(*m, st);
-      opt.mode = PrefillMode::kBounded;
-      std::vector<float> logits;
-      int64_t units = 0;
-      if (n > P) {
-        auto pr = cedar::Prefill(*m, st, std::span<const int32_t>(toks.data() + P, size_t(n - P)), opt);
-        logits = pr.logits;
-        units = pr.stats.layer_token_units;
-      } else {
-        throw std::invalid_argument("--replay: n must be > P (a suffix to prefill)");
-      }
-      Rows rows;
-      DecodeRows(*m, st, logits, n, decode, toks, full, rows);
+      int64_t ru = 0, su = 0, rru = 0, rsu = 0;
+      const auto got = RunReplay(*m, toks, P, n, decode, &ru, &su);
+      const auto ref = with_ref ? RunReplay(*ref_model, toks, P, n, decode, &rru, &rsu) : std::vector<std::vector<float>>{};
       nlohmann::json j = {{"seq", seq}, {"scenario", "encoder-replay"}, {"impl", "cedar-cpp"}, {"P", P}, {"n", n},
-                          {"replay_layer_token_units", rs.layer_token_units}, {"suffix_layer_token_units", units}};
-      j.update(ToJson(rows));
+                          {"replay_layer_token_units", ru}, {"suffix_layer_token_units", su}};
+      j.update(ToJson(Compare(n - 1, got, ref, full, toks)));
       std::printf("%s\n", j.dump().c_str());
     }
     std::fflush(stdout);

@@ -120,7 +120,7 @@ int RunInit(int argc, char** argv) {
   desc.add_options()("preset", po::value(&preset)->default_value("tiny"), "tiny | small | medium (--arch v41: v41-tiny | v41-tiny-engram | v41-small)")(
       "arch", po::value(&arch)->default_value("cedar"), "cedar (config.json + model.safetensors) | v41 (the released DeepSeek-V4.1 layout)")(
       "seed", IntOption<uint64_t>("--seed", &seed, 0, UINT64_MAX), "random seed")("out", po::value(&out)->required(), "output directory")(
-      "dtype", po::value(&dtype)->default_value("f32"), "f32 | bf16 weights")(
+      "dtype", po::value(&dtype)->default_value("f32"), "f32 | bf16 (every tensor) | int8 (the matmul weights INT8 with F32 scales per 32 inputs, the rest F32: docs/WEIGHTS.md)")(
       "tokenizer", po::value(&tokenizer_dir),
       "directory with a tokenizer.json (+ tokenizer_config.json): copied beside the model, config.json says \"bpe\"")(
       "tokenizer-from", po::value(&tokenizer_from),
@@ -129,7 +129,7 @@ int RunInit(int argc, char** argv) {
       "vocabulary size (0 = the preset's; with --tokenizer, its ids + Cedar's chat specials, rounded up to 128)");
   po::variables_map vm;
   if (!Parse(argc, argv,
-             "usage: cedar init --preset tiny|small|medium --seed N --out DIR [--dtype f32|bf16] [--tokenizer DIR] [--vocab-size N]\n"
+             "usage: cedar init --preset tiny|small|medium --seed N --out DIR [--dtype f32|bf16|int8] [--tokenizer DIR] [--vocab-size N]\n"
              "       cedar init --arch v41 --preset v41-tiny|v41-tiny-engram|v41-small --seed N --out DIR [--tokenizer-from DIR]",
              desc, vm)) {
     return 0;
@@ -150,7 +150,7 @@ int RunInit(int argc, char** argv) {
   }
   if (arch != "cedar") throw std::invalid_argument("--arch: expected cedar or v41, found '" + arch + "'");
   if (preset == "flash") throw std::invalid_argument("the flash preset is for `info` only (too large to instantiate here)");
-  if (dtype != "f32" && dtype != "bf16") throw std::invalid_argument("--dtype: expected f32 or bf16, found " + dtype);
+  const InitDType init_dtype = ParseInitDType(dtype);
   ModelConfig c = PresetOrThrow(preset);
   if (!tokenizer_dir.empty()) {
     // Sized so the tokenizer's ids and Cedar's chat specials fit (model_tokenizer.h).
@@ -159,7 +159,7 @@ int RunInit(int argc, char** argv) {
     if (vocab_size == 0) vocab_size = (needed + 127) / 128 * 128;
   }
   if (vocab_size > 0) c.vocab_size = vocab_size;
-  WriteRandomModel(c, seed, out, dtype == "bf16");
+  WriteRandomModel(c, seed, out, init_dtype);
   if (!tokenizer_dir.empty()) {
     namespace fs = std::filesystem;
     fs::copy_file(tokenizer_dir + "/tokenizer.json", out + "/tokenizer.json", fs::copy_options::overwrite_existing);
@@ -186,7 +186,7 @@ int RunInfo(int argc, char** argv) {
   po::options_description desc("cedar info");
   std::string model, preset, config, checkpoint, kv_dtype, weights;
   desc.add_options()("model", po::value(&model), "model directory")("preset", po::value(&preset), "tiny | small | flash")(
-      "weights", po::value(&weights)->default_value("f32"), "f32 | bf16 | int8: report the weight bytes one decode token streams at this precision")(
+      "weights", po::value(&weights), "f32 | bf16 | int8 | as-stored: report the weight bytes one decode token streams at this precision (default: as-stored with --model, the file's matmul type; f32 otherwise)")(
       "kv-dtype", po::value(&kv_dtype), "f32 | released: report cache sizes at this KV precision (default: the model's)")(
       "config", po::value(&config), "a released DeepSeek-V4.1 config.json or inference/config.json (no weights read)")(
       "checkpoint", po::value(&checkpoint), "check this checkpoint directory's tensor names, dtypes and shapes (headers only)")(
@@ -223,12 +223,22 @@ int RunInfo(int argc, char** argv) {
   const ModelInfo info = ComputeInfo(c);
   nlohmann::json j = InfoToJson(info);
   j["config"] = ConfigToJson(c);
+  if (weights.empty()) weights = model.empty() ? "f32" : "as-stored";
   const WeightPrecision wp = ParseWeightPrecision(weights);
-  if (wp == WeightPrecision::kAsStored) throw std::invalid_argument("cedar info --weights: expected f32, bf16 or int8 (as-stored depends on the file)");
-  const kernels::WeightType wt = wp == WeightPrecision::kBF16 ? kernels::WeightType::kBF16
-                                 : wp == WeightPrecision::kI8 ? kernels::WeightType::kI8 : kernels::WeightType::kF32;
+  kernels::WeightType wt = wp == WeightPrecision::kBF16 ? kernels::WeightType::kBF16
+                           : wp == WeightPrecision::kI8 ? kernels::WeightType::kI8 : kernels::WeightType::kF32;
+  if (wp == WeightPrecision::kAsStored) {
+    // The file's matmul type (the head's: `cedar init --dtype` writes every matmul weight alike).
+    if (model.empty()) throw std::invalid_argument("cedar info --weights as-stored: needs --model DIR (the type is the file's)");
+    const SafetensorsFile f(model + "/model.safetensors");
+    const TensorInfo* head = f.Find("head.weight");
+    if (!head) throw std::runtime_error("model: " + f.Path() + ": missing tensor 'head.weight'");
+    wt = head->dtype == DType::I8 ? kernels::WeightType::kI8 : head->dtype == DType::BF16 ? kernels::WeightType::kBF16 : kernels::WeightType::kF32;
+    weights = std::string("as-stored (") + kernels::WeightTypeName(wt) + ")";
+  }
   const double decode_bytes = DecodeWeightBytes(info, wt, c.dim);
-  j["weights"] = weights;
+  j["weights"] = WeightPrecisionName(wp);
+  j["weight_type"] = kernels::WeightTypeName(wt);  // the matmul weights' type the bytes are counted at
   j["decode_weight_bytes_per_token"] = decode_bytes;
   if (vm.count("json")) {
     std::cout << j.dump(2) << "\n";

@@ -6,11 +6,17 @@
 #include <string>
 
 #include "engine/checkpoint_index.h"
+#include "engine/v41_held.h"
 
 namespace cedar {
 
-ExpertCache::ExpertCache(std::unique_ptr<const Checkpoint> ck, const ModelConfig& c, int64_t budget_bytes)
-    : ck_(std::move(ck)), inter_(c.moe_inter_dim), dim_(c.dim), expert_bytes_(3 * int64_t(c.moe_inter_dim) * c.dim * 4), budget_(budget_bytes) {}
+ExpertCache::ExpertCache(std::unique_ptr<const Checkpoint> ck, const ModelConfig& c, int64_t budget_bytes, WeightPrecision weights)
+    : ck_(std::move(ck)),
+      inter_(c.moe_inter_dim),
+      dim_(c.dim),
+      expert_bytes_(3 * int64_t(c.moe_inter_dim) * c.dim * 4),
+      budget_(budget_bytes),
+      weights_(weights) {}
 
 ExpertCache::~ExpertCache() = default;
 
@@ -28,27 +34,35 @@ ExpertRef ExpertCache::Get(int layer, int e) const {
   const auto t0 = std::chrono::steady_clock::now();
   auto entry = std::make_shared<Entry>();
   const std::string p = "layers." + std::to_string(layer) + ".ffn.experts." + std::to_string(e) + ".";
-  // [I, d], [d, I], [I, d]: as LoadReleased's arena copies (Checkpoint::DequantizeWeightInto).
-  entry->w1.resize(size_t(inter_ * dim_));
-  entry->w2.resize(size_t(inter_ * dim_));
-  entry->w3.resize(size_t(inter_ * dim_));
-  ck_->DequantizeWeightInto(p + "w1.weight", entry->w1.data());
-  ck_->DequantizeWeightInto(p + "w2.weight", entry->w2.data());
-  ck_->DequantizeWeightInto(p + "w3.weight", entry->w3.data());
-  entry->f.w1 = {entry->w1.data(), inter_, dim_};
-  entry->f.w2 = {entry->w2.data(), dim_, inter_};
-  entry->f.w3 = {entry->w3.data(), inter_, dim_};
+  // [I, d], [d, I], [I, d], held as LoadReleased holds resident experts (HoldWeight, same type).
+  Entry* en = entry.get();
+  auto alloc = [en](size_t bytes) -> void* {
+    en->parts.emplace_back((bytes + sizeof(float) - 1) / sizeof(float));
+    return en->parts.back().data();
+  };
+  const std::pair<Weight*, std::pair<int64_t, int64_t>> ws[] = {
+      {&en->f.w1, {inter_, dim_}}, {&en->f.w2, {dim_, inter_}}, {&en->f.w3, {inter_, dim_}}};
+  const char* names[] = {"w1", "w2", "w3"};
+  for (int i = 0; i < 3; ++i) {
+    const std::string name = p + names[i] + ".weight";
+    Weight* w = ws[i].first;
+    w->rows = ws[i].second.first;
+    w->cols = ws[i].second.second;
+    const kernels::WeightType held = HeldType(*ck_, name, w->rows, w->cols, weights_);
+    HoldWeight(*ck_, name, held, w, alloc);
+    en->bytes += HeldBytes(held, w->rows, w->cols);
+  }
   stats_.dequant_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (const char* w : {"w1", "w2", "w3"}) {
     stats_.stored_bytes_read += int64_t(ck_->Get(p + w + ".weight").nbytes);
     if (const TensorInfo* scale = ck_->Find(p + w + ".scale")) stats_.stored_bytes_read += int64_t(scale->nbytes);
   }
-  stats_.resident_bytes += expert_bytes_;
+  stats_.resident_bytes += entry->bytes;
   // Evict the least recent until the new one fits (never the new one itself).
   while (stats_.resident_bytes > budget_ && !lru_.empty()) {
+    stats_.resident_bytes -= lru_.back().second->bytes;
     where_.erase(lru_.back().first);
     lru_.pop_back();
-    stats_.resident_bytes -= expert_bytes_;
     ++stats_.evictions;
   }
   lru_.emplace_front(key, entry);

@@ -10,8 +10,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/int8_file.h"
 #include "engine/model.h"
 #include "engine/safetensors.h"
+#include "kernels/weight_view.h"
 
 namespace cedar {
 
@@ -59,7 +61,18 @@ std::vector<float> RandomTensor(const ModelConfig& c, const TensorSpec& t, uint6
 
 }  // namespace
 
+InitDType ParseInitDType(const std::string& s) {
+  if (s == "f32") return InitDType::kF32;
+  if (s == "bf16") return InitDType::kBF16;
+  if (s == "int8") return InitDType::kI8;
+  throw std::invalid_argument("--dtype: expected f32, bf16 or int8, found '" + s + "'");
+}
+
 void WriteRandomModel(const ModelConfig& c, uint64_t seed, const std::string& dir, bool bf16) {
+  WriteRandomModel(c, seed, dir, bf16 ? InitDType::kBF16 : InitDType::kF32);
+}
+
+void WriteRandomModel(const ModelConfig& c, uint64_t seed, const std::string& dir, InitDType dtype) {
   const std::string problems = c.Validate();
   if (!problems.empty()) throw std::runtime_error("init: invalid config:\n" + problems);
   std::error_code ec;
@@ -68,8 +81,21 @@ void WriteRandomModel(const ModelConfig& c, uint64_t seed, const std::string& di
   SafetensorsWriter w;
   for (const TensorSpec& t : RequiredTensors(c)) {
     std::vector<float> v = RandomTensor(c, t, seed);
-    if (bf16) w.AddBF16(t.name, t.shape, v.data());
-    else w.AddF32(t.name, t.shape, v.data());
+    if (dtype == InitDType::kBF16) {
+      w.AddBF16(t.name, t.shape, v.data());
+    } else if (dtype == InitDType::kI8 && IsMatmulTensor(t.name)) {
+      // [rows, cols] with rows every dim but the last (wo_a's groups stacked, as the loader reads it).
+      const int64_t cols = t.shape.back(), rows = int64_t(v.size()) / cols, nb = (cols + kernels::kQuantBlock - 1) / kernels::kQuantBlock;
+      std::vector<int8_t> q(v.size());
+      std::vector<float> scales(size_t(rows * nb));
+      kernels::QuantizeI8(v.data(), rows, cols, q.data(), scales.data());
+      std::vector<int64_t> scale_shape = t.shape;
+      scale_shape.back() = nb;
+      w.AddRaw(t.name, DType::I8, t.shape, q.data(), q.size());
+      w.AddF32(Int8ScaleName(t.name), scale_shape, scales.data());
+    } else {
+      w.AddF32(t.name, t.shape, v.data());
+    }
   }
   w.SetMetadata("generator", "cedar init");
   w.SetMetadata("seed", std::to_string(seed));

@@ -15,4 +15,16 @@ namespace cedar {
 // Throws std::runtime_error if the config is invalid or the directory cannot be written.
 void WriteRandomModel(const ModelConfig& c, uint64_t seed, const std::string& dir, bool bf16 = false);
 
+// The tensors' type on disk (`cedar init --dtype`). The values are drawn in F32 as above, then:
+enum class InitDType {
+  kF32,   // every tensor F32
+  kBF16,  // every tensor BF16 (rounded to nearest even)
+  kI8,    // the matmul weights (IsMatmulTensor) INT8: `X.weight` I8 [shape] + `X.scale` F32 [shape with
+          // the last dim ceil(in / 32)], kernels::QuantizeI8's symmetric blocks of 32 along the input
+          // (docs/WEIGHTS.md); every other tensor F32. The same bytes `--weights int8` makes of the F32 twin.
+};
+// Parses `--dtype`; throws std::invalid_argument naming f32, bf16 and int8.
+InitDType ParseInitDType(const std::string& s);
+void WriteRandomModel(const ModelConfig& c, uint64_t seed, const std::string& dir, InitDType dtype);
+
 }  // namespace cedar

@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/model.h"
+#include "engine/int8_file.h"
 #include "kernels/weight_view.h"
 
 namespace cedar {
@@ -51,6 +52,71 @@ Weight Model::TakeMatmul(const std::string& name, std::vector<int64_t> shape, We
   namespace k = kernels;
   const TensorInfo* t = file_->Find(name);
   const bool bf16_file = t && t->dtype == DType::BF16;
+  // An INT8 file's matmul weight (`cedar init --dtype int8`, engine/int8_file.h): `name` I8 [shape] +
+  // its `.scale` F32 [shape with the last dim ceil(in / 32)]. Held as INT8 (int8, as-stored: the
+  // file's bytes as they are, no F32 round trip), or decoded to F32 (q * scale, f32) and rounded to
+  // BF16 (bf16).
+  if (t && t->dtype == DType::I8) {
+    if (t->shape != shape) return Take(name, shape);  // Take names the expected and found shapes
+    Weight w;
+    w.rows = shape[0];
+    w.cols = 1;
+    for (size_t i = 1; i < shape.size(); ++i) w.cols *= shape[i];
+    if (shape.size() == 3) {  // wo_a: groups stacked along rows
+      w.rows = shape[0] * shape[1];
+      w.cols = shape[2];
+    }
+    const int64_t n = w.rows * w.cols, nb = (w.cols + k::kQuantBlock - 1) / k::kQuantBlock;
+    const std::string sname = Int8ScaleName(name);
+    const TensorInfo* s = file_->Find(sname);
+    std::vector<int64_t> sshape = shape;
+    sshape.back() = (shape.back() + k::kQuantBlock - 1) / k::kQuantBlock;
+    if (!s)
+      throw std::runtime_error("model: " + file_->Path() + ": tensor '" + name + "' is I8 (INT8 weights), but its block scales '" + sname +
+                               "' (F32) are missing");
+    if (s->dtype != DType::F32 || s->shape != sshape) {
+      std::string want = "[", found = "[";
+      for (size_t i = 0; i < sshape.size(); ++i) want += (i ? ", " : "") + std::to_string(sshape[i]);
+      for (size_t i = 0; i < s->shape.size(); ++i) found += (i ? ", " : "") + std::to_string(s->shape[i]);
+      throw std::runtime_error("model: " + file_->Path() + ": tensor '" + sname + "': expected F32 " + want + "] (one scale per 32 inputs of '" +
+                               name + "'), found " + DTypeName(s->dtype) + " " + found + "]");
+    }
+    // Copied out of the mapping (the arena is sized for F32 tensors, so at f32 / bf16 the scales are
+    // a transient copy and only the decoded weights take arena room).
+    std::vector<float> scales(size_t(w.rows * nb));
+    std::memcpy(scales.data(), s->data, s->nbytes);
+    k::WeightView v;
+    v.type = k::WeightType::kI8;
+    v.data = t->data;
+    v.scales = scales.data();
+    v.rows = w.rows;
+    v.cols = w.cols;
+    if (p == WeightPrecision::kI8 || p == WeightPrecision::kAsStored) {
+      auto* q = static_cast<int8_t*>(AllocateBytes(size_t(n)));
+      auto* sc = static_cast<float*>(AllocateBytes(scales.size() * sizeof(float)));
+      std::memcpy(q, t->data, size_t(n));
+      std::memcpy(sc, scales.data(), s->nbytes);
+      w.type = k::WeightType::kI8;
+      w.stored = q;
+      w.scales = sc;
+    } else if (p == WeightPrecision::kF32) {
+      auto* f = static_cast<float*>(AllocateBytes(size_t(n) * sizeof(float)));
+      k::DecodeRows(v, 0, w.rows, f);
+      w.data = f;
+    } else {  // BF16 of the decoded values
+      std::vector<float> f(size_t(w.cols));
+      auto* b = static_cast<uint16_t*>(AllocateBytes(size_t(n) * 2));
+      for (int64_t r = 0; r < w.rows; ++r) {
+        k::DecodeRows(v, r, 1, f.data());
+        for (int64_t c = 0; c < w.cols; ++c) b[r * w.cols + c] = k::FloatToBf16(f[size_t(c)]);
+      }
+      w.type = k::WeightType::kBF16;
+      w.stored = b;
+    }
+    matmul_params_ += double(w.rows * w.cols);
+    matmul_bytes_ += double(w.rows) * k::WeightRowBytes(w.type, w.cols);
+    return w;
+  }
   const bool keep_f32 = p == WeightPrecision::kF32 || (p == WeightPrecision::kAsStored && !bf16_file);
   if (keep_f32) {
     Weight w = Take(name, shape);  // checks name, shape and dtype; F32 in the arena (or mapped)

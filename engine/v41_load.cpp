@@ -28,6 +28,7 @@
 #include "engine/expert_cache.h"
 #include "engine/model.h"
 #include "engine/v41_checkpoint.h"
+#include "engine/v41_held.h"
 
 namespace cedar {
 
@@ -144,40 +145,6 @@ struct Planned {
   bool expert;
 };
 
-int64_t ArenaFloats(int64_t rows, int64_t cols) { return (rows * cols + 15) / 16 * 16; }
-
-// The type a released tensor is held in under `--weights` (issue 20): matmul weights converted
-// (bf16, int8) or kept as released (as-stored: FP8 with 32x32 blocks, packed FP4 with E8M0 per
-// 32, BF16); everything else, and FP8 with other block shapes, dequantised to F32.
-kernels::WeightType HeldType(const Checkpoint& ck, const std::string& name, int64_t rows, int64_t cols, WeightPrecision p) {
-  using kernels::WeightType;
-  if (p == WeightPrecision::kF32 || !IsMatmulTensor(name)) return WeightType::kF32;
-  if (p == WeightPrecision::kBF16) return WeightType::kBF16;
-  if (p == WeightPrecision::kI8) return WeightType::kI8;
-  const TensorInfo& t = ck.Get(name);
-  if (t.dtype == DType::BF16) return WeightType::kBF16;
-  if (t.dtype == DType::I8 || t.dtype == DType::U8) return cols % 32 == 0 ? WeightType::kFP4 : WeightType::kF32;
-  if (t.dtype == DType::F8_E4M3) {
-    const TensorInfo& s = ck.Get(name.substr(0, name.size() - 7) + ".scale");
-    if (s.shape.size() == 2 && s.shape[0] == (rows + 31) / 32 && s.shape[1] == (cols + 31) / 32) return WeightType::kFP8;
-    spdlog::debug("{}: FP8 scale grid [{}, {}] is not 32x32 blocks: dequantised to F32", name, s.shape[0], s.shape[1]);
-  }
-  return WeightType::kF32;
-}
-
-// Arena bytes of a tensor held as `t`, each part 64-byte aligned.
-int64_t HeldBytes(kernels::WeightType t, int64_t rows, int64_t cols) {
-  using kernels::WeightType;
-  auto al = [](int64_t b) { return (b + 63) / 64 * 64; };
-  const int64_t nb = (cols + 31) / 32;
-  switch (t) {
-    case WeightType::kBF16: return al(rows * cols * 2);
-    case WeightType::kI8: return al(rows * cols) + al(rows * nb * 4);
-    case WeightType::kFP8: return al(rows * cols) + al((rows + 31) / 32 * nb);
-    case WeightType::kFP4: return al(rows * cols / 2) + al(rows * nb);
-    default: return ArenaFloats(rows, cols) * int64_t(sizeof(float));
-  }
-}
 
 }  // namespace
 
@@ -466,21 +433,29 @@ std::unique_ptr<const Model> Model::LoadReleased(const std::string& dir, const L
   }
 
   // Sizes before any allocation; shapes checked against what the forward reads.
+  std::map<std::string, int64_t> expert_held;  // bytes of each routed expert as held
   for (const Planned& t : plan) {
     const auto [rows, cols] = ck.LogicalShape(t.name);
     if (rows * cols != t.rows * t.cols || (cols != 1 && (rows != t.rows || cols != t.cols)))
       throw std::runtime_error("model: " + dir + ": tensor '" + t.name + "': expected [" + std::to_string(t.rows) + ", " + std::to_string(t.cols) +
                                "] after dequantisation, found [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
-    (t.expert ? report->expert_bytes : report->dense_bytes) += HeldBytes(HeldType(ck, t.name, t.rows, t.cols, options.weights), t.rows, t.cols);
+    const int64_t held = HeldBytes(HeldType(ck, t.name, t.rows, t.cols, options.weights), t.rows, t.cols);
+    (t.expert ? report->expert_bytes : report->dense_bytes) += held;
+    if (t.expert) {  // "layers.L.ffn.experts.E.w1.weight" -> "layers.L.ffn.experts.E": w1 + w2 + w3
+      const std::string tensor = t.name.substr(0, t.name.rfind('.'));
+      expert_held[tensor.substr(0, tensor.rfind('.'))] += held;
+    }
   }
+  // The largest routed expert as held at this precision (F32: 3 x inter x d x 4 bytes).
+  int64_t one_expert = 0;
+  for (const auto& [prefix, bytes] : expert_held) one_expert = std::max(one_expert, bytes);
   const int64_t budget = options.max_ram_bytes;
   if (budget > 0 && report->dense_bytes > budget)
     throw std::runtime_error("model: " + dir + ": the dense weights need " + std::to_string(report->dense_bytes) + " bytes (" + MiB(report->dense_bytes) +
-                             ", dequantised to F32), more than --max-ram " + std::to_string(budget) + " bytes (" + MiB(budget) + ")");
+                             ", at --weights " + WeightPrecisionName(options.weights) + "), more than --max-ram " + std::to_string(budget) + " bytes (" + MiB(budget) + ")");
   // Experts on demand when they do not all fit: an LRU of dequantised experts within what the
   // dense part leaves (engine/expert_cache.h). One token's FFN pins experts_per_token of them.
   const bool on_demand = budget > 0 && report->dense_bytes + report->expert_bytes > budget;
-  const int64_t one_expert = 3 * int64_t(c.moe_inter_dim) * c.dim * int64_t(sizeof(float));
   if (on_demand && budget - report->dense_bytes < int64_t(c.experts_per_token) * one_expert)
     throw std::runtime_error("model: " + dir + ": the dense weights (" + std::to_string(report->dense_bytes) + " bytes) fit --max-ram " +
                              std::to_string(budget) + " bytes, but the routed experts (" + std::to_string(report->expert_bytes) +
@@ -493,38 +468,10 @@ std::unique_ptr<const Model> Model::LoadReleased(const std::string& dir, const L
   const double cpu0 = ThreadCpuSeconds();
   m->arena_ = std::make_unique<WeightArena>(size_t(report->dense_bytes + (on_demand ? 0 : report->expert_bytes)));
   // A matmul weight held in another type than F32: converted (bf16, int8) or its released bytes
-  // and scales copied as they are (as-stored FP8 / FP4 / BF16), each part 64-byte aligned.
+  // and scales copied as they are (as-stored FP8 / FP4 / BF16), each part 64-byte aligned
+  // (engine/v41_held.h: the expert cache holds on-demand experts the same way).
   auto hold = [&](const std::string& name, kernels::WeightType held, Weight* w) {
-    using kernels::WeightType;
-    const int64_t rows = w->rows, cols = w->cols, n = rows * cols, nb = (cols + 31) / 32;
-    const TensorInfo& src = ck.Get(name);
-    w->type = held;
-    if (held == WeightType::kBF16 && src.dtype == DType::BF16) {
-      auto* b = static_cast<uint16_t*>(m->AllocateBytes(size_t(n) * 2));
-      std::memcpy(b, src.data, size_t(n) * 2);
-      w->stored = b;
-    } else if (held == WeightType::kBF16 || held == WeightType::kI8) {
-      const std::vector<float> f = ck.DequantizeWeight(name);  // one tensor's transient F32 copy
-      if (held == WeightType::kBF16) {
-        auto* b = static_cast<uint16_t*>(m->AllocateBytes(size_t(n) * 2));
-        for (int64_t i = 0; i < n; ++i) b[i] = kernels::FloatToBf16(f[size_t(i)]);
-        w->stored = b;
-      } else {
-        auto* q = static_cast<int8_t*>(m->AllocateBytes(size_t(n)));
-        auto* s = static_cast<float*>(m->AllocateBytes(size_t(rows * nb) * 4));
-        kernels::QuantizeI8(f.data(), rows, cols, q, s);
-        w->stored = q;
-        w->scales = s;
-      }
-    } else {  // FP8 (E4M3 + [ceil(rows/32), ceil(cols/32)] E8M0) or FP4 (packed + [rows, cols/32] E8M0)
-      const TensorInfo& sc = ck.Get(name.substr(0, name.size() - 7) + ".scale");
-      void* d = m->AllocateBytes(src.nbytes);
-      void* s = m->AllocateBytes(sc.nbytes);
-      std::memcpy(d, src.data, src.nbytes);
-      std::memcpy(s, sc.data, sc.nbytes);
-      w->stored = d;
-      w->scales = s;
-    }
+    HoldWeight(ck, name, held, w, [&](size_t bytes) { return m->AllocateBytes(bytes); });
   };
   std::string shard = ck.ShardOf(plan.front().name);
   for (const Planned& t : plan) {
@@ -561,7 +508,7 @@ std::unique_ptr<const Model> Model::LoadReleased(const std::string& dir, const L
   report->dequant_seconds = Seconds(t1, t2);
   const double dequant_cpu = ThreadCpuSeconds() - cpu0;
   if (on_demand) {
-    m->expert_cache_ = std::make_shared<const ExpertCache>(std::move(owned_ck), c, budget - report->dense_bytes);
+    m->expert_cache_ = std::make_shared<const ExpertCache>(std::move(owned_ck), c, budget - report->dense_bytes, options.weights);
     spdlog::info("model {}: routed experts ({}) exceed --max-ram {} beside the dense weights ({}): read on demand, at most {} resident",
                  dir, MiB(report->expert_bytes), MiB(budget), MiB(report->dense_bytes),
                  (budget - report->dense_bytes) / one_expert);
@@ -571,8 +518,9 @@ std::unique_ptr<const Model> Model::LoadReleased(const std::string& dir, const L
   if (options.weights != WeightPrecision::kF32)  // other numbers: other cache keys
     m->fingerprint_ ^= XXH3_64bits(WeightPrecisionName(options.weights), std::strlen(WeightPrecisionName(options.weights)));
   report->total_seconds = Seconds(t0, std::chrono::steady_clock::now());
-  spdlog::info("model {}: released layout, {} tensors, {} stored -> {} F32 ({} dense + {} experts); check {:.3f}s, dequantise {:.3f}s ({:.3f}s CPU, {:.0f} MB/s stored per CPU second), total {:.3f}s",
-               dir, report->tensors, MiB(report->stored_bytes), MiB(report->dense_bytes + report->expert_bytes), MiB(report->dense_bytes),
+  spdlog::info("model {}: released layout, {} tensors, {} stored -> {} held at --weights {} ({} dense + {} experts); check {:.3f}s, dequantise {:.3f}s ({:.3f}s CPU, {:.0f} MB/s stored per CPU second), total {:.3f}s",
+               dir, report->tensors, MiB(report->stored_bytes), MiB(report->dense_bytes + report->expert_bytes),
+               WeightPrecisionName(options.weights), MiB(report->dense_bytes),
                MiB(report->expert_bytes), report->check_seconds, report->dequant_seconds, dequant_cpu,
                dequant_cpu > 0 ? double(report->stored_bytes) / 1e6 / dequant_cpu : 0.0, report->total_seconds);
   m->released_load_ = std::move(report);

@@ -1,0 +1,81 @@
+#include "engine/v41_held.h"
+
+#include <cstring>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "engine/checkpoint_index.h"
+
+namespace cedar {
+
+kernels::WeightType HeldType(const Checkpoint& ck, const std::string& name, int64_t rows, int64_t cols, WeightPrecision p) {
+  using kernels::WeightType;
+  if (p == WeightPrecision::kF32 || !IsMatmulTensor(name)) return WeightType::kF32;
+  if (p == WeightPrecision::kBF16) return WeightType::kBF16;
+  if (p == WeightPrecision::kI8) return WeightType::kI8;
+  const TensorInfo& t = ck.Get(name);
+  if (t.dtype == DType::BF16) return WeightType::kBF16;
+  if (t.dtype == DType::I8 || t.dtype == DType::U8) return cols % 32 == 0 ? WeightType::kFP4 : WeightType::kF32;
+  if (t.dtype == DType::F8_E4M3) {
+    const TensorInfo& s = ck.Get(name.substr(0, name.size() - 7) + ".scale");
+    if (s.shape.size() == 2 && s.shape[0] == (rows + 31) / 32 && s.shape[1] == (cols + 31) / 32) return WeightType::kFP8;
+    spdlog::debug("{}: FP8 scale grid [{}, {}] is not 32x32 blocks: dequantised to F32", name, s.shape[0], s.shape[1]);
+  }
+  return WeightType::kF32;
+}
+
+int64_t HeldBytes(kernels::WeightType t, int64_t rows, int64_t cols) {
+  using kernels::WeightType;
+  auto al = [](int64_t b) { return (b + 63) / 64 * 64; };
+  const int64_t nb = (cols + 31) / 32;
+  switch (t) {
+    case WeightType::kBF16: return al(rows * cols * 2);
+    case WeightType::kI8: return al(rows * cols) + al(rows * nb * 4);
+    case WeightType::kFP8: return al(rows * cols) + al((rows + 31) / 32 * nb);
+    case WeightType::kFP4: return al(rows * cols / 2) + al(rows * nb);
+    default: return al(rows * cols * int64_t(sizeof(float)));
+  }
+}
+
+void HoldWeight(const Checkpoint& ck, const std::string& name, kernels::WeightType held, Weight* w,
+                const std::function<void*(size_t bytes)>& alloc) {
+  using kernels::WeightType;
+  const int64_t rows = w->rows, cols = w->cols, n = rows * cols, nb = (cols + 31) / 32;
+  w->type = held;
+  if (held == WeightType::kF32) {
+    auto* f = static_cast<float*>(alloc(size_t(n) * sizeof(float)));
+    ck.DequantizeWeightInto(name, f);
+    w->data = f;
+    return;
+  }
+  const TensorInfo& src = ck.Get(name);
+  if (held == WeightType::kBF16 && src.dtype == DType::BF16) {
+    auto* b = static_cast<uint16_t*>(alloc(size_t(n) * 2));
+    std::memcpy(b, src.data, size_t(n) * 2);
+    w->stored = b;
+  } else if (held == WeightType::kBF16 || held == WeightType::kI8) {
+    const std::vector<float> f = ck.DequantizeWeight(name);  // one tensor's transient F32 copy
+    if (held == WeightType::kBF16) {
+      auto* b = static_cast<uint16_t*>(alloc(size_t(n) * 2));
+      for (int64_t i = 0; i < n; ++i) b[i] = kernels::FloatToBf16(f[size_t(i)]);
+      w->stored = b;
+    } else {
+      auto* q = static_cast<int8_t*>(alloc(size_t(n)));
+      auto* s = static_cast<float*>(alloc(size_t(rows * nb) * 4));
+      kernels::QuantizeI8(f.data(), rows, cols, q, s);
+      w->stored = q;
+      w->scales = s;
+    }
+  } else {  // FP8 (E4M3 + [ceil(rows/32), ceil(cols/32)] E8M0) or FP4 (packed + [rows, cols/32] E8M0)
+    const TensorInfo& sc = ck.Get(name.substr(0, name.size() - 7) + ".scale");
+    void* d = alloc(src.nbytes);
+    void* s = alloc(sc.nbytes);
+    std::memcpy(d, src.data, src.nbytes);
+    std::memcpy(s, sc.data, sc.nbytes);
+    w->stored = d;
+    w->scales = s;
+  }
+}
+
+}  // namespace cedar
