@@ -103,12 +103,7 @@ void ConvertMessage(const ojson& m, size_t i, ojson& out) {
 }
 
 ojson ConvertTools(const ojson& tools) {
-  if (!tools.is_array()) Fail("tools", "expected an array, found " + Preview(tools));
-  ojson out = ojson::array();
-  for (size_t i = 0; i < tools.size(); ++i) {
-    const ojson& t = tools[i];
-    const std::string at = "tools[" + std::to_string(i) + "]";
-    if (!t.is_object()) Fail(at, "expected an object");
+  return FunctionTools(tools, [](const ojson& t, const std::string& at) {
     if (const ojson* type = Find(t, "type"); type && *type != "custom") {
       Fail(at + ".type", "only client tools (no type, or \"custom\") are supported, found " + Preview(*type));
     }
@@ -120,9 +115,8 @@ ojson ConvertTools(const ojson& tools) {
       fn["description"] = *d;
     }
     fn["parameters"] = *schema;
-    out.push_back({{"type", "function"}, {"function", std::move(fn)}});
-  }
-  return out;
+    return fn;
+  });
 }
 
 }  // namespace

@@ -32,4 +32,15 @@ std::string JoinedText(const ojson& content, const std::string& where, const cha
   return text;
 }
 
+ojson FunctionTools(const ojson& tools, const std::function<ojson(const ojson& tool, const std::string& at)>& function_of) {
+  if (!tools.is_array()) Fail("tools", "expected an array, found " + Preview(tools));
+  ojson out = ojson::array();
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const std::string at = "tools[" + std::to_string(i) + "]";
+    if (!tools[i].is_object()) Fail(at, "expected an object");
+    out.push_back({{"type", "function"}, {"function", function_of(tools[i], at)}});
+  }
+  return out;
+}
+
 }  // namespace cedar::bridge::fields

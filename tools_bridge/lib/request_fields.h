@@ -47,5 +47,10 @@ std::string String(const ojson& obj, const char* key, const std::string& where);
 std::string JoinedText(const ojson& content, const std::string& where, const char* parts,
                        const std::function<void(const ojson& part, const std::string& at)>& check_part);
 
+// Chat-completions function tools from an API's `tools` array: [{type: "function", function:
+// function_of(tool, "tools[i]")}]. Fails on a value that is not an array or an item that is not
+// an object; function_of checks the rest and returns {name, description, parameters, ...}.
+ojson FunctionTools(const ojson& tools, const std::function<ojson(const ojson& tool, const std::string& at)>& function_of);
+
 }  // namespace fields
 }  // namespace cedar::bridge

@@ -22,21 +22,15 @@ std::string TextOf(const ojson& content, const std::string& where) {
 }
 
 ojson ConvertTools(const ojson& tools) {
-  if (!tools.is_array()) Fail("tools", "expected an array, found " + Preview(tools));
-  ojson out = ojson::array();
-  for (size_t i = 0; i < tools.size(); ++i) {
-    const ojson& t = tools[i];
-    const std::string at = "tools[" + std::to_string(i) + "]";
-    if (!t.is_object()) Fail(at, "expected an object");
+  return FunctionTools(tools, [](const ojson& t, const std::string& at) {
     const std::string type = String(t, "type", at);
     if (type != "function") Fail(at + ".type", "only function tools are supported, found \"" + Clip(type) + "\"");
     ojson fn = {{"name", String(t, "name", at)}};
     if (const ojson* d = Find(t, "description")) fn["description"] = *d;
     fn["parameters"] = Find(t, "parameters") ? t["parameters"] : ojson{{"type", "object"}, {"properties", ojson::object()}};
     if (const ojson* s = Find(t, "strict")) fn["strict"] = *s;
-    out.push_back({{"type", "function"}, {"function", std::move(fn)}});
-  }
-  return out;
+    return fn;
+  });
 }
 
 ojson ConvertToolChoice(const ojson& c) {
