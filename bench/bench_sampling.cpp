@@ -3,13 +3,13 @@
 // path) and a grammar-style mask (a dozen allowed ids). One JSON object per case; no assertion.
 //   bench_sampling [--draws N]
 #include <cstdio>
-#include <cstring>
 #include <ctime>
 #include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "bench/bench_flags.h"
 #include "engine/sampling.h"
 
 using namespace cedar;
@@ -23,8 +23,9 @@ static double CpuSeconds() {
 
 int main(int argc, char** argv) {
   int draws = 200;
-  for (int i = 1; i + 1 < argc; i += 2)
-    if (!std::strcmp(argv[i], "--draws")) draws = std::stoi(argv[i + 1]);
+  auto desc = bench::Options("bench_sampling: Sampler::Sample against the full sort, CPU ms per token, as JSON lines");
+  desc.add_options()("draws", cli::IntOption("--draws", &draws, 1, 1 << 30), "tokens sampled per case");
+  if (const int rc = bench::ParseFlags("bench_sampling", desc, argc, argv); rc >= 0) return rc;
   const size_t n = 129280;
   std::mt19937_64 rng(1);
   std::normal_distribution<float> normal(0.0f, 3.0f);

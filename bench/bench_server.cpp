@@ -26,15 +26,14 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
-#include <iostream>
-
-#include <boost/program_options.hpp>
-
-#include "engine/flag_values.h"
+#include <charconv>
 
 #include <nlohmann/json.hpp>
+
+#include "bench/bench_flags.h"
 
 #include "engine/init.h"
 #include "engine/model.h"
@@ -49,6 +48,17 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 double MsSince(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+// The number at the start of `text` (a status code, Content-Length or a chunk size in `base`);
+// anything else is the server's malformed response, said in our words.
+size_t HttpNumber(std::string_view text, int base, const char* what) {
+  size_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v, base);
+  if (ec != std::errc() || end == text.data()) {
+    throw std::runtime_error(std::string("malformed HTTP response: ") + what + " '" + std::string(text.substr(0, 20)) + "'");
+  }
+  return v;
+}
 
 // A blocking HTTP/1.1 client on one Unix-socket connection.
 class Client {
@@ -81,12 +91,13 @@ class Client {
     Result r;
     size_t head_end;
     while ((head_end = buf_.find("\r\n\r\n")) == std::string::npos) Fill();
-    r.status = std::stoi(buf_.substr(9, 3));
+    r.status = int(HttpNumber(std::string_view(buf_).substr(9, 3), 10, "status code"));
     const std::string head = buf_.substr(0, head_end);
     buf_.erase(0, head_end + 4);
     if (head.find("Transfer-Encoding: chunked") == std::string::npos) {
       const size_t cl = head.find("Content-Length: ");
-      const size_t len = std::stoul(head.substr(cl + 16));
+      if (cl == std::string::npos) throw std::runtime_error("malformed HTTP response: neither chunked nor a Content-Length");
+      const size_t len = HttpNumber(std::string_view(head).substr(cl + 16), 10, "Content-Length");
       while (buf_.size() < len) Fill();
       r.body = buf_.substr(0, len);
       buf_.erase(0, len);
@@ -97,7 +108,7 @@ class Client {
     for (;;) {
       size_t eol;
       while ((eol = buf_.find("\r\n")) == std::string::npos) Fill();
-      const size_t size = std::stoul(buf_.substr(0, eol), nullptr, 16);
+      const size_t size = HttpNumber(std::string_view(buf_).substr(0, eol), 16, "chunk size");
       while (buf_.size() < eol + 4 + size) Fill();
       const std::string chunk = buf_.substr(eol + 2, size);
       buf_.erase(0, eol + 4 + size);
@@ -298,37 +309,19 @@ void RunPreset(const std::string& preset, const std::vector<int>& concurrency, i
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string presets = "tiny", conc = "1,8,32,128";
+  namespace po = boost::program_options;
+  std::string presets = "tiny";
   int turns = 4, max_tokens = 16;
   size_t system_chars = 2000;
-  // Boost.program_options, as the `cedar` subcommands: --help prints this and exits, and a bad
-  // value is an error naming the flag (engine/flag_values.h), never a library's message.
-  namespace po = boost::program_options;
-  std::string turns_s = "4", max_tokens_s = "16", system_chars_s = "2000";
-  po::options_description desc("bench_server: agents' turns against the HTTP server, by concurrency, as JSON lines");
-  desc.add_options()("help,h", "show this help and exit")(
-      "presets", po::value(&presets)->default_value(presets), "model presets (comma-separated)")(
-      "concurrency", po::value(&conc)->default_value(conc), "concurrent agents (comma-separated)")(
-      "turns", po::value(&turns_s)->default_value(turns_s), "turns per agent")(
-      "max-tokens", po::value(&max_tokens_s)->default_value(max_tokens_s), "tokens per turn")(
-      "system-chars", po::value(&system_chars_s)->default_value(system_chars_s), "characters of the shared system prompt");
-  std::vector<int> c;
-  try {
-    po::variables_map vm;
-    po::store(po::parse_command_line(argc, argv, desc), vm);
-    if (vm.count("help")) {
-      std::cout << desc << "\n";
-      return 0;
-    }
-    po::notify(vm);
-    turns = cedar::ParseIntFlag<int>("--turns", turns_s, 1, 1 << 20);
-    max_tokens = cedar::ParseIntFlag<int>("--max-tokens", max_tokens_s, 0, 1 << 24);
-    system_chars = cedar::ParseIntFlag<size_t>("--system-chars", system_chars_s, 0, size_t(1) << 30);
-    c = cedar::ParseIntListFlag<int>("--concurrency", conc, 1, 1 << 16);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_server: %s (bench_server --help lists the options)\n", e.what());
-    return 2;
-  }
+  std::vector<int> c = {1, 8, 32, 128};
+  auto desc = cedar::bench::Options("bench_server: agents' turns against the HTTP server, by concurrency, as JSON lines");
+  desc.add_options()("presets", po::value(&presets)->default_value(presets), "model presets (comma-separated)")(
+      "concurrency", cedar::bench::IntListOption("--concurrency", &c, 1, 1 << 16), "concurrent agents (comma-separated)")(
+      "turns", cedar::cli::IntOption("--turns", &turns, 1, 1 << 20), "turns per agent")(
+      "max-tokens", cedar::cli::IntOption("--max-tokens", &max_tokens, 0, 1 << 24), "tokens per turn")(
+      "system-chars", cedar::cli::IntOption<size_t>("--system-chars", &system_chars, 0, size_t(1) << 30),
+      "characters of the shared system prompt");
+  if (const int rc = cedar::bench::ParseFlags("bench_server", desc, argc, argv); rc >= 0) return rc;
   try {
     for (const std::string& p : Split(presets)) RunPreset(p, c, turns, max_tokens, system_chars);
   } catch (const std::exception& e) {

@@ -8,16 +8,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <random>
-#include <iostream>
 #include <set>
 #include <string>
 
-#include <boost/program_options.hpp>
-
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_flags.h"
 #include "engine/engine.h"
-#include "engine/flag_values.h"
 #include "engine/info.h"
 #include "engine/init.h"
 #include "session/session_manager.h"
@@ -41,37 +38,19 @@ int main(int argc, char** argv) {
   int context = 16384, append = 512, turns = 20;
   std::string preset = "small", model_dir;
   std::set<int> no_cache_turns = {1, 10, 20};
-  // Boost.program_options, as the `cedar` subcommands: --help prints this and exits, and a bad
-  // value is an error naming the flag (engine/flag_values.h), never a library's message.
   namespace po = boost::program_options;
-  std::string context_s = "16384", append_s = "512", turns_s = "20", no_cache_s = "1,10,20";
-  po::options_description desc(
+  auto desc = bench::Options(
       "bench_session: a session's turns over a long context (prefill, live hits, cache restores) as JSON lines");
-  desc.add_options()("help,h", "show this help and exit")(
-      "context", po::value(&context_s)->default_value(context_s), "tokens of the first turn's prompt")(
-      "append", po::value(&append_s)->default_value(append_s), "tokens each later turn adds")(
-      "turns", po::value(&turns_s)->default_value(turns_s), "turns")(
+  std::vector<int> nc(no_cache_turns.begin(), no_cache_turns.end());
+  desc.add_options()("context", cli::IntOption("--context", &context, 1, 1 << 24), "tokens of the first turn's prompt")(
+      "append", cli::IntOption("--append", &append, 1, 1 << 24), "tokens each later turn adds")(
+      "turns", cli::IntOption("--turns", &turns, 1, 1 << 20), "turns")(
       "preset", po::value(&preset)->default_value(preset), "model preset (random weights, written once to a temp dir)")(
       "model", po::value(&model_dir), "model directory (instead of --preset)")(
-      "no-cache-turns", po::value(&no_cache_s)->default_value(no_cache_s),
+      "no-cache-turns", bench::IntListOption("--no-cache-turns", &nc, 1, 1 << 20),
       "turns also run without the cache, for comparison (comma-separated)");
-  try {
-    po::variables_map vm;
-    po::store(po::parse_command_line(argc, argv, desc), vm);
-    if (vm.count("help")) {
-      std::cout << desc << "\n";
-      return 0;
-    }
-    po::notify(vm);
-    context = ParseIntFlag<int>("--context", context_s, 1, 1 << 24);
-    append = ParseIntFlag<int>("--append", append_s, 1, 1 << 24);
-    turns = ParseIntFlag<int>("--turns", turns_s, 1, 1 << 20);
-    const std::vector<int> nc = ParseIntListFlag<int>("--no-cache-turns", no_cache_s, 1, 1 << 20);
-    no_cache_turns = std::set<int>(nc.begin(), nc.end());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_session: %s (bench_session --help lists the options)\n", e.what());
-    return 2;
-  }
+  if (const int rc = bench::ParseFlags("bench_session", desc, argc, argv); rc >= 0) return rc;
+  no_cache_turns = std::set<int>(nc.begin(), nc.end());
   if (model_dir.empty()) {
     ModelConfig c;
     PresetConfig(preset, &c);

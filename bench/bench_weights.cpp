@@ -23,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_flags.h"
 #include "kernels/hw_probe.h"
 #include "kernels/ops.h"
 #include "kernels/quant_formats.h"
@@ -122,23 +123,20 @@ Stored Make(const std::vector<float>& w, int64_t rows, int64_t cols, k::WeightTy
 int main(int argc, char** argv) {
   int64_t rows = 8192, cols = 4096;
   int reps = 20;
-  bool int8_acts = true;  // --int8-activations 0 skips the INT8-activation comparison (slow to set up)
+  int int8_acts_flag = 1;  // --int8-activations 0 skips the INT8-activation comparison (slow to set up)
   std::vector<int> threads = {1, 2};
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--rows") rows = std::stoll(v);
-    else if (a == "--cols") cols = std::stoll(v) / 32 * 32;
-    else if (a == "--reps") reps = std::stoi(v);
-    else if (a == "--int8-activations") int8_acts = v != "0";
-    else if (a == "--threads") {
-      threads.clear();
-      for (size_t p = 0; p < v.size();) {
-        const size_t e = v.find(',', p);
-        threads.push_back(std::stoi(v.substr(p, e - p)));
-        p = e == std::string::npos ? v.size() : e + 1;
-      }
-    }
-  }
+  auto desc = cedar::bench::Options("bench_weights: typed-weight products at decode, kernel by kernel, as JSON lines");
+  desc.add_options()("rows", cedar::cli::IntOption<int64_t>("--rows", &rows, 4, int64_t(1) << 20),
+                     "weight rows (rounded down to a multiple of 4)")(
+      "cols", cedar::cli::IntOption<int64_t>("--cols", &cols, 32, int64_t(1) << 20),
+      "weight columns (rounded down to a multiple of 32)")(
+      "reps", cedar::cli::IntOption("--reps", &reps, 1, 1 << 20), "products timed per figure")(
+      "int8-activations", cedar::cli::IntOption("--int8-activations", &int8_acts_flag, 0, 1),
+      "1: also time the INT8-activation comparison (slow to set up); 0 skips it")(
+      "threads", cedar::bench::IntListOption("--threads", &threads, 1, 4096), "pool sizes to run (comma-separated)");
+  if (const int rc = cedar::bench::ParseFlags("bench_weights", desc, argc, argv); rc >= 0) return rc;
+  cols = cols / 32 * 32;
+  const bool int8_acts = int8_acts_flag != 0;
   rows = rows / 4 * 4;
   std::mt19937_64 rng(1);
   std::normal_distribution<float> nd(0.0f, 0.02f);

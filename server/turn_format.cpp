@@ -6,6 +6,7 @@
 #include "tools_bridge/lib/dsml_parser.h"
 #include "tools_bridge/lib/openai_json.h"
 #include "server/api_error.h"
+#include "server/delta_stream.h"
 #include "server/logprobs_json.h"
 #include "server/stop_strings.h"
 
@@ -73,38 +74,21 @@ class ChunkFormatter {
 class ChatChunks final : public ChunkFormatter {
  public:
   ChatChunks(const bridge::Tokenizer& tokenizer, const TurnMeta& meta, std::vector<std::string> stop)
-      : tokenizer_(tokenizer), meta_(meta), holdback_(std::move(stop)) {
-    if (meta.dsml) {
-      decoder_.emplace(tokenizer, bridge::SpecialText::kName);
-      dsml_.emplace(meta.thinking, meta.call_ids);
-    } else {
-      parser_.emplace(tokenizer, meta.call_ids);
-    }
-  }
+      : tokenizer_(tokenizer), meta_(meta), deltas_(tokenizer, meta, std::move(stop)) {}
 
   std::string Start() override { return Chunk({{"role", "assistant"}, {"content", ""}}, nullptr); }
 
-  std::string Push(int32_t id) override {
-    if (parser_) return Deltas(parser_->Push(id));
-    return Deltas(dsml_->Push(decoder_->Push(id)));
-  }
+  std::string Push(int32_t id) override { return Deltas(deltas_.Push(id)); }
 
   std::string Finish(const LiveTurn& turn) override {
     const session::TurnResult& result = turn.result();
     const std::string& matched_stop = turn.matched_stop();
-    std::string out;
-    if (parser_) {
-      out = Deltas(parser_->Finish());
-    } else {
-      out = Deltas(dsml_->Push(decoder_->Finish()));
-      out += Deltas(dsml_->Finish());
-    }
-    if (std::string rest = holdback_.Finish(matched_stop); !rest.empty()) out += Chunk({{"content", rest}}, nullptr);
+    std::string out = Deltas(deltas_.Finish(matched_stop));
     json last = Base(meta_, "chat.completion.chunk");
     last["choices"] = json::array({{{"index", 0},
                                     {"delta", json::object()},
                                     {"logprobs", TakeChatLogprobs(meta_, tokenizer_)},
-                                    {"finish_reason", FinishReasonOf(tool_call_count() > 0, matched_stop,
+                                    {"finish_reason", FinishReasonOf(deltas_.tool_call_count() > 0, matched_stop,
                                                                      result.finish_reason)}}});
     last["cedar"] = CedarJson(result.accounting, meta_.session_id, turn.manager_ms());
     out += SseEvent(last);
@@ -119,32 +103,20 @@ class ChatChunks final : public ChunkFormatter {
     return SseEvent(j);
   }
 
+  // Held deltas (DeltaStream) -> chunks: content as {"content": text}, reasoning and tool calls
+  // as the bridge writes them.
   std::string Deltas(const std::vector<bridge::StreamDelta>& deltas) {
     std::string out;
     for (const bridge::StreamDelta& d : deltas) {
-      if (d.kind == bridge::StreamDelta::Kind::kReasoning) {  // before any content: no stop holdback
-        out += Chunk(bridge::DeltaJson(d), nullptr);
-        continue;
-      }
-      if (d.kind == bridge::StreamDelta::Kind::kContent) {
-        if (std::string shown = holdback_.Add(d.text); !shown.empty()) out += Chunk({{"content", shown}}, nullptr);
-        continue;
-      }
-      // A tool call ends a run of text: a stop string cannot span it.
-      if (std::string shown = holdback_.Flush(); !shown.empty()) out += Chunk({{"content", shown}}, nullptr);
-      out += Chunk(bridge::DeltaJson(d), nullptr);
+      out += d.kind == bridge::StreamDelta::Kind::kContent ? Chunk({{"content", d.text}}, nullptr)
+                                                            : Chunk(bridge::DeltaJson(d), nullptr);
     }
     return out;
   }
 
-  int tool_call_count() const { return parser_ ? parser_->tool_call_count() : dsml_->tool_call_count(); }
-
   const bridge::Tokenizer& tokenizer_;
   TurnMeta meta_;
-  std::optional<bridge::ToolCallStreamParser> parser_;  // cedar format
-  std::optional<bridge::StreamDecoder> decoder_;        // deepseek_v41: ids -> text ...
-  std::optional<bridge::dsml::StreamParser> dsml_;      // ... -> deltas
-  StopHoldback holdback_;
+  DeltaStream deltas_;
 };
 
 class CompletionChunks final : public ChunkFormatter {

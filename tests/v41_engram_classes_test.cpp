@@ -17,22 +17,13 @@
 
 #include "engine/engram_classes.h"
 #include "tests/tokenizer_fixtures.h"
+#include "tests/run_capture.h"
 
 using namespace cedar;
 using nlohmann::json;
+using cedar::testing::RunCapture;
 
 namespace {
-
-std::string RunCapture(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return out;
-  char buf[65536];
-  size_t got;
-  while ((got = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, got);
-  if (::pclose(p) != 0) out.clear();
-  return out;
-}
 
 void SkipWithoutTools() {
   if (!EngramClassesAvailable()) {

@@ -27,9 +27,11 @@
 #include "engine/pcg64.h"
 #include "engine/safetensors.h"
 #include "kernels/quant_formats.h"
+#include "tests/run_capture.h"
 
 using namespace cedar;
 using nlohmann::json;
+using cedar::testing::RunCapture;
 
 namespace {
 
@@ -48,17 +50,6 @@ struct Fixture {
   std::vector<std::vector<uint8_t>> image;
   std::vector<std::vector<float>> x;  // per case [n, ResidualWidth]
 };
-
-std::string RunCapture(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return out;
-  char buf[65536];
-  size_t got;
-  while ((got = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, got);
-  if (::pclose(p) != 0) out.clear();
-  return out;
-}
 
 std::vector<int32_t> Classes(int vocab, int n_classes, std::mt19937& rng) {
   std::vector<int32_t> c(static_cast<size_t>(vocab));

@@ -17,27 +17,9 @@ CEDAR=${1:?usage: agent_e2e.sh CEDAR_BINARY SOURCE_DIR}
 SRC=${2:?usage: agent_e2e.sh CEDAR_BINARY SOURCE_DIR}
 HERE="$SRC/tests/e2e"
 
-skip() { echo "SKIP: $*"; exit 77; }
-fail() { echo "FAIL: $*"; exit 1; }
-
-command -v node >/dev/null 2>&1 || skip "node is not installed"
+. "$HERE/common.sh"
+e2e_setup cedar-e2e
 command -v npm >/dev/null 2>&1 || skip "npm is not installed"
-NODE_MAJOR=$(node -p 'process.versions.node.split(".")[0]')
-[ "$NODE_MAJOR" -ge 18 ] || skip "node $NODE_MAJOR is older than 18"
-
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/cedar-e2e-XXXXXX")
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
-  for pid in "${PIDS[@]}"; do
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null
-    wait "$pid" 2>/dev/null
-  done
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
 
 # The example and its client library, installed by scripts/setup.sh (nothing is downloaded here).
 mkdir -p "$TMP/agent"
@@ -49,31 +31,6 @@ else
 fi
 
 timeout 120 "$CEDAR" init --preset tiny --seed 1 --out "$TMP/tiny" >/dev/null || fail "cedar init"
-
-# start_server NAME ARGS...: starts `cedar serve`, waits for its "listening" line.
-start_server() {
-  local name=$1; shift
-  "$CEDAR" serve --model "${MODEL_DIR:-$TMP/tiny}" --drain-timeout 5 "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" &
-  SERVER_PID=$!
-  PIDS+=("$SERVER_PID")
-  for _ in $(seq 300); do
-    grep -q '"event":"listening"' "$TMP/$name.out" 2>/dev/null && return 0
-    kill -0 "$SERVER_PID" 2>/dev/null || { cat "$TMP/$name.err"; fail "$name: the server exited at start"; }
-    sleep 0.1
-  done
-  fail "$name: the server did not start within 30 s"
-}
-
-# stop_server NAME: SIGTERM, then it must exit 0 within 30 s.
-stop_server() {
-  local name=$1
-  kill -TERM "$SERVER_PID"
-  for _ in $(seq 300); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
-  kill -0 "$SERVER_PID" 2>/dev/null && fail "$name: still running 30 s after SIGTERM"
-  wait "$SERVER_PID"
-  local rc=$?
-  [ "$rc" -eq 0 ] || { cat "$TMP/$name.err"; fail "$name: exit status $rc after SIGTERM"; }
-}
 
 # 1. The Unix socket, whole responses.
 SOCK="$TMP/run/cedar.sock"

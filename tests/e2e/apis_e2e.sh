@@ -15,51 +15,14 @@ CEDAR=${1:?usage: apis_e2e.sh CEDAR_BINARY SOURCE_DIR}
 SRC=${2:?usage: apis_e2e.sh CEDAR_BINARY SOURCE_DIR}
 CHECK="$SRC/examples/agent_apis/apis_check.mjs"
 
-skip() { echo "SKIP: $*"; exit 77; }
-fail() { echo "FAIL: $*"; exit 1; }
-
-command -v node >/dev/null 2>&1 || skip "node is not installed"
-[ "$(node -p 'process.versions.node.split(".")[0]')" -ge 18 ] || skip "node is older than 18"
+. "$SRC/tests/e2e/common.sh"
+e2e_setup cedar-apis
 for p in @anthropic-ai/sdk openai ai @ai-sdk/openai zod; do
   [ -f "$SRC/examples/agent_apis/node_modules/$p/package.json" ] ||
     skip "$p is not installed (npm ci --prefix examples/agent_apis, as scripts/setup.sh does)"
 done
 
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/cedar-apis-XXXXXX")
-SERVER_PID=""
-cleanup() {
-  if [ -n "$SERVER_PID" ]; then
-    kill -TERM "$SERVER_PID" 2>/dev/null
-    for _ in $(seq 50); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$SERVER_PID" 2>/dev/null
-    wait "$SERVER_PID" 2>/dev/null
-  fi
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
 timeout 120 "$CEDAR" init --preset tiny --seed 1 --out "$TMP/tiny" >/dev/null || fail "cedar init"
-
-start_server() {
-  local name=$1; shift
-  "$CEDAR" serve --model "$TMP/tiny" --drain-timeout 5 "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" &
-  SERVER_PID=$!
-  for _ in $(seq 300); do
-    grep -q '"event":"listening"' "$TMP/$name.out" 2>/dev/null && return 0
-    kill -0 "$SERVER_PID" 2>/dev/null || { cat "$TMP/$name.err"; fail "$name: the server exited at start"; }
-    sleep 0.1
-  done
-  fail "$name: the server did not start within 30 s"
-}
-
-stop_server() {
-  kill -TERM "$SERVER_PID"
-  wait "$SERVER_PID"
-  local rc=$?
-  SERVER_PID=""
-  [ "$rc" -eq 0 ] || fail "$1: exit status $rc after SIGTERM"
-}
 
 # 1. The Unix socket.
 SOCK="$TMP/cedar.sock"

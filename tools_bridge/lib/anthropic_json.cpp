@@ -3,48 +3,37 @@
 #include <set>
 
 #include "tools_bridge/lib/json_limits.h"
+#include "tools_bridge/lib/request_fields.h"
 
 namespace cedar::bridge {
 namespace {
 
-using ojson = nlohmann::ordered_json;
+using namespace fields;  // Fail, Find, Preview, String; ojson
 
-[[noreturn]] void Fail(const std::string& param, const std::string& what) {
-  throw AnthropicError(param + ": " + what, param);
-}
-
-std::string Preview(const ojson& v) { return Clip(v.dump(-1, ' ', false, ojson::error_handler_t::replace), 60); }
-
-const ojson* Find(const ojson& obj, const char* key) {
-  auto it = obj.find(key);
-  return it == obj.end() || it->is_null() ? nullptr : &*it;
-}
-
-std::string String(const ojson& obj, const char* key, const std::string& where) {
-  const ojson* v = Find(obj, key);
-  if (!v || !v->is_string()) Fail(where + "." + key, "expected a string, found " + (v ? Preview(*v) : "nothing"));
-  return v->get<std::string>();
-}
-
-// Text blocks (or a string) joined; `what` names the field.
+// Text blocks (or a string) joined; `where` names the field.
 std::string TextOf(const ojson& content, const std::string& where) {
-  if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array()) Fail(where, "expected a string or an array of text blocks, found " + Preview(content));
-  std::string text;
-  for (size_t i = 0; i < content.size(); ++i) {
-    const std::string at = where + "[" + std::to_string(i) + "]";
-    const ojson& b = content[i];
+  return fields::JoinedText(content, where, "text blocks", [](const ojson& b, const std::string& at) {
     if (!b.is_object() || b.value("type", ojson()) != "text") {
       Fail(at + ".type", "only text blocks are supported here, found " + Preview(b.is_object() ? b.value("type", ojson()) : b));
     }
-    text += String(b, "text", at);
-  }
-  return text;
+  });
 }
 
 // The arguments text of a tool_use input: canonical (sorted keys, as the responses showed it),
 // so a call sent back equals the remembered one whatever key order the client used.
 std::string Sorted(const ojson& input) { return nlohmann::json::parse(input.dump()).dump(); }
+
+// fn(block, at, type) for each block of a message's content array; `at` is the block's path
+// ("messages[i].content[b]"). Fails on a block that is not an object or has no string type.
+template <class Fn>
+void ForEachBlock(const ojson& content, const std::string& where, Fn fn) {
+  for (size_t b = 0; b < content.size(); ++b) {
+    const ojson& block = content[b];
+    const std::string at = where + ".content[" + std::to_string(b) + "]";
+    if (!block.is_object()) Fail(at, "expected an object, found " + Preview(block));
+    fn(block, at, String(block, "type", at));
+  }
+}
 
 ojson ChatMsg(const char* role, const std::string& content) { return {{"role", role}, {"content", content}}; }
 
@@ -65,11 +54,7 @@ void ConvertMessage(const ojson& m, size_t i, ojson& out) {
     ojson msg = {{"role", "assistant"}, {"content", ""}};
     std::string text, reasoning;
     ojson calls = ojson::array();
-    for (size_t b = 0; b < content->size(); ++b) {
-      const ojson& block = (*content)[b];
-      const std::string at = where + ".content[" + std::to_string(b) + "]";
-      if (!block.is_object()) Fail(at, "expected an object, found " + Preview(block));
-      const std::string type = String(block, "type", at);
+    ForEachBlock(*content, where, [&](const ojson& block, const std::string& at, const std::string& type) {
       if (type == "text") {
         text += String(block, "text", at);
       } else if (type == "tool_use") {
@@ -85,7 +70,7 @@ void ConvertMessage(const ojson& m, size_t i, ojson& out) {
       } else {
         Fail(at + ".type", "expected text, tool_use or thinking in an assistant message, found \"" + Clip(type) + "\"");
       }
-    }
+    });
     msg["content"] = text;
     if (!calls.empty()) msg["tool_calls"] = std::move(calls);
     if (!reasoning.empty()) msg["reasoning_content"] = reasoning;
@@ -100,11 +85,7 @@ void ConvertMessage(const ojson& m, size_t i, ojson& out) {
     text.clear();
     has_text = false;
   };
-  for (size_t b = 0; b < content->size(); ++b) {
-    const ojson& block = (*content)[b];
-    const std::string at = where + ".content[" + std::to_string(b) + "]";
-    if (!block.is_object()) Fail(at, "expected an object, found " + Preview(block));
-    const std::string type = String(block, "type", at);
+  ForEachBlock(*content, where, [&](const ojson& block, const std::string& at, const std::string& type) {
     if (type == "text") {
       text += String(block, "text", at);
       has_text = true;
@@ -117,17 +98,12 @@ void ConvertMessage(const ojson& m, size_t i, ojson& out) {
     } else {
       Fail(at + ".type", "expected text or tool_result in a user message, found \"" + Clip(type) + "\" (images and documents are not supported)");
     }
-  }
+  });
   flush();
 }
 
 ojson ConvertTools(const ojson& tools) {
-  if (!tools.is_array()) Fail("tools", "expected an array, found " + Preview(tools));
-  ojson out = ojson::array();
-  for (size_t i = 0; i < tools.size(); ++i) {
-    const ojson& t = tools[i];
-    const std::string at = "tools[" + std::to_string(i) + "]";
-    if (!t.is_object()) Fail(at, "expected an object");
+  return FunctionTools(tools, [](const ojson& t, const std::string& at) {
     if (const ojson* type = Find(t, "type"); type && *type != "custom") {
       Fail(at + ".type", "only client tools (no type, or \"custom\") are supported, found " + Preview(*type));
     }
@@ -139,9 +115,8 @@ ojson ConvertTools(const ojson& tools) {
       fn["description"] = *d;
     }
     fn["parameters"] = *schema;
-    out.push_back({{"type", "function"}, {"function", std::move(fn)}});
-  }
-  return out;
+    return fn;
+  });
 }
 
 }  // namespace

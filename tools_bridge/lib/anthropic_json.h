@@ -25,19 +25,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tools_bridge/lib/request_fields.h"
 #include "tools_bridge/lib/tool_calls.h"
 
 namespace cedar::bridge {
 
 // A Messages request the bridge refuses; param() is the field at fault (e.g. "messages[2].content[0].type").
-class AnthropicError : public std::invalid_argument {
- public:
-  AnthropicError(const std::string& what, std::string param) : std::invalid_argument(what), param_(std::move(param)) {}
-  const std::string& param() const { return param_; }
-
- private:
-  std::string param_;
-};
+// One type with the other API converters' errors (request_fields.h).
+using AnthropicError = RequestFieldError;
 
 // The chat-completions body equivalent to a Messages request body. `tools` keeps the client's
 // key order (the deepseek_v41 encoding renders the schemas as sent). `for_count`: the body of

@@ -3,61 +3,34 @@
 #include <set>
 
 #include "tools_bridge/lib/json_limits.h"
+#include "tools_bridge/lib/request_fields.h"
 
 namespace cedar::bridge {
 namespace {
 
-using ojson = nlohmann::ordered_json;
-
-[[noreturn]] void Fail(const std::string& param, const std::string& what) { throw ResponsesError(param + ": " + what, param); }
-
-std::string Preview(const ojson& v) { return Clip(v.dump(-1, ' ', false, ojson::error_handler_t::replace), 60); }
-
-const ojson* Find(const ojson& obj, const char* key) {
-  auto it = obj.find(key);
-  return it == obj.end() || it->is_null() ? nullptr : &*it;
-}
-
-std::string String(const ojson& obj, const char* key, const std::string& where) {
-  const ojson* v = Find(obj, key);
-  if (!v || !v->is_string()) Fail(where + "." + key, "expected a string, found " + (v ? Preview(*v) : "nothing"));
-  return v->get<std::string>();
-}
+using namespace fields;  // Fail, Find, Preview, String; ojson
 
 // A message's content: a string, or input_text / output_text parts joined.
 std::string TextOf(const ojson& content, const std::string& where) {
-  if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array()) Fail(where, "expected a string or an array of text parts, found " + Preview(content));
-  std::string text;
-  for (size_t i = 0; i < content.size(); ++i) {
-    const std::string at = where + "[" + std::to_string(i) + "]";
-    const ojson& p = content[i];
+  return fields::JoinedText(content, where, "text parts", [](const ojson& p, const std::string& at) {
     if (!p.is_object()) Fail(at, "expected an object");
     const std::string type = String(p, "type", at);
     if (type != "input_text" && type != "output_text" && type != "text") {
       Fail(at + ".type", "only input_text and output_text parts are supported, found \"" + Clip(type) + "\"");
     }
-    text += String(p, "text", at);
-  }
-  return text;
+  });
 }
 
 ojson ConvertTools(const ojson& tools) {
-  if (!tools.is_array()) Fail("tools", "expected an array, found " + Preview(tools));
-  ojson out = ojson::array();
-  for (size_t i = 0; i < tools.size(); ++i) {
-    const ojson& t = tools[i];
-    const std::string at = "tools[" + std::to_string(i) + "]";
-    if (!t.is_object()) Fail(at, "expected an object");
+  return FunctionTools(tools, [](const ojson& t, const std::string& at) {
     const std::string type = String(t, "type", at);
     if (type != "function") Fail(at + ".type", "only function tools are supported, found \"" + Clip(type) + "\"");
     ojson fn = {{"name", String(t, "name", at)}};
     if (const ojson* d = Find(t, "description")) fn["description"] = *d;
     fn["parameters"] = Find(t, "parameters") ? t["parameters"] : ojson{{"type", "object"}, {"properties", ojson::object()}};
     if (const ojson* s = Find(t, "strict")) fn["strict"] = *s;
-    out.push_back({{"type", "function"}, {"function", std::move(fn)}});
-  }
-  return out;
+    return fn;
+  });
 }
 
 ojson ConvertToolChoice(const ojson& c) {

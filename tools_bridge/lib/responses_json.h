@@ -28,18 +28,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tools_bridge/lib/request_fields.h"
 #include "tools_bridge/lib/tool_calls.h"
 
 namespace cedar::bridge {
 
-class ResponsesError : public std::invalid_argument {
- public:
-  ResponsesError(const std::string& what, std::string param) : std::invalid_argument(what), param_(std::move(param)) {}
-  const std::string& param() const { return param_; }
-
- private:
-  std::string param_;
-};
+// A Responses request the bridge refuses; param() is the field at fault (e.g. "input[2].content[0].type").
+// One type with the other API converters' errors (request_fields.h).
+using ResponsesError = RequestFieldError;
 
 // The `input` as chat messages (no instructions), appended to `messages`.
 void ResponsesInputToMessages(const nlohmann::ordered_json& input, nlohmann::ordered_json& messages);

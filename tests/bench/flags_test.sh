@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The bench programs' command lines (bench/bench_flags.h): `--help` prints the options and
+# exits 0 at once, without running the benchmark; a bad value or an unknown flag exits 2 with
+# one message naming the flag (and never a library's own text: stoi, stol, stod, lexical_cast).
+# Usage: flags_test.sh BENCH_DIR   (build/bench, where the programs are)
+set -u
+DIR=$1
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+n=0
+
+# check_help PROGRAM: exit 0 within 10 s, the options listed on stdout, nothing measured.
+check_help() {
+  local prog=$1 out rc
+  out=$(timeout 10 "$DIR/$prog" --help 2>&1 </dev/null)
+  rc=$?
+  if [[ $rc -ne 0 ]]; then echo "FAIL: $prog --help -> exit $rc (expected 0): $out"; return; fi
+  if [[ $out != *"$prog"* || $out != *"--help"* ]]; then echo "FAIL: $prog --help -> no usage: $out"; return; fi
+  if [[ $out == *'"bench"'* ]]; then echo "FAIL: $prog --help -> ran the benchmark: $out"; return; fi
+  echo "ok: $prog --help -> exit 0, $(wc -l <<<"$out") lines"
+}
+
+# check_refused PROGRAM FLAG args...: exit 2 within 10 s, the message names FLAG.
+check_refused() {
+  local prog=$1 flag=$2 out rc
+  shift 2
+  out=$(timeout 10 "$DIR/$prog" "$@" 2>&1 </dev/null)
+  rc=$?
+  if [[ $rc -ne 2 ]]; then echo "FAIL: $prog $* -> exit $rc (expected 2): $out"; return; fi
+  if [[ $out != *"$flag"* ]]; then echo "FAIL: $prog $* -> message does not name $flag: $out"; return; fi
+  if grep -qiE 'stoi|stol|stod|stoul|lexical_cast|std::' <<<"$out"; then
+    echo "FAIL: $prog $* -> a library's message leaks: $out"; return
+  fi
+  if [[ $(wc -l <<<"$out") -ne 1 ]]; then echo "FAIL: $prog $* -> more than one line: $out"; return; fi
+  echo "ok: $prog $* -> $out"
+}
+
+# Each case in the background (a start loads the whole stack's libraries: ~0.1-0.5 s).
+run() {
+  n=$((n + 1))
+  "$@" >"$TMP/case.$n" &
+}
+
+PROGRAMS=(bench_tokenizer bench_dsml_prompt bench_quality bench_sampling bench_weights bench_gemm bench_engram
+          bench_server bench_session)
+for p in "${PROGRAMS[@]}"; do
+  run check_help "$p"
+  run check_refused "$p" --no-such-flag --no-such-flag 1
+done
+run check_refused bench_tokenizer --repeat --repeat abc
+run check_refused bench_tokenizer --max-mb --max-mb -1
+run check_refused bench_dsml_prompt --tokens --tokens -5
+run check_refused bench_dsml_prompt --repeat --repeat 3x
+run check_refused bench_quality --decode --model m --tokens t --decode abc
+run check_refused bench_quality --cuts --model m --tokens t --cuts 128,x
+run check_refused bench_quality --replay --model m --tokens t --replay 10:5
+run check_refused bench_quality --model --tokens t
+run check_refused bench_sampling --draws --draws abc
+run check_refused bench_sampling --draws --draws -5
+run check_refused bench_weights --rows --rows abc
+run check_refused bench_weights --threads --threads 1,-2
+run check_refused bench_gemm --reps --reps 0
+run check_refused bench_gemm --rows --rows 16,abc
+run check_refused bench_engram --gib --gib -1
+run check_refused bench_engram --lookups --lookups 1e5
+run check_refused bench_server --turns --turns abc
+run check_refused bench_session --context --context -5
+wait
+
+fail=0
+for f in "$TMP"/case.*; do
+  cat "$f"
+  grep -q '^FAIL' "$f" && fail=1
+done
+echo "$n cases"
+exit $fail
