@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "engine/attention.h"
+#include "engine/expert_cache.h"
 #include "engine/forward.h"
 #include "engine/kv_precision.h"
 #include "engine/mhc.h"
@@ -25,7 +26,8 @@ float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 // The stage's MoE (its own bank of ds.n_experts, top ds.experts_per_token, the backbone's router
 // function, bias, norm_topk_prob, route scale and clamped SwiGLU; engine/ffn.cpp's equations):
 // adds FFN(x) [n, d] to h [n, d].
-void StageFfnAdd(const ModelConfig& c, const DSparkWeights& ds, const LayerWeights& w, const float* x, float* h, int n) {
+void StageFfnAdd(const Model& m, int stage, const DSparkWeights& ds, const LayerWeights& w, const float* x, float* h, int n) {
+  const ModelConfig& c = m.config();
   const int ne = ds.n_experts, kk = ds.experts_per_token, d = c.dim, inter = c.moe_inter_dim;
   std::vector<float> s(size_t(n) * ne);  // [n, ne]
   k::Matmul(x, w.gate.data, s.data(), n, d, ne);
@@ -60,7 +62,9 @@ void StageFfnAdd(const ModelConfig& c, const DSparkWeights& ds, const LayerWeigh
     float* hr = h + size_t(r) * d;
     for (int j = 0; j < kk; ++j) {
       const int e = order[size_t(j)];
-      run(w.experts[size_t(e)], xr, hr, c.norm_topk_prob ? c.route_scale * sr[e] / (sum + 1e-20f) : c.route_scale * sr[e]);
+      // Resident, or (experts on demand, --max-ram) read through the model's cache as layer L + stage.
+      const ExpertRef ref = m.expert_cache() ? m.expert_cache()->Get(c.n_layers + stage, e) : ExpertRef{&w.experts[size_t(e)], nullptr};
+      run(*ref.f, xr, hr, c.norm_topk_prob ? c.route_scale * sr[e] / (sum + 1e-20f) : c.route_scale * sr[e]);
     }
     if (w.shared.w1.present()) run(w.shared, xr, hr, 1.0f);
   }
@@ -173,12 +177,12 @@ void DSparkDrafter::Stage(int s, std::vector<float>& x, int nb, int64_t p0) cons
     HcCoefficients(c, HcParams{w.hc_ffn_fn, w.hc_ffn_base, w.hc_ffn_scale}, x.data(), nb, &kf);
     HcCollapseRows(x.data(), nb, hc, d, xf.data());
     k::RmsNorm(xf.data(), w.ffn_norm.data, xf.data(), nb, d, c.norm_eps);
-    StageFfnAdd(c, w_, w, xf.data(), f.data(), nb);
+    StageFfnAdd(m_, s, w_, w, xf.data(), f.data(), nb);
     HcUpdateRows(x.data(), nb, hc, d, f.data(), kf);
   } else {
     for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
     k::RmsNorm(x.data(), w.ffn_norm.data, xf.data(), nb, d, c.norm_eps);
-    StageFfnAdd(c, w_, w, xf.data(), x.data(), nb);
+    StageFfnAdd(m_, s, w_, w, xf.data(), x.data(), nb);
   }
 }
 

@@ -10,7 +10,7 @@
 namespace cedar {
 
 ExpertCache::ExpertCache(std::unique_ptr<const Checkpoint> ck, const ModelConfig& c, int64_t budget_bytes)
-    : ck_(std::move(ck)), inter_(c.moe_inter_dim), dim_(c.dim), expert_bytes_(3 * int64_t(c.moe_inter_dim) * c.dim * 4), budget_(budget_bytes) {}
+    : ck_(std::move(ck)), n_layers_(c.n_layers), inter_(c.moe_inter_dim), dim_(c.dim), expert_bytes_(3 * int64_t(c.moe_inter_dim) * c.dim * 4), budget_(budget_bytes) {}
 
 ExpertCache::~ExpertCache() = default;
 
@@ -27,7 +27,9 @@ ExpertRef ExpertCache::Get(int layer, int e) const {
   ++stats_.misses;
   const auto t0 = std::chrono::steady_clock::now();
   auto entry = std::make_shared<Entry>();
-  const std::string p = "layers." + std::to_string(layer) + ".ffn.experts." + std::to_string(e) + ".";
+  // Layers past the backbone are the DSpark stages' banks (mtp.S.*, S = layer - n_layers).
+  const std::string p = (layer < n_layers_ ? "layers." + std::to_string(layer) : "mtp." + std::to_string(layer - n_layers_)) +
+                        ".ffn.experts." + std::to_string(e) + ".";
   // [I, d], [d, I], [I, d]: as LoadReleased's arena copies (Checkpoint::DequantizeWeightInto).
   entry->w1.resize(size_t(inter_ * dim_));
   entry->w2.resize(size_t(inter_ * dim_));

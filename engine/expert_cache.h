@@ -26,6 +26,7 @@ class ExpertCache {
   ExpertCache(std::unique_ptr<const Checkpoint> ck, const ModelConfig& c, int64_t budget_bytes);
   ~ExpertCache();
   // Expert e of layer l, dequantised if absent (thread-safe; a miss holds the lock while decoding).
+  // l >= n_layers: expert e of DSpark stage l - n_layers (mtp.S.ffn.experts.e).
   ExpertRef Get(int layer, int e) const;
   int64_t ExpertBytes() const { return expert_bytes_; }  // F32 bytes of one expert (w1, w2, w3)
   struct Stats {
@@ -42,6 +43,7 @@ class ExpertCache {
   };
   using Key = std::pair<int, int>;
   std::unique_ptr<const Checkpoint> ck_;
+  int n_layers_;  // backbone layers: keys past them name DSpark stages
   int64_t inter_, dim_, expert_bytes_, budget_;
   mutable std::mutex mu_;
   mutable std::list<std::pair<Key, std::shared_ptr<const Entry>>> lru_;  // most recent first

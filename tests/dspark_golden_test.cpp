@@ -16,11 +16,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <random>
 
 #include "engine/dspark.h"
 #include "engine/engine.h"
+#include "engine/expert_cache.h"
 #include "engine/safetensors.h"
 #include "engine/v41_init.h"
 
@@ -97,4 +99,41 @@ TEST_CASE("DSpark draft logits equal the float64 reference's (prompt context fro
   DSparkDrafter blind(*m);
   blind.Propose(st, anchor, k, SamplingParams{}, rng, &drafts, nullptr);
   CHECK(RelError(blind.draft_logits()[0], std::vector<float>(want.begin(), want.begin() + V)) > 1e-3);
+}
+
+TEST_CASE("DSpark's expert bank is read through the --max-ram expert cache: drafts bit-identical to resident") {
+  auto all = Model::Load(kDir.string());
+  const int64_t dense = all->released_load()->dense_bytes;
+  const int64_t one_expert = 3 * int64_t(all->config().moe_inter_dim) * all->config().dim * 4;
+  LoadOptions o;
+  o.max_ram_bytes = dense + 3 * one_expert;  // 3 experts resident at a time: misses and evictions
+  auto lazy = Model::Load(kDir.string(), o);
+  REQUIRE(lazy->expert_cache() != nullptr);
+  // The stages' banks are not in the arena any more (read when routed).
+  CHECK(lazy->dspark()->stages[0].experts[0].w1.data == nullptr);
+  SafetensorsFile g((kDir / "dspark_golden.safetensors").string());
+  const std::vector<int32_t> prompt = g.ReadInts("prompt");
+  const int32_t anchor = g.ReadInts("anchor").at(0);
+  std::vector<std::vector<float>> out[2];
+  std::vector<int32_t> drafts[2];
+  int64_t misses_before_propose = 0;
+  for (int i = 0; i < 2; ++i) {
+    const Model& m = i == 0 ? *all : *lazy;
+    SequenceState st(m.config());
+    DSparkDrafter d(m);
+    HiddenCapture cap = PrefillCaptureFor(m, d);
+    PrefillOptions po;
+    po.hidden = &cap;
+    Prefill(m, st, prompt, po);
+    ObservePrefill(d, cap);
+    if (i == 1) misses_before_propose = lazy->expert_cache()->stats().misses;
+    std::mt19937_64 rng(1);
+    d.Propose(st, anchor, 5, SamplingParams{}, rng, &drafts[i], nullptr);
+    out[i] = d.draft_logits();
+  }
+  CHECK(drafts[0] == drafts[1]);
+  REQUIRE(out[0].size() == out[1].size());
+  for (size_t r = 0; r < out[0].size(); ++r) CHECK(std::memcmp(out[0][r].data(), out[1][r].data(), out[0][r].size() * 4) == 0);
+  // The drafter itself read experts through the cache (the stages' misses come after the prefill's).
+  CHECK(lazy->expert_cache()->stats().misses > misses_before_propose);
 }
