@@ -202,6 +202,7 @@ def main():
     ap.add_argument("--out", help="golden file (default: <model>/dspark_golden.safetensors)")
     ap.add_argument("--prompt-len", type=int, default=13, help="prompt tokens (more than the window: the context is cut)")
     ap.add_argument("--seed", type=int, default=21, help="seeds the prompt")
+    ap.add_argument("--check", action="store_true", help="compare with the existing golden file instead of writing it")
     a = ap.parse_args()
     ds = DSpark(a.model)
     c = ds.cfg
@@ -236,6 +237,11 @@ def main():
         "base_logits": bl.to(torch.float32).contiguous(),
     }
     path = a.out or os.path.join(a.model, "dspark_golden.safetensors")
+    if a.check:  # the committed golden is what this reference computes from the committed model
+        have, _ = safetensors_io.load(path)
+        bad = [k for k in out if k not in have or not torch.equal(have[k].to(out[k].dtype), out[k])]
+        print(json.dumps({"check": path, "mismatched": bad}))
+        sys.exit(1 if bad else 0)
     safetensors_io.save(path, out, meta)
     print(json.dumps({"out": path, "drafts": drafts, "anchor": anchor, **meta}))
 
