@@ -306,6 +306,14 @@ int RunGenerate(int argc, char** argv) {
   PrefillOptions opt;
   opt.mode = mode;
   opt.chunk_size = chunk;
+  // Speculation: the drafter conditions on the prompt's hidden states too (captured by the prefill).
+  std::unique_ptr<DSparkDrafter> drafter;
+  HiddenCapture prompt_hidden;
+  if (spec_tokens > 0) {
+    drafter = std::make_unique<DSparkDrafter>(*m);
+    prompt_hidden = PrefillCaptureFor(*m, *drafter);
+    opt.hidden = &prompt_hidden;
+  }
   auto t0 = std::chrono::steady_clock::now();
   PrefillResult pr = be->Prefill(*st, ids, opt);
   auto t1 = std::chrono::steady_clock::now();
@@ -319,13 +327,13 @@ int RunGenerate(int argc, char** argv) {
     // Speculative decoding (engine/speculative.h) runs on the host state with the DSpark drafter.
     SequenceState* host = be->MutableHostState(*st);
     if (!host) throw std::invalid_argument("--spec-tokens: speculative decoding runs on the CPU backend only (--device cpu), found " + std::string(be->name()));
-    DSparkDrafter drafter(*m);
+    ObservePrefill(*drafter, prompt_hidden);
     GenerateOptions go;
     go.max_tokens = max_tokens;
     go.stops = stops;
     go.sampling = {temperature, top_p, seed};
     go.spec_tokens = spec_tokens;
-    GenerateResult g = Generate(*m, *host, std::move(logits), go, &drafter);
+    GenerateResult g = Generate(*m, *host, std::move(logits), go, drafter.get());
     out = g.tokens;
     finish = g.finish;
     logits = std::move(g.logits);

@@ -8,7 +8,9 @@
 #include <stdexcept>
 
 #include "engine/attention.h"
+#include "engine/expert_cache.h"
 #include "engine/forward.h"
+#include "engine/kv_precision.h"
 #include "engine/mhc.h"
 #include "engine/rope.h"
 #include "kernels/ops.h"
@@ -24,7 +26,8 @@ float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 // The stage's MoE (its own bank of ds.n_experts, top ds.experts_per_token, the backbone's router
 // function, bias, norm_topk_prob, route scale and clamped SwiGLU; engine/ffn.cpp's equations):
 // adds FFN(x) [n, d] to h [n, d].
-void StageFfnAdd(const ModelConfig& c, const DSparkWeights& ds, const LayerWeights& w, const float* x, float* h, int n) {
+void StageFfnAdd(const Model& m, int stage, const DSparkWeights& ds, const LayerWeights& w, const float* x, float* h, int n) {
+  const ModelConfig& c = m.config();
   const int ne = ds.n_experts, kk = ds.experts_per_token, d = c.dim, inter = c.moe_inter_dim;
   std::vector<float> s(size_t(n) * ne);  // [n, ne]
   k::Matmul(x, w.gate.data, s.data(), n, d, ne);
@@ -59,7 +62,9 @@ void StageFfnAdd(const ModelConfig& c, const DSparkWeights& ds, const LayerWeigh
     float* hr = h + size_t(r) * d;
     for (int j = 0; j < kk; ++j) {
       const int e = order[size_t(j)];
-      run(w.experts[size_t(e)], xr, hr, c.norm_topk_prob ? c.route_scale * sr[e] / (sum + 1e-20f) : c.route_scale * sr[e]);
+      // Resident, or (experts on demand, --max-ram) read through the model's cache as layer L + stage.
+      const ExpertRef ref = m.expert_cache() ? m.expert_cache()->Get(c.n_layers + stage, e) : ExpertRef{&w.experts[size_t(e)], nullptr};
+      run(*ref.f, xr, hr, c.norm_topk_prob ? c.route_scale * sr[e] / (sum + 1e-20f) : c.route_scale * sr[e]);
     }
     if (w.shared.w1.present()) run(w.shared, xr, hr, 1.0f);
   }
@@ -79,9 +84,21 @@ DSparkDrafter::DSparkDrafter(const Model& m) : m_(m), w_(*[&]() {
     throw std::invalid_argument("DSpark: model " + m.dir() + ": dspark_noise_token_id " + std::to_string(w_.noise_token) +
                                 " lies outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
   if (rope_layer_ < 0) throw std::invalid_argument("DSpark: the model has no sliding-window-only layer whose RoPE table the stages share");
+  // The context taps the stream ENTERING each target layer (§10): the output of the layer before,
+  // which equals it unless the target layer starts with an Engram update.
+  for (int t : w_.target_layers) {
+    if (t < 1) throw std::invalid_argument("DSpark: model " + m.dir() + ": dspark_target_layer_ids: the tap before layer 0 is the embedding; expected layers >= 1, found " + std::to_string(t));
+    if (std::find(c.engram_layers.begin(), c.engram_layers.end(), t) != c.engram_layers.end())
+      throw std::invalid_argument("DSpark: model " + m.dir() + ": dspark_target_layer_ids: layer " + std::to_string(t) +
+                                  " has an Engram, whose output (the tapped stream) the forward does not expose");
+  }
 }
 
-std::vector<int> DSparkDrafter::HiddenLayers() const { return w_.target_layers; }
+std::vector<int> DSparkDrafter::HiddenLayers() const {
+  std::vector<int> out;
+  for (int t : w_.target_layers) out.push_back(t - 1);  // rows leaving t - 1 = rows entering t
+  return out;
+}
 
 void DSparkDrafter::Observe(int64_t first, int64_t keep, const std::vector<std::vector<float>>& hidden) {
   const ModelConfig& c = m_.config();
@@ -92,10 +109,12 @@ void DSparkDrafter::Observe(int64_t first, int64_t keep, const std::vector<std::
     for (int64_t r = 0; r < keep; ++r) {
       const float* row = hidden[size_t(j)].data() + size_t(r) * rw;
       float* dst = cat.data() + size_t(r) * nt * d + size_t(j) * d;
+      // The mean of the hc streams X [hc, d] (not the pre-mix collapse): §10, DS-MLX / DS-RS.
+      std::fill(dst, dst + d, 0.0f);
+      for (int sidx = 0; sidx < c.hc_mult; ++sidx)
+        for (int i = 0; i < d; ++i) dst[i] += row[size_t(sidx) * d + i];
       if (c.hc_mult > 1)
-        HcCollapseRows(row, 1, c.hc_mult, d, dst);  // the streams mixed by the pre the row carries
-      else
-        std::copy(row, row + d, dst);
+        for (int i = 0; i < d; ++i) dst[i] /= float(c.hc_mult);
     }
   k::MatmulW(cat.data(), w_.main_proj.view(), y.data(), int(keep));
   k::RmsNorm(y.data(), w_.main_norm.data, y.data(), int(keep), d, c.norm_eps);
@@ -113,8 +132,8 @@ void DSparkDrafter::Stage(int s, std::vector<float>& x, int nb, int64_t p0) cons
   else std::copy(x.begin(), x.end(), u.begin());
   k::RmsNorm(u.data(), w.attn_norm.data, u.data(), nb, d, c.norm_eps);
   // Keys/values: the context rows (stage 0's projected target states, the same rows for every
-  // stage) in the window before p0, then the block rows; one shared latent per row [*, c].
-  const int64_t lo = std::max(ctx_.lo(), p0 - (c.window - nb));
+  // stage) of the `window` positions before p0, then the block rows; one shared latent per row [*, c].
+  const int64_t lo = std::max(ctx_.lo(), p0 - c.window);
   const int n_ctx = int(std::max<int64_t>(0, std::min(ctx_.hi(), p0) - lo));
   const int nk = n_ctx + nb;
   std::vector<float> src(size_t(nk) * d), kv(size_t(nk) * cd);
@@ -126,6 +145,7 @@ void DSparkDrafter::Stage(int s, std::vector<float>& x, int nb, int64_t p0) cons
   for (int r = 0; r < n_ctx; ++r) kpos[size_t(r)] = lo + r;
   for (int r = 0; r < nb; ++r) kpos[size_t(n_ctx + r)] = qpos[size_t(r)] = p0 + r;
   RopeLayer(c, rope_layer_, kv.data(), nk, 1, cd, kpos.data(), 1);
+  RoundWindowEntries(c, kv.data(), nk);  // stored as the backbone's window rows (FP8 under released KV)
   // Queries of the block rows; every row sees every key (non-causal inside the block).
   std::vector<float> cq(size_t(nb) * qr), q(size_t(nb) * H * cd), o(size_t(nb) * H * cd);
   k::MatmulW(u.data(), w.wq_a.view(), cq.data(), nb);
@@ -157,12 +177,12 @@ void DSparkDrafter::Stage(int s, std::vector<float>& x, int nb, int64_t p0) cons
     HcCoefficients(c, HcParams{w.hc_ffn_fn, w.hc_ffn_base, w.hc_ffn_scale}, x.data(), nb, &kf);
     HcCollapseRows(x.data(), nb, hc, d, xf.data());
     k::RmsNorm(xf.data(), w.ffn_norm.data, xf.data(), nb, d, c.norm_eps);
-    StageFfnAdd(c, w_, w, xf.data(), f.data(), nb);
+    StageFfnAdd(m_, s, w_, w, xf.data(), f.data(), nb);
     HcUpdateRows(x.data(), nb, hc, d, f.data(), kf);
   } else {
     for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
     k::RmsNorm(x.data(), w.ffn_norm.data, xf.data(), nb, d, c.norm_eps);
-    StageFfnAdd(c, w_, w, xf.data(), x.data(), nb);
+    StageFfnAdd(m_, s, w_, w, xf.data(), x.data(), nb);
   }
 }
 
@@ -175,23 +195,25 @@ void DSparkDrafter::Propose(const SequenceState& st, int32_t anchor, int k, cons
   if (q) q->clear();
   confidence_.clear();
   base_.clear();
+  logits_.clear();
   if (k <= 0) return;
-  // The block: the anchor at st.pos, then k noise rows whose outputs become drafts 1..k.
-  const int nb = k + 1;
+  // The block: always dspark_block_size rows, the anchor at st.pos then noise rows (attention is
+  // non-causal inside the block, so its length matters); row i's output gives draft i + 1.
+  const int nb = w_.block_size;
   const int64_t p0 = st.pos;
   std::vector<int32_t> ids(size_t(nb), w_.noise_token);
   ids[0] = anchor;
   std::vector<float> x(size_t(nb) * rw);
   for (int r = 0; r < nb; ++r) EmbedRow(m_, ids[size_t(r)], x.data() + size_t(r) * rw);
   for (int s = 0; s < int(w_.stages.size()); ++s) Stage(s, x, nb, p0);
-  // Base logits U_i = head(RMSNorm_out(collapse(x_i))) of the noise rows [k, V].
-  std::vector<float> hid(size_t(nb) * d);
+  // h_i = collapse(x_i) [nb, d]; base logits U_i = head(RMSNorm_out(h_i)) of the first k rows [k, V].
+  std::vector<float> hid(size_t(nb) * d), normed(size_t(nb) * d);
   if (c.hc_mult > 1) HcCollapseRows(x.data(), nb, c.hc_mult, d, hid.data());
   else std::copy(x.begin(), x.end(), hid.begin());
-  k::RmsNorm(hid.data(), w_.norm.data, hid.data(), nb, d, c.norm_eps);
+  k::RmsNorm(hid.data(), w_.norm.data, normed.data(), nb, d, c.norm_eps);
   std::vector<float> U(size_t(k) * V);
-  k::MatmulW(hid.data() + size_t(d), m_.head().view(), U.data(), k);
-  // Sequential Markov head: logits_i = U_i + head_markov · embed_markov[previous token].
+  k::MatmulW(normed.data(), m_.head().view(), U.data(), k);
+  // Sequential Markov head: logits_i = U_i + markov_head · markov_embed[previous token].
   std::vector<float> e(static_cast<size_t>(rank)), bias(static_cast<size_t>(V)), conf_in(size_t(d + rank));
   int32_t prev = anchor;
   for (int i = 0; i < k; ++i) {
@@ -200,8 +222,9 @@ void DSparkDrafter::Propose(const SequenceState& st, int32_t anchor, int k, cons
     std::vector<float> logits(U.begin() + size_t(i) * V, U.begin() + size_t(i + 1) * V);
     base_.push_back(logits);
     for (int v = 0; v < V; ++v) logits[size_t(v)] += bias[size_t(v)];
-    // Confidence: sigmoid(proj · [h_i, markov embedding of the previous token]).
-    std::copy(hid.begin() + size_t(i + 1) * d, hid.begin() + size_t(i + 2) * d, conf_in.begin());
+    logits_.push_back(logits);
+    // Confidence: sigmoid(proj · [h_i before the final norm, markov embedding of the previous token]).
+    std::copy(hid.begin() + size_t(i) * d, hid.begin() + size_t(i + 1) * d, conf_in.begin());
     std::copy(e.begin(), e.end(), conf_in.begin() + d);
     float z = 0;
     k::MatmulW(conf_in.data(), w_.confidence.view(), &z, 1);

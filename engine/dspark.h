@@ -20,7 +20,8 @@ class DSparkDrafter final : public Drafter {
   explicit DSparkDrafter(const Model& m);
 
   std::vector<int> HiddenLayers() const override;
-  // Context rows c_t = RMSNorm_main(main_proj · concat_j collapse(h_j(t))) for the kept rows.
+  // The layers before the targets: their output rows are the streams entering the targets.
+  // Context rows c_t = RMSNorm_main(main_proj · concat_j mean_streams(h_j(t))) for the kept rows.
   void Observe(int64_t first, int64_t keep, const std::vector<std::vector<float>>& hidden) override;
   void Propose(const SequenceState& st, int32_t anchor, int k, const SamplingParams& sp, std::mt19937_64& rng,
                std::vector<int32_t>* drafts, std::vector<std::vector<double>>* q) override;
@@ -29,6 +30,11 @@ class DSparkDrafter final : public Drafter {
   const std::vector<float>& confidence() const { return confidence_; }
   // The block's base logits U [k][V] of the last Propose, before the Markov bias (tests, reference).
   const std::vector<std::vector<float>>& base_logits() const { return base_; }
+  // The draft logits [k][V] of the last Propose: U_i plus the Markov bias of draft i's predecessor
+  // (what each draft was chosen from; tests/dspark_golden_test.cpp checks them against the reference).
+  const std::vector<std::vector<float>>& draft_logits() const { return logits_; }
+  // Context rows held (positions with a projected target state).
+  int64_t context_rows() const { return ctx_.size(); }
 
  private:
   // One stage on the block rows x [nb, ResidualWidth()] at positions p0.. with the context rows.
@@ -40,6 +46,7 @@ class DSparkDrafter final : public Drafter {
   RowStore ctx_;              // [*, d] context rows by position, the last `window` kept
   std::vector<float> confidence_;
   std::vector<std::vector<float>> base_;
+  std::vector<std::vector<float>> logits_;
 };
 
 }  // namespace cedar

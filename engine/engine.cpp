@@ -45,6 +45,28 @@ int64_t ExpectedUnits(const ModelConfig& c, PrefillMode mode, int64_t n) {
   return 0;
 }
 
+void HiddenCapture::Add(int l, int64_t row_first, int n, const float* h, int rw) {
+  if (n <= 0) return;
+  width = rw;
+  first.resize(layers.size(), 0);
+  rows.resize(layers.size());
+  for (size_t j = 0; j < layers.size(); ++j) {
+    if (layers[j] != l) continue;
+    std::vector<float>& r = rows[j];
+    const int64_t have = int64_t(r.size()) / rw;
+    if (have == 0 || first[j] + have != row_first) {  // not contiguous (a decoder phase's rows): replace
+      r.clear();
+      first[j] = row_first;
+    }
+    r.insert(r.end(), h, h + size_t(n) * rw);
+    const int64_t total = int64_t(r.size()) / rw;
+    if (max_rows > 0 && total > max_rows) {
+      r.erase(r.begin(), r.begin() + size_t(total - max_rows) * rw);
+      first[j] += total - max_rows;
+    }
+  }
+}
+
 namespace {
 
 void CheckTokens(const Model& m, const SequenceState& st, std::span<const int32_t> tokens) {
@@ -67,7 +89,8 @@ void TrimState(const ModelConfig& c, SequenceState& st) {
 
 // The decoder after the encoder ran over every row: rows [a_l, N) pass layer l (exact: the
 // staircase above the live decoder state; bounded: the last R rows).
-void RunDecoderPhase(const Model& m, SequenceState& st, PrefillMode mode, PassContext& ctx, std::vector<float>* last_h) {
+void RunDecoderPhase(const Model& m, SequenceState& st, PrefillMode mode, PassContext& ctx, std::vector<float>* last_h,
+                     HiddenCapture* hidden = nullptr) {
   const ModelConfig& c = m.config();
   const int rw = c.ResidualWidth();  // floats per residual row (H_E, h)
   const int E = c.n_encoder_layers, L = c.n_layers;
@@ -82,6 +105,7 @@ void RunDecoderPhase(const Model& m, SequenceState& st, PrefillMode mode, PassCo
     const int64_t floor = DecoderPhaseFloor(c, mode, l, N);
     spdlog::debug("decoder layer {}: rows [{}, {}) floor {}", l, a[size_t(l)], N, floor);
     RunLayer(m, st, l, h, a[size_t(l)], floor, ctx);
+    if (hidden) hidden->Add(l, h.first, h.n, h.h.data(), rw);
   }
   last_h->assign(h.h.end() - rw, h.h.end());
 }
@@ -111,12 +135,25 @@ PrefillResult Prefill(const Model& m, SequenceState& st, std::span<const int32_t
     const int len = int(std::min<int64_t>(chunk, n - c0));
     Rows h = Embed(m, tokens.data() + c0, len, st.pos);
     const int64_t first = st.pos;
-    for (int l = 0; l < E; ++l) RunLayer(m, st, l, h, first, 0, ctx);
+    auto tap = [&](int l) {
+      if (opt.hidden) opt.hidden->Add(l, h.first, h.n, h.h.data(), rw);
+    };
+    for (int l = 0; l < E; ++l) {
+      RunLayer(m, st, l, h, first, 0, ctx);
+      tap(l);
+    }
     for (int r = 0; r < len; ++r) std::copy(h.h.begin() + size_t(r) * rw, h.h.begin() + size_t(r + 1) * rw, st.h_e.Append(first + r));
     // Layer E's window entries and the decoder pool are projections of H_E: every row gets them.
-    RunLayer(m, st, E, h, full ? first : first + len, 0, ctx);
-    if (full)
-      for (int l = E + 1; l < L; ++l) RunLayer(m, st, l, h, first, 0, ctx);
+    if (full) {
+      RunLayer(m, st, E, h, first, 0, ctx);
+      tap(E);
+      for (int l = E + 1; l < L; ++l) {
+        RunLayer(m, st, l, h, first, 0, ctx);
+        tap(l);
+      }
+    } else {
+      RunLayer(m, st, E, h, first + len, 0, ctx);
+    }
     st.pos = first + len;
     st.tokens.insert(st.tokens.end(), tokens.begin() + c0, tokens.begin() + c0 + len);
     for (int l = 0; l < E; ++l) st.windows[size_t(l)].DropBefore(WindowKeepFrom(c, l, st.pos, st.keep_extra_rows));
@@ -127,7 +164,7 @@ PrefillResult Prefill(const Model& m, SequenceState& st, std::span<const int32_t
     }
   }
   if (!full) {
-    RunDecoderPhase(m, st, opt.mode, ctx, &last_h);
+    RunDecoderPhase(m, st, opt.mode, ctx, &last_h, opt.hidden);
     st.decoder_pos = N;
   }
   TrimState(c, st);

@@ -22,10 +22,25 @@ enum class PrefillMode {
 const char* ModeName(PrefillMode m);
 bool ParseMode(const std::string& s, PrefillMode* out);  // "full", "exact", "bounded", "bounded-paper"
 
+// The rows leaving chosen layers during a Prefill: a speculative drafter conditions on the prompt's
+// hidden states too (engine/speculative.h, ObservePrefill). Per layer, the rows that passed it
+// (every row in full mode; in exact/bounded the decoder layers pass only the last rows), of which
+// the last `max_rows` are kept, so a long prompt costs max_rows rows per layer, not all of them.
+struct HiddenCapture {
+  std::vector<int> layers;                // layers whose output rows are wanted
+  int64_t max_rows = 0;                   // keep at most the last max_rows rows per layer (0 = all)
+  std::vector<int64_t> first;             // out: [layers.size()] position of rows[j]'s first row
+  std::vector<std::vector<float>> rows;   // out: [layers.size()][n_j, width]
+  int width = 0;                          // out: floats per row (ResidualWidth())
+  // Called by the forward after layer l ran over rows [first, first + n) ([n, rw] at h).
+  void Add(int l, int64_t row_first, int n, const float* h, int rw);
+};
+
 struct PrefillOptions {
   PrefillMode mode = PrefillMode::kFull;
   int chunk_size = 0;                // encoder chunk size; 0 = all at once
   IndexCapture* capture = nullptr;   // optional: record the last row's index selections
+  HiddenCapture* hidden = nullptr;   // optional: keep the rows leaving hidden->layers (CPU forward)
 };
 
 // Work done by one call, in layer-token units (rows that passed a layer, docs/spec-readings.md #6).

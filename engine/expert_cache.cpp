@@ -12,6 +12,7 @@ namespace cedar {
 
 ExpertCache::ExpertCache(std::unique_ptr<const Checkpoint> ck, const ModelConfig& c, int64_t budget_bytes, WeightPrecision weights)
     : ck_(std::move(ck)),
+      n_layers_(c.n_layers),
       inter_(c.moe_inter_dim),
       dim_(c.dim),
       expert_bytes_(3 * int64_t(c.moe_inter_dim) * c.dim * 4),
@@ -33,7 +34,9 @@ ExpertRef ExpertCache::Get(int layer, int e) const {
   ++stats_.misses;
   const auto t0 = std::chrono::steady_clock::now();
   auto entry = std::make_shared<Entry>();
-  const std::string p = "layers." + std::to_string(layer) + ".ffn.experts." + std::to_string(e) + ".";
+  // Layers past the backbone are the DSpark stages' banks (mtp.S.*, S = layer - n_layers).
+  const std::string p = (layer < n_layers_ ? "layers." + std::to_string(layer) : "mtp." + std::to_string(layer - n_layers_)) +
+                        ".ffn.experts." + std::to_string(e) + ".";
   // [I, d], [d, I], [I, d], held as LoadReleased holds resident experts (HoldWeight, same type).
   Entry* en = entry.get();
   auto alloc = [en](size_t bytes) -> void* {

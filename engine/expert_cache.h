@@ -29,6 +29,7 @@ class ExpertCache {
               WeightPrecision weights = WeightPrecision::kF32);
   ~ExpertCache();
   // Expert e of layer l, read and held if absent (thread-safe; a miss holds the lock while converting).
+  // l >= n_layers: expert e of DSpark stage l - n_layers (mtp.S.ffn.experts.e).
   ExpertRef Get(int layer, int e) const;
   int64_t ExpertBytes() const { return expert_bytes_; }  // F32 bytes of one expert (w1, w2, w3)
   WeightPrecision weights() const { return weights_; }    // the precision experts are held at
@@ -48,6 +49,7 @@ class ExpertCache {
   };
   using Key = std::pair<int, int>;
   std::unique_ptr<const Checkpoint> ck_;
+  int n_layers_;  // backbone layers: keys past them name DSpark stages
   int64_t inter_, dim_, expert_bytes_, budget_;
   WeightPrecision weights_;
   mutable std::mutex mu_;

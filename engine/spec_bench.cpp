@@ -42,9 +42,12 @@ void RunSpecBench(const std::string& model_dir_in, const std::string& preset, in
       SequenceState st(c);
       PrefillOptions po;
       po.mode = PrefillMode::kBounded;
-      std::vector<float> logits = Prefill(*m, st, prompt, po).logits;
-      o.spec_tokens = spec ? spec_tokens : 0;
       DSparkDrafter drafter(*m);
+      HiddenCapture cap = PrefillCaptureFor(*m, drafter);  // the drafter sees the prompt
+      if (spec) po.hidden = &cap;
+      std::vector<float> logits = Prefill(*m, st, prompt, po).logits;
+      if (spec) ObservePrefill(drafter, cap);
+      o.spec_tokens = spec ? spec_tokens : 0;
       const auto t0 = std::chrono::steady_clock::now();
       r[spec] = Generate(*m, st, std::move(logits), o, spec ? &drafter : nullptr);
       (spec ? spec_s : plain_s) += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

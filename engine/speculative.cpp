@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <climits>
 #include <stdexcept>
 
 namespace cedar {
@@ -22,6 +23,32 @@ int32_t SpeculativeSample(const std::vector<double>& p, const std::vector<double
   for (size_t i = 0; i < p.size(); ++i) sum += residual[i] = std::max(0.0, p[i] - q[i]);
   // A rejection implies p[draft] < q[draft], so some other p[i] > q[i]: sum > 0 but for rounding.
   return sum > 0 ? SampleFrom(residual, rng) : SampleFrom(p, rng);
+}
+
+HiddenCapture PrefillCaptureFor(const Model& m, const Drafter& d) {
+  HiddenCapture cap;
+  cap.layers = d.HiddenLayers();
+  cap.max_rows = m.config().window;
+  return cap;
+}
+
+void ObservePrefill(Drafter& d, const HiddenCapture& cap) {
+  if (cap.layers.empty() || cap.rows.size() != cap.layers.size() || cap.width <= 0) return;
+  // Rows [lo, hi) that every layer has: layers of a bounded/exact decoder phase pass fewer rows.
+  int64_t lo = INT64_MIN, hi = INT64_MAX;
+  for (size_t j = 0; j < cap.layers.size(); ++j) {
+    const int64_t n = int64_t(cap.rows[j].size()) / cap.width;
+    if (n == 0) return;
+    lo = std::max(lo, cap.first[j]);
+    hi = std::min(hi, cap.first[j] + n);
+  }
+  if (hi <= lo) return;
+  std::vector<std::vector<float>> rows(cap.layers.size());
+  for (size_t j = 0; j < cap.layers.size(); ++j) {
+    const auto from = cap.rows[j].begin() + (lo - cap.first[j]) * cap.width;
+    rows[j].assign(from, from + (hi - lo) * cap.width);
+  }
+  d.Observe(lo, hi - lo, rows);
 }
 
 namespace {

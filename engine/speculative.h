@@ -38,6 +38,12 @@ class Drafter {
 int32_t SpeculativeSample(const std::vector<double>& p, const std::vector<double>& q, int32_t draft, std::mt19937_64& rng,
                           bool* accepted);
 
+// The capture a Prefill needs so that `d` sees the prompt (PrefillOptions::hidden): the drafter's
+// HiddenLayers(), the last `window` rows (the most any drafter context keeps). After the Prefill,
+// ObservePrefill hands d the rows every listed layer has (the common tail of the capture).
+HiddenCapture PrefillCaptureFor(const Model& m, const Drafter& d);
+void ObservePrefill(Drafter& d, const HiddenCapture& cap);
+
 struct GenerateOptions {
   int max_tokens = 16;             // tokens to produce
   std::vector<int32_t> stops;      // a produced stop token ends generation (it is produced, not fed)

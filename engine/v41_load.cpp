@@ -364,7 +364,8 @@ std::unique_ptr<const Model> Model::LoadReleased(const std::string& dir, const L
   }
 
   // DSpark (mtp.S.*): each stage as a backbone layer without compressor/indexer, with its own bank
-  // of dspark_n_routed_experts experts (resident: the drafter runs every step), plus stage 0's
+  // of dspark_n_routed_experts experts (routed experts like the backbone's: under --max-ram they are
+  // read on demand through the ExpertCache as "layer" n_layers + S), plus stage 0's
   // main_proj/main_norm and the last stage's norm and heads.
   if (v.n_mtp_layers > 0) {
     m->dspark_ = std::make_unique<DSparkWeights>();
@@ -410,9 +411,9 @@ std::unique_ptr<const Model> Model::LoadReleased(const std::string& dir, const L
       w.experts.resize(size_t(ds.n_experts));
       for (int e = 0; e < ds.n_experts; ++e) {
         const std::string q = p + "ffn.experts." + std::to_string(e) + ".";
-        add(q + "w1.weight", &w.experts[size_t(e)].w1, I, d);
-        add(q + "w2.weight", &w.experts[size_t(e)].w2, d, I);
-        add(q + "w3.weight", &w.experts[size_t(e)].w3, I, d);
+        add(q + "w1.weight", &w.experts[size_t(e)].w1, I, d, true);
+        add(q + "w2.weight", &w.experts[size_t(e)].w2, d, I, true);
+        add(q + "w3.weight", &w.experts[size_t(e)].w3, I, d, true);
       }
       if (c.n_shared_experts == 1) {
         add(p + "ffn.shared_experts.w1.weight", &w.shared.w1, I, d);

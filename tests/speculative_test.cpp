@@ -122,10 +122,19 @@ TEST_CASE("speculative greedy equals plain greedy token for token over 50 seeded
     const GenerateResult want = Generate(m, plain, lp, o, nullptr);
     for (int drafter_kind = 0; drafter_kind < 2; ++drafter_kind) {
       SequenceState spec(c);
-      const auto ls = PrefillBounded(m, spec, prompt).logits;
-      o.spec_tokens = 1 + (seed + drafter_kind) % 5;
       OracleDrafter oracle(m);
       DSparkDrafter dspark(m);
+      // The DSpark drafter sees the prompt: its target rows captured by the (bounded) prefill.
+      HiddenCapture cap = PrefillCaptureFor(m, dspark);
+      PrefillOptions po;
+      po.mode = PrefillMode::kBounded;
+      if (drafter_kind == 1) po.hidden = &cap;
+      const auto ls = Prefill(m, spec, prompt, po).logits;
+      if (drafter_kind == 1) {
+        ObservePrefill(dspark, cap);
+        CHECK(dspark.context_rows() == std::min<int64_t>(c.window, int64_t(prompt.size())));
+      }
+      o.spec_tokens = 1 + (seed + drafter_kind) % 5;
       Drafter* d = drafter_kind == 0 ? static_cast<Drafter*>(&oracle) : &dspark;
       const GenerateResult got = Generate(m, spec, ls, o, d);
       CAPTURE(seed);

@@ -154,7 +154,8 @@ TEST_CASE("v41-tiny written in the released layout loads; weights equal the code
   CHECK(c.n_mtp_layers == 1);
   REQUIRE(m->released_load() != nullptr);
   CHECK(m->released_load()->tensors > 0);
-  CHECK(m->released_load()->expert_bytes == int64_t(6 * 4 * 3 * 64 * 64 * 4));
+  // 6 layers and the DSpark stage (its own bank, routed experts too) x 4 experts x w1, w2, w3 [64, 64] F32.
+  CHECK(m->released_load()->expert_bytes == int64_t((6 + 1) * 4 * 3 * 64 * 64 * 4));
 
   const Checkpoint ck(d.str());
   // FP8 with 32x32 E8M0 blocks: layers.2.attn.wq_b [128, 32].
@@ -410,7 +411,7 @@ TEST_CASE("experts beyond --max-ram are read on demand: the forward is bit-ident
   const auto all = Model::Load(d.str());
   const int64_t dense = all->released_load()->dense_bytes, one_expert = 3 * 64 * 64 * 4;
   LoadOptions o;
-  o.max_ram_bytes = dense + 3 * one_expert;  // 3 of the 24 experts resident at a time
+  o.max_ram_bytes = dense + 3 * one_expert;  // 3 of the 28 experts (6 layers + the DSpark stage, 4 each) resident at a time
   const auto lazy = Model::Load(d.str(), o);
   REQUIRE(lazy->expert_cache() != nullptr);
   CHECK(lazy->layer(2).experts.size() == 4);

@@ -151,11 +151,13 @@ def released_config(cfg):
     return j
 
 
-def config_from_released(j):
-    """Our Config for a released config.json dict (the mapping in the module docstring)."""
+def config_from_released(j, with_dspark=False):
+    """Our Config for a released config.json dict (the mapping in the module docstring). The
+    backbone's only: DSpark stages (num_nextn_predict_layers > 0) are refused unless with_dspark
+    (v41/dspark.py reads them itself)."""
     t, roles = v41config.from_dict(j)
     L = int(t["num_hidden_layers"])
-    if int(t["num_nextn_predict_layers"]):
+    if int(t["num_nextn_predict_layers"]) and not with_dspark:
         raise NotImplementedError("released config: DSpark blocks are not modelled by the reference")
     kv = [int(x) for x in t["kv_source_layer_ids"]]
     if not kv:
@@ -326,11 +328,11 @@ def write_released(out_dir, cfg, tensors, generator="tools/reference/v41/write_r
     return deq
 
 
-def load_released(folder):
+def load_released(folder, with_dspark=False):
     """(our Config, {our name: float64 tensor}) of a folder in the released layout, through
-    v41/config.py and v41/checkpoint.py (dequantised)."""
+    v41/config.py and v41/checkpoint.py (dequantised); the backbone's tensors only."""
     with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
-        cfg = config_from_released(json.load(f))
+        cfg = config_from_released(json.load(f), with_dspark)
     ck = checkpoint.Checkpoint(folder)
     out = {}
     for ours, rel, kind, _ in name_map(cfg):
