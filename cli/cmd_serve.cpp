@@ -105,7 +105,7 @@ int RunServe(int argc, char** argv) {
   std::vector<std::string> api_keys;
   std::string server_id;  // --server-id: this instance's name in a cluster (X-Cedar-Server)
   std::string decoder_policy = "auto", restore_policy = "staircase", device = "auto";
-  int port = 0, io_threads = 2, threads = 0, max_sessions = 1024, default_max_tokens = 256;
+  int port = 0, io_threads = 2, threads = 0, max_sessions = 1024, default_max_tokens = 256, spec_tokens = 0;
   uint64_t max_connections = 1024, max_unix_connections = 256, max_body = 32u << 20, cache_ram = 0, cache_disk = 8ull << 30, max_ram = 0;
   double read_timeout = 60, drain_timeout = 10, auth_timeout = 5, sse_keepalive = 5;
   session::SchedulerOptions sched;  // defaults: session/session_manager.h
@@ -164,6 +164,9 @@ int RunServe(int argc, char** argv) {
       "mixed: turns prefilling at once at most (the others wait in the queue)")(
       "max-queued-turns", IntOption("--max-queued-turns", &sched.max_queued_turns, 0, 1 << 24),
       "turns waiting for admission at most; past it 429 with Retry-After (0 = no limit)")(
+      "spec-tokens", IntOption("--spec-tokens", &spec_tokens, 0, 15),
+      "speculative decoding: DSpark drafts verified per pass of a decoding turn (0 = off; models with mtp.* "
+      "layers, CPU; turns with a grammar, logit_bias, penalties or logprobs decode plainly)")(
       "default-max-tokens", IntOption("--default-max-tokens", &default_max_tokens, 1, 1 << 24),
       "max_tokens when a request gives none")(
       "io-threads", IntOption("--io-threads", &io_threads, 1, 256), "I/O threads")(
@@ -266,6 +269,7 @@ int RunServe(int argc, char** argv) {
   if (!session_ram.empty()) mo.session_ram_bytes = ParseBytesOption("--session-ram", session_ram, 1, kMaxBytesOption);
   mo.max_sessions = max_sessions;
   mo.scheduler = sched;
+  mo.spec_tokens = spec_tokens;  // Start refuses it for a model without DSpark layers
   std::unique_ptr<session::SessionManager> manager = session::SessionManager::Start(model, mo);
 
   server::ApiOptions ao = policies;

@@ -57,9 +57,63 @@ bool IsStop(const GenerateOptions& o, int32_t t) { return std::find(o.stops.begi
 
 }  // namespace
 
+int32_t SpeculativeAnchor(const std::vector<float>& logits, const SamplingParams& sp, std::mt19937_64& rng) {
+  return sp.temperature <= 0.0f ? Argmax(logits) : SampleFrom(SamplingProbs(logits, sp), rng);
+}
+
+SpeculativePass SpeculativeStep(const Model& m, SequenceState& st, int32_t anchor, int k, const SamplingParams& sp,
+                                std::mt19937_64& rng, Drafter& drafter, const std::function<bool(int32_t)>& produce) {
+  if (k < 0 || k > 15) throw std::invalid_argument("speculative pass: expected 0..15 drafts, found " + std::to_string(k));
+  const bool greedy = sp.temperature <= 0.0f;
+  const std::vector<int> hidden_layers = drafter.HiddenLayers();
+  SpeculativePass p;
+  std::vector<int32_t> rows{anchor}, drafts;
+  std::vector<std::vector<double>> q;
+  if (k > 0) drafter.Propose(st, anchor, k, sp, rng, &drafts, &q);
+  if (int(drafts.size()) > k) drafts.resize(size_t(k));
+  if (!greedy && q.size() < drafts.size())
+    throw std::logic_error("speculative sampling: the drafter gave " + std::to_string(drafts.size()) + " drafts but " +
+                           std::to_string(q.size()) + " draft distributions");
+  rows.insert(rows.end(), drafts.begin(), drafts.end());
+  VerifyMark mark;
+  std::vector<std::vector<float>> hidden;
+  std::vector<std::vector<float>> R = VerifyPass(m, st, rows, &mark, &hidden_layers, &hidden);
+  p.rows = int64_t(rows.size());
+  p.drafted = int64_t(drafts.size());
+  // R[i]: logits after rows[0..i]; they decide drafts[i].
+  size_t j = 0;
+  for (; j < drafts.size(); ++j) {
+    const int32_t d = drafts[j];
+    bool ok;
+    int32_t tok;
+    if (greedy) {
+      tok = Argmax(R[j]);
+      ok = tok == d;
+    } else {
+      tok = SpeculativeSample(SamplingProbs(R[j], sp), q[j], d, rng, &ok);
+    }
+    if (!ok) {
+      p.next = tok;
+      break;
+    }
+    ++p.accepted;
+    if (!produce(d)) {
+      p.ended = true;
+      ++j;
+      break;
+    }
+  }
+  // Rows kept: the anchor and the accepted drafts, but a produced token that ends is not fed.
+  p.keep = p.ended ? int64_t(j) : int64_t(j) + 1;
+  RollbackVerify(m, st, mark, p.keep);
+  drafter.Observe(mark.pos0, p.keep, hidden);
+  p.logits = std::move(R[size_t(p.keep - 1)]);
+  spdlog::debug("speculative pass at {}: {} drafts, {} kept", mark.pos0, drafts.size(), p.keep);
+  return p;
+}
+
 GenerateResult Generate(const Model& m, SequenceState& st, std::vector<float> logits, const GenerateOptions& opt, Drafter* drafter) {
   GenerateResult res;
-  const bool greedy = opt.sampling.temperature <= 0.0f;
   if (opt.spec_tokens < 0 || opt.spec_tokens > 15)
     throw std::invalid_argument("--spec-tokens: expected 0..15 drafts per verify pass, found " + std::to_string(opt.spec_tokens));
   if (opt.spec_tokens == 0 || drafter == nullptr) {
@@ -81,11 +135,9 @@ GenerateResult Generate(const Model& m, SequenceState& st, std::vector<float> lo
     return res;
   }
   std::mt19937_64 rng(opt.sampling.seed);
-  const std::vector<int> hidden_layers = drafter->HiddenLayers();
   int32_t next = -1;  // a token already drawn (a rejection's correction), else sample `logits`
   while (int(res.tokens.size()) < opt.max_tokens) {
-    const int32_t t0 = next >= 0 ? next : greedy ? Argmax(logits) : SampleFrom(SamplingProbs(logits, opt.sampling), rng);
-    next = -1;
+    const int32_t t0 = next >= 0 ? next : SpeculativeAnchor(logits, opt.sampling, rng);
     res.tokens.push_back(t0);
     if (IsStop(opt, t0)) {
       res.finish = "stop";
@@ -95,52 +147,17 @@ GenerateResult Generate(const Model& m, SequenceState& st, std::vector<float> lo
     if (left == 0) break;
     // A draft is fed only if a token follows it: at most left - 1 drafts.
     const int k = std::min(opt.spec_tokens, left - 1);
-    std::vector<int32_t> rows{t0}, drafts;
-    std::vector<std::vector<double>> q;
-    if (k > 0) drafter->Propose(st, t0, k, opt.sampling, rng, &drafts, &q);
-    if (int(drafts.size()) > k) drafts.resize(size_t(k));
-    if (!greedy && q.size() < drafts.size())
-      throw std::logic_error("speculative sampling: the drafter gave " + std::to_string(drafts.size()) + " drafts but " +
-                             std::to_string(q.size()) + " draft distributions");
-    rows.insert(rows.end(), drafts.begin(), drafts.end());
-    VerifyMark mark;
-    std::vector<std::vector<float>> hidden;
-    std::vector<std::vector<float>> R = VerifyPass(m, st, rows, &mark, &hidden_layers, &hidden);
-    ++res.passes;
-    res.layer_token_units += int64_t(rows.size()) * m.config().n_layers;
-    res.drafted += int64_t(drafts.size());
-    // R[i]: logits after rows[0..i]; they decide drafts[i].
-    size_t j = 0;
-    bool stopped = false;
-    for (; j < drafts.size(); ++j) {
-      const int32_t d = drafts[j];
-      bool ok;
-      int32_t tok;
-      if (greedy) {
-        tok = Argmax(R[j]);
-        ok = tok == d;
-      } else {
-        tok = SpeculativeSample(SamplingProbs(R[j], opt.sampling), q[j], d, rng, &ok);
-      }
-      if (!ok) {
-        next = tok;
-        break;
-      }
+    SpeculativePass p = SpeculativeStep(m, st, t0, k, opt.sampling, rng, *drafter, [&](int32_t d) {
       res.tokens.push_back(d);
-      ++res.accepted;
-      if (IsStop(opt, d)) {
-        stopped = true;
-        ++j;
-        break;
-      }
-    }
-    // Rows kept: t0 and the accepted drafts, but a produced stop token is not fed.
-    const int64_t keep = stopped ? int64_t(j) : int64_t(j) + 1;
-    RollbackVerify(m, st, mark, keep);
-    drafter->Observe(mark.pos0, keep, hidden);
-    logits = std::move(R[size_t(keep - 1)]);
-    spdlog::debug("speculative pass at {}: {} drafts, {} kept", mark.pos0, drafts.size(), keep);
-    if (stopped) {
+      return !IsStop(opt, d);
+    });
+    ++res.passes;
+    res.layer_token_units += p.rows * m.config().n_layers;
+    res.drafted += p.drafted;
+    res.accepted += p.accepted;
+    next = p.next;
+    logits = std::move(p.logits);
+    if (p.ended) {
       res.finish = "stop";
       break;
     }

@@ -6,6 +6,7 @@
 // The Model stays immutable: a drafter keeps its own state, passed in explicitly.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -43,6 +44,33 @@ int32_t SpeculativeSample(const std::vector<double>& p, const std::vector<double
 // ObservePrefill hands d the rows every listed layer has (the common tail of the capture).
 HiddenCapture PrefillCaptureFor(const Model& m, const Drafter& d);
 void ObservePrefill(Drafter& d, const HiddenCapture& cap);
+
+// One verify pass of speculative decoding, the step Generate repeats and the server's decode
+// loop (session/speculation.cpp) runs per turn. `anchor` has been produced and not fed (it goes
+// to st.pos); up to k drafts follow it (the drafter may give fewer). The pass feeds anchor +
+// drafts in one VerifyPass, decides each draft in order (greedy: kept iff it is the argmax of the
+// target's logits; sp.temperature > 0: SpeculativeSample, the drafts drawn from q), calls
+// `produce(d)` for each kept draft in order, and rolls the state back to the rows kept. A
+// produced draft that ends the sequence (produce returns false: a stop token, a stop string, a
+// client gone) is produced but not fed, as plain decoding never feeds the last token. The
+// state, the logits and the drafter then equal plain decoding's after the same tokens.
+struct SpeculativePass {
+  int64_t drafted = 0;             // drafts verified
+  int64_t accepted = 0;            // of which kept (produced)
+  int64_t rows = 0;                // rows the verify pass fed (anchor + drafts)
+  int64_t keep = 0;                // rows kept in the state (anchor + accepted drafts, less an ending one)
+  bool ended = false;              // produce returned false: the sequence ends at the last produced draft
+  int32_t next = -1;               // a rejection's correction token: drawn from the target's logits,
+                                   // to be produced next (not yet produced); -1 when none
+  std::vector<float> logits;       // [V] the logits after the last kept row (they chose the last
+                                   // produced token, or predict the next one)
+};
+// REQUIRES: 0 <= k <= 15; sp.temperature > 0 needs a drafter that fills q (engine thread).
+SpeculativePass SpeculativeStep(const Model& m, SequenceState& st, int32_t anchor, int k, const SamplingParams& sp,
+                                std::mt19937_64& rng, Drafter& drafter, const std::function<bool(int32_t)>& produce);
+// The anchor of a pass when no correction token is pending: greedy argmax, else one draw from
+// SamplingProbs(logits) with `rng` (the generator the whole speculative sequence shares).
+int32_t SpeculativeAnchor(const std::vector<float>& logits, const SamplingParams& sp, std::mt19937_64& rng);
 
 struct GenerateOptions {
   int max_tokens = 16;             // tokens to produce

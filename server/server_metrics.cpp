@@ -224,6 +224,11 @@ std::string ServerMetrics::Render(const session::EngineMetrics& e) const {
   Metric(out, "cedar_steps_total", "counter", "Mixed-scheduler steps that ran rows.", double(e.steps));
   Metric(out, "cedar_step_prefill_rows_total", "counter", "Prompt rows encoded by mixed steps.", double(e.step_prefill_rows));
   Metric(out, "cedar_step_decode_rows_total", "counter", "Decode rows run by mixed steps.", double(e.step_decode_rows));
+  // Speculative decoding (--spec-tokens): the acceptance rate is accepted / drafted.
+  Metric(out, "cedar_spec_passes_total", "counter", "Speculative verify passes of decoding turns.", double(e.spec_passes));
+  Metric(out, "cedar_spec_drafted_total", "counter", "Draft tokens verified by speculative passes.", double(e.spec_drafted));
+  Metric(out, "cedar_spec_accepted_total", "counter", "Draft tokens accepted (produced without a decode step of their own).",
+         double(e.spec_accepted));
   Metric(out, "cedar_sessions", "gauge", "Sessions open.", double(e.sessions));
   Metric(out, "cedar_sessions_max", "gauge", "--max-sessions: sessions at most, live or demoted.", double(e.max_sessions));
   Metric(out, "cedar_live_sessions", "gauge", "Sessions holding a live state.", double(e.live_sessions));

@@ -242,6 +242,8 @@ json CedarJson(const session::TurnAccounting& a, const std::string& session_id, 
             {"total_ms", a.total_ms},
             {"manager_ms", manager_ms}};
   if (!session_id.empty()) j["session_id"] = session_id;
+  if (a.spec_passes > 0)  // --spec-tokens: this turn decoded speculatively
+    j["speculative"] = {{"passes", a.spec_passes}, {"drafted", a.spec_drafted}, {"accepted", a.spec_accepted}};
   return j;
 }
 

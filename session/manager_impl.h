@@ -95,7 +95,8 @@ struct SessionManager::Impl {
   void CancelRequested();             // ends turns whose client is gone (any phase)
   void Cancel(ActiveTurn& t);         // a turn without a finished prefill: drop it, cache nothing
   bool Admit(bool all);               // waiting -> active by (priority, arrival); false: none left to try
-  void DecodeRows(const std::vector<ActiveTurn*>& going);  // one batched decode of their last tokens
+  // One batched decode of their last tokens (a speculating turn: its own verify pass instead).
+  void DecodeRows(const std::vector<ActiveTurn*>& going);
   // turns.cpp
   bool BeginTurn(ActiveTurn& t);      // validate, restore; false when the turn ended
   void StartTurn(ActiveTurn& t);      // BeginTurn + the whole prefill + EndPrefill (serial)
@@ -103,6 +104,15 @@ struct SessionManager::Impl {
   // The one place a turn's next token is chosen from t.logits (a logits processor, e.g. a
   // grammar mask, belongs right before its sampler call). False when the turn ended.
   bool Sample(ActiveTurn& t);
+  // Appends `tok` to the output and reports it (logprobs, on_token, TTFT). The finish reason it
+  // ends the turn with ("cancelled", "stop", "length"), or nullptr to go on; Finish is the
+  // caller's (a speculative pass rolls its state back first).
+  const char* Produce(ActiveTurn& t, int32_t tok);
+  // speculation.cpp (--spec-tokens):
+  static void CheckSpeculation(const Model& m, const Backend& b, const ManagerOptions& o);  // at Start; throws
+  bool Speculates(ActiveTurn& t);     // decides once per turn (no grammar, adjustments, logprobs)
+  int32_t SpeculativeToken(ActiveTurn& t);  // the next token of a speculating turn
+  void SpeculateRow(ActiveTurn& t);   // one verify pass from its last produced token
   void StepAll();              // one batched decode step for every turn in flight
   void Finish(ActiveTurn& t, const std::string& reason);
   void Fail(ActiveTurn& t, ErrorKind kind, const std::string& message);

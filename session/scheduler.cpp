@@ -216,7 +216,10 @@ void SessionManager::Impl::StepMixed() {
 }
 
 // One batched decode of `going` (each turn's last sampled token).
-void SessionManager::Impl::DecodeRows(const std::vector<ActiveTurn*>& going) {
+void SessionManager::Impl::DecodeRows(const std::vector<ActiveTurn*>& all) {
+  // A speculating turn (--spec-tokens) runs its own verify pass, alone (session/speculation.cpp).
+  std::vector<ActiveTurn*> going;
+  for (ActiveTurn* t : all) t->speculating ? SpeculateRow(*t) : going.push_back(t);
   if (going.empty()) return;
   std::vector<Sequence*> states;
   std::vector<int32_t> tokens;

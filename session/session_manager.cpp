@@ -127,6 +127,7 @@ std::unique_ptr<SessionManager> SessionManager::Start(std::shared_ptr<const Mode
   impl->opt = options;
   impl->backend = MakeBackend(*impl->model, options.backend);  // first: a missing device fails before the cache opens
   spdlog::info("session manager on {}", impl->backend->Describe());
+  Impl::CheckSpeculation(*impl->model, *impl->backend, options);
   cache::PrefixCacheConfig cc;
   cc.page_tokens = options.page_tokens;
   cc.ram_budget_bytes = options.cache_ram_bytes;

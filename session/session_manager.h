@@ -30,6 +30,7 @@
 #include "engine/logprobs.h"
 #include "engine/model.h"
 #include "engine/sampling.h"
+#include "engine/speculative.h"
 
 namespace cedar::session {
 
@@ -114,6 +115,9 @@ struct TurnAccounting {
                                      // (an exact repeat): no prompt row was computed
   double queue_ms = 0;               // submit -> admission by the scheduler
   int64_t admission = -1;            // the order the scheduler admitted turns in (0 first)
+  int64_t spec_passes = 0;           // speculative verify passes (--spec-tokens)
+  int64_t spec_drafted = 0;          // draft tokens they verified
+  int64_t spec_accepted = 0;         // of which accepted (part of the output)
   double ttft_ms = 0;                // submit -> first token (or end of prefill)
   double total_ms = 0;
   int64_t cached_tokens() const { return matched_live + matched_ram + matched_disk + matched_remote; }
@@ -149,6 +153,8 @@ struct EngineMetrics {
   int64_t exact_restores = 0, exact_restore_rows = 0;  // staircase restores (snapshot missing)
   int64_t layer_token_units = 0;
   int64_t decode_batches = 0, decode_batch_rows = 0;  // batched decode steps and their rows
+  // Speculative decoding (--spec-tokens): verify passes, drafts verified, drafts accepted.
+  int64_t spec_passes = 0, spec_drafted = 0, spec_accepted = 0;
   // The scheduler (issue 14):
   int64_t queued_turns = 0;           // turns submitted and not yet admitted (now)
   int64_t prefilling_turns = 0;       // admitted turns with prompt rows still to run (now)
@@ -224,6 +230,14 @@ struct ManagerOptions {
   bool snapshot_decoder_windows = true;   // snapshots also hold decoder windows (exact restore)
   BackendOptions backend;                 // --device (default cpu: the engine of engine/engine.h), F32 device weights
   SchedulerOptions scheduler;             // --scheduler, --step-tokens, --max-prefill-chunk, ...
+  // --spec-tokens: speculative decoding with the model's DSpark drafter (engine/speculative.h),
+  // K drafts verified per pass of a decoding turn (0 = off, at most 15). Start refuses it for a
+  // model without DSpark layers and on a backend other than the CPU. Turns with a logits
+  // processor (grammar), logit_bias, penalties or logprobs decode without it.
+  int spec_tokens = 0;
+  // The drafter each speculating turn gets (tests: a drafter whose proposals are known); null =
+  // the model's DSpark drafter (engine/dspark.h). With one, the model needs no DSpark layers.
+  std::function<std::unique_ptr<Drafter>(const Model&)> make_drafter;
 };
 
 // CreateSession when max_sessions sessions exist (the server answers 429).

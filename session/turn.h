@@ -4,6 +4,7 @@
 #include <future>
 #include <memory>
 #include <optional>
+#include <random>
 #include <unordered_map>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "cache/state_codec.h"
 #include "engine/backend.h"
 #include "engine/sampling.h"
+#include "engine/speculative.h"
 #include "session/session_manager.h"
 
 namespace cedar::session {
@@ -52,6 +54,13 @@ struct ActiveTurn {
   PrefillMode mode = PrefillMode::kBounded;  // the decoder phase of this turn's prefill
   int64_t encode_next = 0;                 // the next prompt position to encode (mixed scheduler)
   bool waited_for_memory = false;          // admission was deferred for session memory (counted once)
+  // Speculative decoding (--spec-tokens, session/speculation.cpp), decided at the first decode step:
+  bool spec_decided = false;               // Speculates() has looked at the request
+  bool speculating = false;                // the turn decodes by verify passes
+  std::unique_ptr<Drafter> drafter;        // its own drafter (context from this turn's passes only)
+  std::mt19937_64 spec_rng;                // the one generator of its sampled speculation (seeded
+                                           // with sampling.seed, as `cedar generate --spec-tokens`)
+  int32_t spec_next = -1;                  // a rejection's correction token, produced at the next step
   // True once the client is gone (TurnRequest::cancelled set).
   bool CancelRequested() const { return request.cancelled && request.cancelled->load(std::memory_order_relaxed); }
 };

@@ -338,10 +338,21 @@ static const std::vector<float>* ConstrainLogits(ActiveTurn& t) {
 
 bool SessionManager::Impl::Sample(ActiveTurn& t) {
   TurnRequest& rq = t.request;
-  const std::vector<float>* logits = ConstrainLogits(t);
-  if (!logits) return Finish(t, "stop"), false;
-  const int32_t tok = t.sampler->Sample(*logits);
-  if (rq.logits_processor) rq.logits_processor->Accept(tok);
+  int32_t tok;
+  if (Speculates(t)) {
+    tok = SpeculativeToken(t);  // no processor or adjustment applies to a speculating turn
+  } else {
+    const std::vector<float>* logits = ConstrainLogits(t);
+    if (!logits) return Finish(t, "stop"), false;
+    tok = t.sampler->Sample(*logits);
+    if (rq.logits_processor) rq.logits_processor->Accept(tok);
+  }
+  if (const char* reason = Produce(t, tok)) return Finish(t, reason), false;
+  return true;
+}
+
+const char* SessionManager::Impl::Produce(ActiveTurn& t, int32_t tok) {
+  TurnRequest& rq = t.request;
   t.result.output.push_back(tok);
   t.counts[tok]++;
   if (rq.top_logprobs >= 0) {
@@ -352,10 +363,10 @@ bool SessionManager::Impl::Sample(ActiveTurn& t) {
     t.first_token_seen = true;
     t.result.accounting.ttft_ms = Ms(t.submitted, std::chrono::steady_clock::now());
   }
-  if (rq.on_token && !rq.on_token(tok)) return Finish(t, "cancelled"), false;
-  if (std::find(rq.stop_tokens.begin(), rq.stop_tokens.end(), tok) != rq.stop_tokens.end()) return Finish(t, "stop"), false;
-  if (int(t.result.output.size()) >= rq.max_tokens) return Finish(t, "length"), false;
-  return true;
+  if (rq.on_token && !rq.on_token(tok)) return "cancelled";
+  if (std::find(rq.stop_tokens.begin(), rq.stop_tokens.end(), tok) != rq.stop_tokens.end()) return "stop";
+  if (int(t.result.output.size()) >= rq.max_tokens) return "length";
+  return nullptr;
 }
 
 void SessionManager::Impl::StepAll() {
