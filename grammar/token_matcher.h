@@ -47,6 +47,7 @@ class TokenVocab {
   std::vector<uint8_t> node_byte_;
   std::vector<uint16_t> node_depth_;
   std::vector<int32_t> subtree_end_;
+  std::vector<int32_t> parent_;        // the node one byte up (-1 at depth 1)
   std::vector<int32_t> token_begin_;
   std::vector<int32_t> token_ids_;
   int max_depth_ = 0;
@@ -60,6 +61,15 @@ struct TokenMask {
   int64_t Count() const;
 };
 
+// How TokenMatcher computes a mask (the fast way and the reference walk give the same bits).
+struct MatcherOptions {
+  // Split each stack of a state at this many frames (Automaton::CutStack): the top frames'
+  // mask is cached by (those frames, the bytes their context can start with) and reused by
+  // every state whose stacks share them; only the tokens that cross into the context are walked
+  // from the real state. 0 = the reference: walk the whole trie from the state.
+  int cut_frames = 2;
+};
+
 class TokenMatcher {
  public:
   // `end_ids`: ids that end the generation (allowed exactly when the grammar is complete).
@@ -67,7 +77,7 @@ class TokenMatcher {
   // the vocab lacks can never be produced (throws GrammarError naming it, since the grammar
   // could then never complete a path through it).
   TokenMatcher(std::shared_ptr<Automaton> automaton, std::shared_ptr<const TokenVocab> vocab,
-               std::vector<int32_t> end_ids);
+               std::vector<int32_t> end_ids, MatcherOptions options = {});
 
   // The ids allowed next. The mask is computed once per automaton state and cached.
   const TokenMask& Mask();
@@ -86,7 +96,24 @@ class TokenMatcher {
   bool Cached() const { return ended_ || cache_.count(history_.back()) > 0; }
 
  private:
+  // A stack's top frames' verdicts: `certain` holds the ids they accept whatever the context;
+  // the ids under trie nodes `uncertain` (preorder, none inside another) cross into the context
+  // and are walked from the real state.
+  struct LocalMask {
+    TokenMask certain;
+    std::vector<int32_t> uncertain;
+  };
   void Compute(StateId s, TokenMask& mask);
+  void ComputeFast(StateId s, TokenMask& mask);
+  const LocalMask& Local(int32_t node);
+  // Walks trie nodes [begin, end) (a subtree, or the whole trie) from `s` at depth base + 1 and
+  // sets the ids accepted.
+  void Walk(StateId s, int32_t begin, int32_t end, int base, TokenMask& mask);
+  MatcherOptions options_;
+  std::unordered_map<uint64_t, LocalMask> local_cache_;  // (local state, context's first bytes) -> mask
+  std::unordered_map<std::string, uint32_t> first_ids_;   // a context's First, interned for the key
+  std::vector<int32_t> roots_;       // scratch: uncertain subtrees of one state
+  std::string prefix_;               // scratch: a trie node's bytes
   std::shared_ptr<Automaton> automaton_;
   std::shared_ptr<const TokenVocab> vocab_;
   std::vector<int32_t> end_ids_;
