@@ -243,6 +243,7 @@ HttpResponse Api::Route(const HttpRequest& request, const std::string& path) {
     return Admin(request, path);
   }
   if (path.starts_with("/v1/responses/") && path.size() > std::string_view("/v1/responses/").size()) {
+    if (m != "GET" && m != "DELETE") throw MethodNotAllowed(m, path, "GET, DELETE");
     return StoredResponse(request, path);
   }
   if (path == "/v1/cache") {

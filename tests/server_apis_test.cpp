@@ -131,7 +131,9 @@ TEST_CASE("responses: GET /v1/responses/{id} answers the stored response; DELETE
   REQUIRE(r.status == 200);
   CHECK(json::parse(r.body) == j);  // the same object, usage and output included
   // Its output item can be referenced until the response is deleted.
-  const json ref = {{"input", {{{"type", "item_reference"}, {"id", j["output"][0]["id"]}}, {{"role", "user"}, {"content", "and?"}}}},
+  const json ref = {{"input", {{{"role", "user"}, {"content", "hello"}},
+                                {{"type", "item_reference"}, {"id", j["output"][0]["id"]}},
+                                {{"role", "user"}, {"content", "and?"}}}},
                     {"max_output_tokens", 2}, {"store", false}};
   CHECK(f.Post("/v1/responses", ref).status == 200);
 
