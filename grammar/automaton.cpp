@@ -29,8 +29,10 @@ Automaton::Automaton(const Grammar& grammar) {
     }
   }
   nodes_.push_back({kEnd, 0});          // node 0: the empty stack
+  nodes_.push_back({kEnd, 0});          // node 1: the context marker (never interned by (pos, parent))
   sets_.push_back({});                  // state 0: dead
   accepting_.push_back(false);
+  has_context_.push_back(false);
   table_.assign(size_t(num_symbols_), kDeadState);  // dead stays dead
   std::vector<int32_t> start;
   ++round_;
@@ -56,6 +58,7 @@ StateId Automaton::InternSet(std::vector<int32_t> set) {
     if (sets_[size_t(s)] == set) return s;
   const StateId id = StateId(sets_.size());
   accepting_.push_back(set.front() == 0);
+  has_context_.push_back(std::binary_search(set.begin(), set.end(), kContextNode));
   sets_.push_back(std::move(set));
   table_.resize(table_.size() + size_t(num_symbols_), -1);
   bucket.push_back(id);
@@ -70,8 +73,8 @@ void Automaton::Expand(int32_t node, std::vector<int32_t>& out, int depth) {
   if (stamp_.size() < nodes_.size()) stamp_.resize(nodes_.size() * 2, 0);
   if (stamp_[size_t(node)] == round_) return;  // expanded already in this round (also breaks ε loops)
   stamp_[size_t(node)] = round_;
-  if (node == 0) {
-    out.push_back(0);
+  if (node == 0 || node == kContextNode) {  // the end, or the cut's marker: kept as they are
+    out.push_back(node);
     return;
   }
   const Node n = nodes_[size_t(node)];
@@ -92,13 +95,42 @@ StateId Automaton::Compute(StateId state, Symbol symbol) {
   std::vector<int32_t> next;
   ++round_;
   for (int32_t node : sets_[size_t(state)]) {
-    if (node == 0) continue;  // complete: nothing more to match
+    if (node == 0 || node == kContextNode) continue;  // complete, or the cut: nothing to match here
     const Node n = nodes_[size_t(node)];
     if (!classes_[size_t(program_[size_t(n.pos)].index)].Matches(symbol)) continue;
     const int32_t after = program_[size_t(n.pos + 1)].kind == kEnd ? n.parent : Intern(n.pos + 1, n.parent);
     Expand(after, next, 0);
   }
   return InternSet(std::move(next));
+}
+
+Automaton::Cut Automaton::CutStack(int32_t node, int frames) {
+  std::vector<int32_t> positions;
+  int32_t below = node;
+  while (below > kContextNode && int(positions.size()) < frames) {
+    positions.push_back(nodes_[size_t(below)].pos);
+    below = nodes_[size_t(below)].parent;
+  }
+  // A stack of at most `frames` nodes is its own local stack (no marker, no context).
+  const bool cut = below != 0;
+  int32_t local = cut ? kContextNode : 0;
+  for (auto it = positions.rbegin(); it != positions.rend(); ++it) local = Intern(*it, local);
+  return {InternSet({local}), cut ? below : -1};
+}
+
+const Automaton::First& Automaton::FirstOf(int32_t node) {
+  auto it = first_.find(node);
+  if (it != first_.end()) return it->second;
+  std::vector<int32_t> tops;
+  ++round_;
+  Expand(node, tops, 0);
+  First f;
+  f.alive = !tops.empty();
+  for (int32_t t : tops) {
+    if (t == 0 || t == kContextNode) continue;
+    f.bytes |= classes_[size_t(program_[size_t(nodes_[size_t(t)].pos)].index)].bytes;
+  }
+  return first_.emplace(node, f).first->second;
 }
 
 }  // namespace cedar::grammar

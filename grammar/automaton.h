@@ -15,6 +15,7 @@
 //
 // Thread contract: one Automaton per generation (it caches as it runs); not thread-safe.
 #pragma once
+#include <bitset>
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
@@ -47,6 +48,32 @@ class Automaton {
   // True when nothing can follow (complete, and no stack has input left to match).
   bool Finished(StateId state) const { return accepting_[size_t(state)] && sets_[size_t(state)].size() == 1; }
   int32_t num_symbols() const { return num_symbols_; }
+
+  // ---- The context split, for token_matcher.h's fast masks ----
+  // A stack's top frames decide most tokens on their own: cut the stack `frames` nodes down and
+  // put the marker kContextNode where the rest was, and a walk from that "local" stack is the
+  // real walk until some path pops into the marker; what such a path would do next depends on
+  // the real rest (the context) only through the bytes the context can match first.
+  // Local states live in this automaton beside the real ones (same tables); they are never a
+  // parse position.
+  static constexpr int32_t kContextNode = 1;
+  // The stacks of `state` (sorted node ids; 0 = the empty stack, kContextNode = the marker).
+  const std::vector<int32_t>& Stacks(StateId state) const { return sets_[size_t(state)]; }
+  // True when a path of (local) `state` popped into the context marker.
+  bool HasContext(StateId state) const { return has_context_[size_t(state)]; }
+  struct Cut {
+    StateId local;    // the state of the top `frames` frames over the marker (or the whole stack)
+    int32_t context;  // the real node the marker stands for; -1 when the stack had no more frames
+  };
+  // Stack `node` (a symbol-class top, as Stacks() holds) cut `frames` (>= 1) nodes down.
+  Cut CutStack(int32_t node, int frames);
+  // What the context `node` can do first: the bytes its expansions match, and whether it
+  // expands to any stack at all (a path that reaches it at a token's end keeps the token).
+  struct First {
+    std::bitset<256> bytes;
+    bool alive = false;
+  };
+  const First& FirstOf(int32_t node);
   const std::vector<std::string>& special_names() const { return special_names_; }
   size_t num_states() const { return sets_.size(); }
 
@@ -76,6 +103,8 @@ class Automaton {
   std::vector<std::vector<int32_t>> sets_;         // StateId -> sorted node ids
   std::unordered_map<uint64_t, std::vector<StateId>> set_index_;  // hash -> candidates
   std::vector<bool> accepting_;
+  std::vector<bool> has_context_;                  // StateId -> holds kContextNode
+  std::unordered_map<int32_t, First> first_;       // FirstOf's cache, by node
   std::vector<uint32_t> stamp_;                    // per node: the Expand round that last saw it
   uint32_t round_ = 0;
   std::vector<int32_t> table_;                     // [state][symbol] -> next, -1 = not computed

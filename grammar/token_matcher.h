@@ -2,12 +2,23 @@
 //
 // TokenVocab (per tokenizer, built once, immutable) holds every ordinary id's byte string in
 // a trie laid out in preorder (node i's subtree is [i, subtree_end[i])), plus the special ids
-// by name. A mask walks that trie from the current automaton state: one Automaton::Next per
-// trie node, skipping a whole subtree as soon as its prefix leaves the grammar, so tokens
-// whose bytes cross several grammar steps (a BPE token like `","` closes a string, adds a
-// comma and opens the next key) are judged exactly, and a 129K vocabulary costs a few hundred
-// thousand table lookups per cold state and nothing for a state met before (the masks are
-// cached per automaton state).
+// by name. The reference mask walks that trie from the current automaton state: one
+// Automaton::Next per trie node, skipping a whole subtree as soon as its prefix leaves the
+// grammar, so tokens whose bytes cross several grammar steps (a BPE token like `","` closes a
+// string, adds a comma and opens the next key) are judged exactly; a 129K vocabulary costs a
+// few hundred thousand table lookups per new state (masks are cached per automaton state).
+//
+// The fast mask (MatcherOptions::cut_frames, XGrammar's context-independent tokens): a state
+// is a set of stacks, and a token fits the state when it fits one of its stacks. Each stack is
+// cut a few frames down (Automaton::CutStack); a walk from the top frames alone decides every
+// token whose paths stay inside them, and a path that pops into the cut continues only on the
+// bytes the real rest can match first (Automaton::FirstOf). So the top frames' verdicts are
+// cached by (top frames, those first bytes), shared by every state whose stacks share them (an
+// unbounded string's characters, any property or array item with the same shape, wherever it
+// nests), and only the trie subtrees where a path crosses into the cut are walked from the real
+// state. The result is the reference mask bit for bit (tests/grammar_mask_test.cpp). What it
+// does not share: a string with maxLength counts its characters in its frames, so each
+// position is a new key (a whole walk, as before).
 //
 // TokenMatcher (per generation) keeps the state history: AcceptToken advances, Rollback(n)
 // forgets the last n tokens (states are immutable, so this is O(n); for speculative decoding).
@@ -47,6 +58,7 @@ class TokenVocab {
   std::vector<uint8_t> node_byte_;
   std::vector<uint16_t> node_depth_;
   std::vector<int32_t> subtree_end_;
+  std::vector<int32_t> parent_;        // the node one byte up (-1 at depth 1)
   std::vector<int32_t> token_begin_;
   std::vector<int32_t> token_ids_;
   int max_depth_ = 0;
@@ -60,6 +72,16 @@ struct TokenMask {
   int64_t Count() const;
 };
 
+// How TokenMatcher computes a mask (the fast way and the reference walk give the same bits).
+struct MatcherOptions {
+  // Split each stack of a state at this many frames (Automaton::CutStack): the top frames'
+  // mask is cached by (those frames, the bytes their context can start with) and reused by
+  // every state whose stacks share them; only the tokens that cross into the context are walked
+  // from the real state. 0 = the reference: walk the whole trie from the state. Vocabularies
+  // of fewer than 16,384 trie nodes (the byte vocabulary) always walk whole (cheaper there).
+  int cut_frames = 2;
+};
+
 class TokenMatcher {
  public:
   // `end_ids`: ids that end the generation (allowed exactly when the grammar is complete).
@@ -67,7 +89,7 @@ class TokenMatcher {
   // the vocab lacks can never be produced (throws GrammarError naming it, since the grammar
   // could then never complete a path through it).
   TokenMatcher(std::shared_ptr<Automaton> automaton, std::shared_ptr<const TokenVocab> vocab,
-               std::vector<int32_t> end_ids);
+               std::vector<int32_t> end_ids, MatcherOptions options = {});
 
   // The ids allowed next. The mask is computed once per automaton state and cached.
   const TokenMask& Mask();
@@ -84,9 +106,34 @@ class TokenMatcher {
   StateId state() const { return history_.back(); }
   // Whether the next Mask() is a cache hit (for benchmarks: a miss walks the trie).
   bool Cached() const { return ended_ || cache_.count(history_.back()) > 0; }
+  // Work done so far (for benchmarks).
+  struct Stats {
+    int64_t states = 0;          // masks computed (new states)
+    int64_t local_walks = 0;     // top frames walked (fast masks' cache misses)
+    int64_t context_walks = 0;   // subtrees walked from a real state (fast masks)
+  };
+  const Stats& stats() const { return stats_; }
 
  private:
+  // A stack's top frames' verdicts: `certain` holds the ids they accept whatever the context;
+  // the ids under trie nodes `uncertain` (preorder, none inside another) cross into the context
+  // and are walked from the real state.
+  struct LocalMask {
+    TokenMask certain;
+    std::vector<int32_t> uncertain;
+  };
   void Compute(StateId s, TokenMask& mask);
+  void ComputeFast(StateId s, TokenMask& mask);
+  const LocalMask& Local(int32_t node);
+  // Walks trie nodes [begin, end) (a subtree, or the whole trie) from `s` at depth base + 1 and
+  // sets the ids accepted.
+  void Walk(StateId s, int32_t begin, int32_t end, int base, TokenMask& mask);
+  MatcherOptions options_;
+  Stats stats_;
+  std::unordered_map<uint64_t, LocalMask> local_cache_;  // (local state, context's first bytes) -> mask
+  std::unordered_map<std::string, uint32_t> first_ids_;   // a context's First, interned for the key
+  std::vector<int32_t> roots_;       // scratch: uncertain subtrees of one state
+  std::string prefix_;               // scratch: a trie node's bytes
   std::shared_ptr<Automaton> automaton_;
   std::shared_ptr<const TokenVocab> vocab_;
   std::vector<int32_t> end_ids_;

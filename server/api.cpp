@@ -162,6 +162,7 @@ std::string Api::RouteOf(const std::string& path) {
   }
   if (path.starts_with(kSessionsPrefix) && path.size() > kSessionsPrefix.size()) return "/v1/sessions/{id}";
   if (path.starts_with("/v1/models/")) return "/v1/models/{id}";
+  if (path.starts_with("/v1/responses/") && path.size() > std::string_view("/v1/responses/").size()) return "/v1/responses/{id}";
   return "other";
 }
 
@@ -240,6 +241,10 @@ HttpResponse Api::Route(const HttpRequest& request, const std::string& path) {
   if (path == "/tokenize" || path == "/detokenize" || path == "/apply-template" || path == "/v1/cache/flush" ||
       path == "/version") {
     return Admin(request, path);
+  }
+  if (path.starts_with("/v1/responses/") && path.size() > std::string_view("/v1/responses/").size()) {
+    if (m != "GET" && m != "DELETE") throw MethodNotAllowed(m, path, "GET, DELETE");
+    return StoredResponse(request, path);
   }
   if (path == "/v1/cache") {
     if (m != "GET") throw MethodNotAllowed(m, path, "GET");

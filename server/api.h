@@ -4,6 +4,7 @@
 //   POST   /v1/chat/completions   messages, tools, tool_choice, stream, max_tokens, ... (+ session_id)
 //   POST   /v1/completions        prompt as text or token ids
 //   POST   /v1/responses          OpenAI's Responses API (store, previous_response_id)
+//   GET    /v1/responses/{id}     a stored response object; DELETE forgets it
 //   POST   /v1/messages           Anthropic's Messages API (+ /v1/messages/count_tokens)
 //   POST   /v1/sessions           create a session, optionally pinning its first messages
 //   GET    /v1/sessions           list sessions (paged: limit, after; OpenAI list shape)
@@ -143,6 +144,8 @@ class Api {
   HttpResponse Messages(const HttpRequest& request, std::chrono::steady_clock::time_point start);
   HttpResponse MessagesTurn(const HttpRequest& request, std::chrono::steady_clock::time_point start);
   HttpResponse CountTokens(const HttpRequest& request);
+  // GET / DELETE /v1/responses/{id} (`path`): the stored response object, or forgets it.
+  HttpResponse StoredResponse(const HttpRequest& request, const std::string& path);
   // A converted chat body -> a chat turn with its grammar. `id_prefix` names the response
   // ("resp_", "msg_"), `call_prefix` its tool calls ("call_", "toolu_").
   TurnPlan PlanChatBody(const nlohmann::ordered_json& chat_body, const HttpRequest& request, const char* id_prefix,

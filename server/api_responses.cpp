@@ -4,7 +4,8 @@
 // chat turn. `store` (default true) keeps the response's conversation under its id
 // (response_store.h) and runs the chain on a session of its own, so a request that names it in
 // `previous_response_id` and sends only its new items continues that session's live state:
-// the cached tokens cover the whole previous context.
+// the cached tokens cover the whole previous context. GET /v1/responses/{id} answers the stored
+// response object again; DELETE forgets it (and its items).
 #include <spdlog/spdlog.h>
 
 #include "tools_bridge/lib/json_limits.h"
@@ -13,6 +14,7 @@
 #include "server/api_error.h"
 #include "server/event_stream.h"
 #include "server/request_parse.h"
+#include "server/session_ids.h"
 #include "server/tenant.h"
 
 namespace cedar::server {
@@ -341,10 +343,11 @@ HttpResponse Api::Responses(const HttpRequest& request, std::chrono::steady_cloc
     entry->messages.push_back(bridge::ChatAssistantMessage(out));
     entry->tenant = tenant;
     entry->session_id = session_id;
+    const json output = bridge::ResponsesOutputJson(out, echo.id.substr(5));
+    entry->response = FinishedResponse(echo, output, turn, int64_t(turn.result().output.size()), session_id);
+    for (const json& item : output) entry->item_ids.push_back(item["id"].get<std::string>());
     responses_.Put(echo.id, std::move(entry));
-    for (const json& item : bridge::ResponsesOutputJson(out, echo.id.substr(5))) {
-      responses_.PutItem(item["id"].get<std::string>(), item, tenant);
-    }
+    for (const json& item : output) responses_.PutItem(item["id"].get<std::string>(), item, tenant);
   };
 
   std::shared_ptr<LiveTurn> turn = SubmitTurn(plan, request);
@@ -368,6 +371,24 @@ HttpResponse Api::Responses(const HttpRequest& request, std::chrono::steady_cloc
     turn->Publish();  // the stored response exists before the client reads response.completed
   };
   return response;
+}
+
+HttpResponse Api::StoredResponse(const HttpRequest& request, const std::string& path) {
+  const std::string& m = request.method;  // GET or DELETE (Route answers 405 to the rest)
+  const std::string raw = path.substr(std::string_view("/v1/responses/").size());
+  const std::string id = PercentDecode(raw).value_or(raw);
+  auto not_found = [&] {
+    return ApiError(404, "invalid_request_error", "response_not_found",
+                    "no stored response '" + bridge::Clip(id, 80) +
+                        "' (unknown, deleted, forgotten, created with store: false, or another tenant's)");
+  };
+  if (m == "GET") {
+    std::shared_ptr<const ResponseStore::Entry> entry = responses_.Get(id, request.tenant);
+    if (!entry) throw not_found();
+    return JsonResponse(200, entry->response);
+  }
+  if (!responses_.Delete(id, request.tenant)) throw not_found();
+  return JsonResponse(200, {{"id", id}, {"object", "response"}, {"deleted", true}});
 }
 
 }  // namespace cedar::server

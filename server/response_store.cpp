@@ -1,5 +1,6 @@
 #include "server/response_store.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace cedar::server {
@@ -18,6 +19,18 @@ std::shared_ptr<const ResponseStore::Entry> ResponseStore::Get(const std::string
   auto it = index_.find(id);
   if (it == index_.end() || it->second->tenant != tenant) return nullptr;
   return it->second;
+}
+
+bool ResponseStore::Delete(const std::string& id, uint64_t tenant) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = index_.find(id);
+  if (it == index_.end() || it->second->tenant != tenant) return false;
+  for (const std::string& item : it->second->item_ids) {
+    if (items_.erase(item) > 0) item_order_.erase(std::find(item_order_.begin(), item_order_.end(), item));
+  }
+  index_.erase(it);
+  order_.erase(std::find(order_.begin(), order_.end(), id));  // O(max_responses): deletes are rare
+  return true;
 }
 
 nlohmann::ordered_json ResponseStore::Conversation(const Entry& entry) {

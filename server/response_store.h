@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -29,6 +30,8 @@ class ResponseStore {
     nlohmann::ordered_json messages;      // this turn's new chat messages: its input, then the assistant's
     uint64_t tenant = 0;                  // who may continue it (api.h: request.tenant)
     std::string session_id;               // the session holding its state ("" = none)
+    nlohmann::json response;              // the response object as answered (GET /v1/responses/{id})
+    std::vector<std::string> item_ids;    // its output items' ids (PutItem), forgotten with it
   };
 
   explicit ResponseStore(size_t max_responses = 4096) : max_responses_(max_responses) {}
@@ -36,6 +39,10 @@ class ResponseStore {
   void Put(const std::string& id, std::shared_ptr<const Entry> entry);
   // The entry, or null when unknown, dropped, or another tenant's (those look alike).
   std::shared_ptr<const Entry> Get(const std::string& id, uint64_t tenant) const;
+  // Forgets `id` and its output items (DELETE /v1/responses/{id}); false when unknown, dropped
+  // or another tenant's. A later response that continued it keeps its own chain (the entry
+  // stays alive as that one's parent), as its session does.
+  bool Delete(const std::string& id, uint64_t tenant);
   // The whole conversation up to and including `entry`, oldest message first.
   static nlohmann::ordered_json Conversation(const Entry& entry);
   // The output items of stored responses by their ids, for `item_reference` inputs (the AI

