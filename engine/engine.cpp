@@ -7,6 +7,7 @@
 
 #include <xxhash.h>
 
+#include "engine/prefill_parts.h"
 #include "engine/row_plan.h"
 
 namespace cedar {
@@ -45,8 +46,7 @@ int64_t ExpectedUnits(const ModelConfig& c, PrefillMode mode, int64_t n) {
   return 0;
 }
 
-namespace {
-
+// CheckTokens and TrimState are shared with the batched prefill (engine/prefill_parts.h).
 void CheckTokens(const Model& m, const SequenceState& st, std::span<const int32_t> tokens) {
   const ModelConfig& c = m.config();
   for (size_t i = 0; i < tokens.size(); ++i)
@@ -64,6 +64,8 @@ void TrimState(const ModelConfig& c, SequenceState& st) {
   for (int l = 0; l < c.n_layers; ++l) st.windows[size_t(l)].DropBefore(WindowKeepFrom(c, l, st.pos, st.keep_extra_rows));
   st.h_e.DropBefore(HeKeepFrom(c, st.pos, st.keep_extra_rows, st.keep_h_e_rows));
 }
+
+namespace {
 
 // The decoder after the encoder ran over every row: rows [a_l, N) pass layer l (exact: the
 // staircase above the live decoder state; bounded: the last R rows).
