@@ -382,6 +382,7 @@ int main(int argc, char** argv) {
     const std::string n = name;
     double wall = 0;
     std::vector<Outcome> out;
+    nlohmann::json sched;  // the session manager's scheduler counters (SessionManager configs)
     kernels::SetRowInvariantMatmul(n == "mixed-rowinv" || n == "mixed-batched");
     if (n == "decoder-only") {
       DecoderOnlyServer srv(m, w.size());
@@ -410,9 +411,13 @@ int main(int argc, char** argv) {
                      return r.output;
                    },
                    &wall);
+      const session::EngineMetrics em = sm->Metrics();
+      sched = {{"steps", em.steps}, {"prefill_batches", em.prefill_batches},
+               {"prefill_batch_turns_max", em.prefill_batch_turns_max}, {"decode_rows_in_prefill", em.decode_rows_in_prefill}};
     }
     kernels::SetRowInvariantMatmul(false);
     nlohmann::json j = Summarize(n, out, wall);
+    if (!sched.is_null()) j["scheduler"] = sched;
     if (!rows.empty() && rows.front()["config"] == "serial" && n != "serial") {
       const auto& s = rows.front();
       auto ratio = [](double x, double y) { return cedar::bench::Ratio(x, y); };
