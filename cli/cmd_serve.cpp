@@ -220,7 +220,8 @@ int RunServe(int argc, char** argv) {
     throw std::invalid_argument("--scheduler: expected mixed or serial, found '" + scheduler + "'");
   }
   if (vm.count("batch-prefill")) {
-    if (sched.kind != session::SchedulerKind::kMixed) throw std::invalid_argument("--batch-prefill needs --scheduler mixed");
+    if (sched.kind != session::SchedulerKind::kMixed)
+      throw std::invalid_argument("--batch-prefill: expected --scheduler mixed, found '" + scheduler + "'");
     sched.batch_prefill = true;
     kernels::SetRowInvariantMatmul(true);  // what keeps batched rows exact (SessionManager::Start checks it)
   }
