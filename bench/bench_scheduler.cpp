@@ -1,5 +1,11 @@
 // Issue 14's benchmark (not a test; prints JSON lines): 8 sessions decoding while a 9th
-// submits a long fresh prompt, for the mixed and the serial scheduler in the same run.
+// submits a long fresh prompt, for several scheduler configurations in the same run:
+//   mixed          the mixed step loop (each turn's prefill chunks run alone)
+//   mixed-rowinv   mixed with kernels::SetRowInvariantMatmul(true) (bit-exact rows, slower products)
+//   mixed-batched  mixed-rowinv with --batch-prefill: one step's chunks of different turns in one
+//                  pass, the decode rows riding in it through the encoder layers
+//   mixed-batched-sep  the same with the decode rows in a pass of their own (decode_in_prefill_pass off)
+//   serial         one turn's whole prefill at a time (the loop before issue 14)
 //
 // Per scheduler: (1) the long prompt's TTFT alone (a fresh manager, nothing else running);
 // (2) the mixed load: `--sessions` sessions each run turns of `--decode` tokens back to back
@@ -20,14 +26,21 @@
 #include <thread>
 #include <vector>
 
+#include <boost/program_options.hpp>
+#include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_stats.h"
+#include "engine/flag_values.h"
 #include "engine/init.h"
 #include "kernels/hw_probe.h"
+#include "kernels/ops.h"
 #include "session/session_manager.h"
 
 using namespace cedar;
-using Clock = std::chrono::steady_clock;
+using cedar::bench::Clock;
+using cedar::bench::Ms;
+using cedar::bench::Pct;
 
 namespace {
 
@@ -37,33 +50,40 @@ std::vector<int32_t> Random(int n, std::mt19937_64& rng, int vocab) {
   return v;
 }
 
-double Pct(std::vector<double> v, double p) {
-  if (v.empty()) return -1;
-  std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, size_t(p / 100.0 * double(v.size() - 1) + 0.5));
-  return v[i];
-}
-
-double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
-
 struct Args {
   std::string preset = "small", model_dir, schedulers = "mixed,serial";
   int sessions = 8, decode = 128, prompt = 256, long_prompt = 16384, warmup = 16;
   int step_tokens = 0, chunk = 0;  // 0 = the defaults of SchedulerOptions
 };
 
-session::ManagerOptions Options(const Args& a, session::SchedulerKind kind) {
+// A configuration of the list above.
+struct Config {
+  const char* name;
+  session::SchedulerKind kind;
+  bool row_invariant;  // kernels::SetRowInvariantMatmul for the configuration's runs
+  bool batch_prefill;  // SchedulerOptions::batch_prefill
+  bool ride;           // SchedulerOptions::decode_in_prefill_pass
+};
+constexpr Config kConfigs[] = {{"mixed", session::SchedulerKind::kMixed, false, false, false},
+                               {"mixed-rowinv", session::SchedulerKind::kMixed, true, false, false},
+                               {"mixed-batched", session::SchedulerKind::kMixed, true, true, true},
+                               {"mixed-batched-sep", session::SchedulerKind::kMixed, true, true, false},
+                               {"serial", session::SchedulerKind::kSerial, false, false, false}};
+
+session::ManagerOptions Options(const Args& a, const Config& cf) {
   session::ManagerOptions o;
   o.cache_ram_bytes = 4ull << 30;
-  o.scheduler.kind = kind;
+  o.scheduler.kind = cf.kind;
+  o.scheduler.batch_prefill = cf.batch_prefill;
+  o.scheduler.decode_in_prefill_pass = cf.ride;
   if (a.step_tokens > 0) o.scheduler.step_tokens = a.step_tokens;
   if (a.chunk > 0) o.scheduler.max_prefill_chunk = a.chunk;
   return o;
 }
 
 // The long prompt alone: its TTFT on an idle manager.
-double LongAlone(const std::shared_ptr<const Model>& m, const Args& a, session::SchedulerKind kind, uint64_t seed) {
-  auto sm = session::SessionManager::Start(m, Options(a, kind));
+double LongAlone(const std::shared_ptr<const Model>& m, const Args& a, const Config& cf, uint64_t seed) {
+  auto sm = session::SessionManager::Start(m, Options(a, cf));
   std::mt19937_64 rng(seed);
   session::TurnRequest rq;
   rq.prompt = Random(a.long_prompt, rng, m->config().vocab_size);
@@ -71,9 +91,9 @@ double LongAlone(const std::shared_ptr<const Model>& m, const Args& a, session::
   return sm->Submit(std::move(rq)).get().accounting.ttft_ms;
 }
 
-void MixedLoad(const std::shared_ptr<const Model>& m, const Args& a, session::SchedulerKind kind, uint64_t seed,
+void MixedLoad(const std::shared_ptr<const Model>& m, const Args& a, const Config& cf, uint64_t seed,
                double alone_ttft) {
-  auto sm = session::SessionManager::Start(m, Options(a, kind));
+  auto sm = session::SessionManager::Start(m, Options(a, cf));
   const int vocab = m->config().vocab_size;
   std::mt19937_64 rng(seed);
   std::mutex mu;  // guards the fields below (on_token runs on the engine thread)
@@ -151,11 +171,12 @@ void MixedLoad(const std::shared_ptr<const Model>& m, const Args& a, session::Sc
   const double p99_before = Pct(before, 99), p99_during = Pct(during, 99);
   std::printf("%s\n", nlohmann::json{{"bench", "scheduler_mixed_load"},
                                      {"scheduler", session::SchedulerName(sm->scheduler())},
+                                     {"config", cf.name},
                                      {"sessions", a.sessions},
                                      {"decode_tokens_per_turn", a.decode},
                                      {"long_prompt", a.long_prompt},
-                                     {"step_tokens", Options(a, kind).scheduler.step_tokens},
-                                     {"max_prefill_chunk", Options(a, kind).scheduler.max_prefill_chunk},
+                                     {"step_tokens", Options(a, cf).scheduler.step_tokens},
+                                     {"max_prefill_chunk", Options(a, cf).scheduler.max_prefill_chunk},
                                      {"itl_before", phase(before)},
                                      {"itl_during", phase(during)},
                                      {"itl_after", phase(after)},
@@ -164,7 +185,10 @@ void MixedLoad(const std::shared_ptr<const Model>& m, const Args& a, session::Sc
                                      {"ttft_ratio", alone_ttft > 0 ? lr.accounting.ttft_ms / alone_ttft : -1},
                                      {"p99_during_over_before", p99_before > 0 ? p99_during / p99_before : -1},
                                      {"steps", em.steps},
-                                     {"decode_batches", em.decode_batches}}
+                                     {"decode_batches", em.decode_batches},
+                                     {"prefill_batches", em.prefill_batches},
+                                     {"prefill_batch_turns_max", em.prefill_batch_turns_max},
+                                     {"decode_rows_in_prefill", em.decode_rows_in_prefill}}
                           .dump()
                           .c_str());
   std::fflush(stdout);
@@ -175,24 +199,53 @@ void MixedLoad(const std::shared_ptr<const Model>& m, const Args& a, session::Sc
 int main(int argc, char** argv) {
   kernels::KeepLargeAllocations();
   Args a;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--preset") a.preset = v;
-    else if (k == "--model") a.model_dir = v;
-    else if (k == "--schedulers") a.schedulers = v;
-    else if (k == "--sessions") a.sessions = std::stoi(v);
-    else if (k == "--decode") a.decode = std::stoi(v);
-    else if (k == "--prompt") a.prompt = std::stoi(v);
-    else if (k == "--long") a.long_prompt = std::stoi(v);
-    else if (k == "--warmup") a.warmup = std::stoi(v);
-    else if (k == "--step-tokens") a.step_tokens = std::stoi(v);
-    else if (k == "--max-prefill-chunk") a.chunk = std::stoi(v);
-    else {
-      std::fprintf(stderr,
-                   "usage: bench_scheduler [--preset small|--model DIR] [--schedulers mixed,serial] [--sessions 8] "
-                   "[--decode 128] [--prompt 256] [--long 16384] [--warmup 16] [--step-tokens N] [--max-prefill-chunk N]\n");
-      return 2;
+  // Boost.program_options, as the `cedar` subcommands: --help prints this and exits, and a bad
+  // value is an error naming the flag (engine/flag_values.h), never a library's message.
+  namespace po = boost::program_options;
+  std::string sessions_s = "8", decode_s = "128", prompt_s = "256", long_s = "16384", warmup_s = "16", step_s = "0",
+              chunk_s = "0";
+  po::options_description desc(
+      "bench_scheduler: sessions decoding while one more submits a long fresh prompt: inter-token latency before, "
+      "during and after its prefill, and its TTFT, per scheduler configuration (JSON lines)");
+  desc.add_options()("help,h", "show this help and exit")(
+      "preset", po::value(&a.preset)->default_value(a.preset), "model preset (random weights, written once to a temp dir)")(
+      "model", po::value(&a.model_dir), "model directory (instead of --preset)")(
+      "schedulers", po::value(&a.schedulers)->default_value(a.schedulers),
+      "configurations, comma-separated: mixed | mixed-rowinv (row-invariant matmul) | mixed-batched (mixed-rowinv with "
+      "--batch-prefill, decode rows riding in the prefill pass) | mixed-batched-sep (decode rows apart) | serial")(
+      "sessions", po::value(&sessions_s)->default_value(sessions_s), "sessions decoding")(
+      "decode", po::value(&decode_s)->default_value(decode_s), "tokens each session's turn decodes")(
+      "prompt", po::value(&prompt_s)->default_value(prompt_s), "tokens of each session's first prompt")(
+      "long", po::value(&long_s)->default_value(long_s), "tokens of the long fresh prompt")(
+      "warmup", po::value(&warmup_s)->default_value(warmup_s), "tokens every session decodes before the long prompt")(
+      "step-tokens", po::value(&step_s)->default_value(step_s), "SchedulerOptions::step_tokens (0 = its default)")(
+      "max-prefill-chunk", po::value(&chunk_s)->default_value(chunk_s), "SchedulerOptions::max_prefill_chunk (0 = its default)");
+  try {
+    po::variables_map vm;
+    po::store(po::parse_command_line(argc, argv, desc), vm);
+    if (vm.count("help")) {
+      std::cout << desc << "\n";
+      return 0;
     }
+    po::notify(vm);
+    a.sessions = ParseIntFlag<int>("--sessions", sessions_s, 1, 1024);
+    a.decode = ParseIntFlag<int>("--decode", decode_s, 2, 1 << 20);
+    a.prompt = ParseIntFlag<int>("--prompt", prompt_s, 1, 1 << 24);
+    a.long_prompt = ParseIntFlag<int>("--long", long_s, 1, 1 << 24);
+    a.warmup = ParseIntFlag<int>("--warmup", warmup_s, 0, 1 << 20);
+    a.step_tokens = ParseIntFlag<int>("--step-tokens", step_s, 0, 1 << 20);
+    a.chunk = ParseIntFlag<int>("--max-prefill-chunk", chunk_s, 0, 1 << 20);
+    for (size_t p = 0; p <= a.schedulers.size();) {
+      const size_t q = std::min(a.schedulers.find(',', p), a.schedulers.size());
+      const std::string item = a.schedulers.substr(p, q - p);
+      if (!item.empty() && std::none_of(std::begin(kConfigs), std::end(kConfigs), [&](const Config& c) { return item == c.name; }))
+        throw std::invalid_argument("--schedulers: expected mixed, mixed-rowinv, mixed-batched, mixed-batched-sep or serial, found '" +
+                                    item + "'");
+      p = q + 1;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_scheduler: %s (bench_scheduler --help lists the options)\n", e.what());
+    return 2;
   }
   if (a.model_dir.empty()) {
     ModelConfig c;
@@ -204,19 +257,24 @@ int main(int argc, char** argv) {
   std::printf("%s\n", nlohmann::json{{"bench", "scheduler_setup"}, {"model", a.model_dir}, {"cpus", std::thread::hardware_concurrency()}}
                           .dump()
                           .c_str());
-  uint64_t seed = 1;
-  for (const char* name : {"mixed", "serial"}) {
-    if (a.schedulers.find(name) == std::string::npos) continue;
-    session::SchedulerKind kind;
-    session::ParseScheduler(name, &kind);
-    const double alone = LongAlone(m, a, kind, 100 + seed);
-    std::printf("%s\n", nlohmann::json{{"bench", "scheduler_long_alone"}, {"scheduler", name}, {"long_prompt", a.long_prompt},
-                                       {"ttft_ms", alone}}
+  const uint64_t seed = 1;  // the same prompts for every configuration (each runs on a fresh manager: no cache hit)
+  for (const Config& cf : kConfigs) {
+    bool want = false;  // comma-separated items ("mixed" must not match inside "mixed-rowinv")
+    for (size_t p = 0; p <= a.schedulers.size();) {
+      const size_t q = std::min(a.schedulers.find(',', p), a.schedulers.size());
+      if (a.schedulers.substr(p, q - p) == cf.name) want = true;
+      p = q + 1;
+    }
+    if (!want) continue;
+    kernels::SetRowInvariantMatmul(cf.row_invariant);
+    const double alone = LongAlone(m, a, cf, 100 + seed);
+    std::printf("%s\n", nlohmann::json{{"bench", "scheduler_long_alone"}, {"scheduler", session::SchedulerName(cf.kind)},
+                                       {"config", cf.name}, {"long_prompt", a.long_prompt}, {"ttft_ms", alone}}
                             .dump()
                             .c_str());
     std::fflush(stdout);
-    MixedLoad(m, a, kind, 200 + seed, alone);
-    ++seed;
+    MixedLoad(m, a, cf, 200 + seed, alone);
+    kernels::SetRowInvariantMatmul(false);
   }
   return 0;
 }

@@ -7,6 +7,8 @@
 //                  (PrefillMode::kFull, as bench_session), scheduled like `serial` (a whole
 //                  prefill, then one batched decode step of every decoding turn)
 //   mixed-rowinv   mixed with kernels::SetRowInvariantMatmul(true) (bit-exact rows)
+//   mixed-batched  mixed-rowinv with --batch-prefill: a step's prefill chunks of different turns,
+//                  and their decoder phases, in one engine pass (engine/batch_prefill.h)
 //
 // Workload: each trace file is a conversation (claude-code format, profile/trace.h); each nested
 // sub-agent is its own conversation, starting at its recorded time, concurrent with its parent.
@@ -33,13 +35,18 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <boost/program_options.hpp>
+#include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_stats.h"
 #include "engine/engine.h"
+#include "engine/flag_values.h"
 #include "engine/init.h"
 #include "engine/sampling.h"
 #include "kernels/hw_probe.h"
@@ -48,22 +55,15 @@
 #include "session/session_manager.h"
 
 using namespace cedar;
-using Clock = std::chrono::steady_clock;
+using cedar::bench::Clock;
+using cedar::bench::Ms;
+using cedar::bench::Pct;
 
 namespace {
 
-double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
-
-double Pct(std::vector<double> v, double p) {
-  if (v.empty()) return -1;
-  std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, size_t(p / 100.0 * double(v.size() - 1) + 0.5));
-  return v[i];
-}
-
 struct Args {
   std::string preset = "tiny", model_dir, traces = "../shared/traces/claude-code";
-  std::string configs = "mixed,serial,decoder-only,mixed-rowinv";
+  std::string configs = "mixed,serial,decoder-only,mixed-rowinv,mixed-batched";
   int first = 1;               // first trace file replayed (1-based, in sorted path order)
   int limit = 10;              // trace files (conversations with their sub-agents) replayed
   double horizon = 400;        // recorded seconds: later turns are not replayed (the traces have
@@ -282,38 +282,61 @@ nlohmann::json Summarize(const std::string& name, const std::vector<Outcome>& v,
 int main(int argc, char** argv) {
   kernels::KeepLargeAllocations();
   Args a;
-  for (int i = 1; i < argc; i += 2) {
-    const std::string k = argv[i], v = i + 1 < argc ? argv[i + 1] : "";
-    try {
-      if (v.empty()) throw std::invalid_argument("missing value");
-      if (k == "--preset") a.preset = v;
-      else if (k == "--model") a.model_dir = v;
-      else if (k == "--traces") a.traces = v;
-      else if (k == "--configs") a.configs = v;
-      else if (k == "--first") a.first = std::stoi(v);
-      else if (k == "--limit") a.limit = std::stoi(v);
-      else if (k == "--horizon") a.horizon = std::stod(v);
-      else if (k == "--max-turns") a.max_turns = std::stoi(v);
-      else if (k == "--time-scale") a.time_scale = std::stod(v);
-      else if (k == "--token-scale") a.token_scale = std::stod(v);
-      else if (k == "--max-output") a.max_output = std::stoi(v);
-      else if (k == "--max-seconds") a.max_seconds = std::stod(v);
-      else if (k == "--step-tokens") a.step_tokens = std::stoi(v);
-      else if (k == "--max-prefill-chunk") a.chunk = std::stoi(v);
-      else throw std::invalid_argument("unknown flag");
-      if (a.first < 1 || a.limit < 1 || a.max_turns < 1 || a.max_output < 1 || a.time_scale < 0 || a.token_scale <= 0 ||
-          a.max_seconds <= 0)
-        throw std::invalid_argument("expected --first/--limit/--max-turns/--max-output >= 1, --time-scale >= 0, "
-                                    "--token-scale and --max-seconds > 0");
-    } catch (const std::exception& e) {
-      std::fprintf(stderr,
-                   "bench_trace_replay: %s (%s). usage: [--preset tiny|--model DIR] [--traces DIR] "
-                   "[--configs mixed,serial,decoder-only,mixed-rowinv] [--first 1] [--limit 10 files] [--horizon 400 s] "
-                   "[--max-turns 12] [--time-scale 0.01] [--token-scale 0.02] [--max-output 32] [--max-seconds 120] "
-                   "[--step-tokens N] [--max-prefill-chunk N]\n",
-                   k.c_str(), e.what());
-      return 2;
+  // Boost.program_options, as the `cedar` subcommands: --help prints this and exits, and a bad
+  // value is an error naming the flag (engine/flag_values.h), never a library's message.
+  namespace po = boost::program_options;
+  std::string first_s = "1", limit_s = "10", horizon_s = "400", max_turns_s = "12", time_scale_s = "0.01",
+              token_scale_s = "0.02", max_output_s = "32", max_seconds_s = "120", step_s = "0", chunk_s = "0";
+  po::options_description desc(
+      "bench_trace_replay: the shared Claude Code traces replayed with their sub-agents concurrent, per scheduler "
+      "configuration: TTFT p50/p99 and throughput (JSON lines)");
+  desc.add_options()("help,h", "show this help and exit")(
+      "preset", po::value(&a.preset)->default_value(a.preset), "model preset (random weights, written once to a temp dir)")(
+      "model", po::value(&a.model_dir), "model directory (instead of --preset)")(
+      "traces", po::value(&a.traces)->default_value(a.traces), "directory of claude-code trace files")(
+      "configs", po::value(&a.configs)->default_value(a.configs),
+      "configurations, comma-separated: serial | mixed | decoder-only | mixed-rowinv | mixed-batched")(
+      "first", po::value(&first_s)->default_value(first_s), "first trace file replayed (1-based, sorted path order)")(
+      "limit", po::value(&limit_s)->default_value(limit_s), "trace files replayed (conversations with their sub-agents)")(
+      "horizon", po::value(&horizon_s)->default_value(horizon_s), "recorded seconds: later turns are not replayed")(
+      "max-turns", po::value(&max_turns_s)->default_value(max_turns_s), "turns per conversation at most")(
+      "time-scale", po::value(&time_scale_s)->default_value(time_scale_s), "arrival at recorded t times this (s)")(
+      "token-scale", po::value(&token_scale_s)->default_value(token_scale_s), "prompt and output lengths times this")(
+      "max-output", po::value(&max_output_s)->default_value(max_output_s), "output tokens per turn at most")(
+      "max-seconds", po::value(&max_seconds_s)->default_value(max_seconds_s),
+      "per configuration: no turn is sent after this (turns in flight finish)")(
+      "step-tokens", po::value(&step_s)->default_value(step_s), "SchedulerOptions::step_tokens (0 = its default)")(
+      "max-prefill-chunk", po::value(&chunk_s)->default_value(chunk_s), "SchedulerOptions::max_prefill_chunk (0 = its default)");
+  try {
+    po::variables_map vm;
+    po::store(po::parse_command_line(argc, argv, desc), vm);
+    if (vm.count("help")) {
+      std::cout << desc << "\n";
+      return 0;
     }
+    po::notify(vm);
+    a.first = ParseIntFlag<int>("--first", first_s, 1, 1 << 20);
+    a.limit = ParseIntFlag<int>("--limit", limit_s, 1, 1 << 20);
+    a.horizon = ParseRealFlag<double>("--horizon", horizon_s, 0.0, 1e9);
+    a.max_turns = ParseIntFlag<int>("--max-turns", max_turns_s, 1, 1 << 20);
+    a.time_scale = ParseRealFlag<double>("--time-scale", time_scale_s, 0.0, 1e6);
+    a.token_scale = ParseRealFlag<double>("--token-scale", token_scale_s, 0.0, 1e3, /*lo_open=*/true);
+    a.max_output = ParseIntFlag<int>("--max-output", max_output_s, 1, 1 << 20);
+    a.max_seconds = ParseRealFlag<double>("--max-seconds", max_seconds_s, 0.0, 1e7, /*lo_open=*/true);
+    a.step_tokens = ParseIntFlag<int>("--step-tokens", step_s, 0, 1 << 20);
+    a.chunk = ParseIntFlag<int>("--max-prefill-chunk", chunk_s, 0, 1 << 20);
+    const std::set<std::string> known = {"serial", "mixed", "decoder-only", "mixed-rowinv", "mixed-batched"};
+    for (size_t p = 0; p <= a.configs.size();) {
+      const size_t q = std::min(a.configs.find(',', p), a.configs.size());
+      const std::string item = a.configs.substr(p, q - p);
+      if (!item.empty() && !known.count(item))
+        throw std::invalid_argument("--configs: expected serial, mixed, decoder-only, mixed-rowinv or mixed-batched, found '" +
+                                    item + "'");
+      p = q + 1;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_trace_replay: %s (bench_trace_replay --help lists the options)\n", e.what());
+    return 2;
   }
   if (a.model_dir.empty()) {
     ModelConfig c;
@@ -347,7 +370,7 @@ int main(int argc, char** argv) {
                           .c_str());
   std::fflush(stdout);
   std::vector<nlohmann::json> rows;
-  for (const char* name : {"serial", "mixed", "decoder-only", "mixed-rowinv"}) {
+  for (const char* name : {"serial", "mixed", "decoder-only", "mixed-rowinv", "mixed-batched"}) {
     // "mixed" must not match inside "mixed-rowinv": compare comma-separated items.
     bool want = false;
     for (size_t p = 0; p <= a.configs.size();) {
@@ -359,7 +382,8 @@ int main(int argc, char** argv) {
     const std::string n = name;
     double wall = 0;
     std::vector<Outcome> out;
-    kernels::SetRowInvariantMatmul(n == "mixed-rowinv");
+    nlohmann::json sched;  // the session manager's scheduler counters (SessionManager configs)
+    kernels::SetRowInvariantMatmul(n == "mixed-rowinv" || n == "mixed-batched");
     if (n == "decoder-only") {
       DecoderOnlyServer srv(m, w.size());
       out = Replay(w, a, vocab, [&](size_t c, std::vector<int32_t> p, int mt, Outcome* o) { return srv.Submit(c, std::move(p), mt, o); },
@@ -368,6 +392,7 @@ int main(int argc, char** argv) {
       session::ManagerOptions o;
       o.cache_ram_bytes = 4ull << 30;
       o.scheduler.kind = n == "serial" ? session::SchedulerKind::kSerial : session::SchedulerKind::kMixed;
+      o.scheduler.batch_prefill = n == "mixed-batched";
       if (a.step_tokens > 0) o.scheduler.step_tokens = a.step_tokens;
       if (a.chunk > 0) o.scheduler.max_prefill_chunk = a.chunk;
       auto sm = session::SessionManager::Start(m, o);
@@ -386,12 +411,16 @@ int main(int argc, char** argv) {
                      return r.output;
                    },
                    &wall);
+      const session::EngineMetrics em = sm->Metrics();
+      sched = {{"steps", em.steps}, {"prefill_batches", em.prefill_batches},
+               {"prefill_batch_turns_max", em.prefill_batch_turns_max}, {"decode_rows_in_prefill", em.decode_rows_in_prefill}};
     }
     kernels::SetRowInvariantMatmul(false);
     nlohmann::json j = Summarize(n, out, wall);
+    if (!sched.is_null()) j["scheduler"] = sched;
     if (!rows.empty() && rows.front()["config"] == "serial" && n != "serial") {
       const auto& s = rows.front();
-      auto ratio = [](double x, double y) { return y > 0 ? x / y : -1.0; };
+      auto ratio = [](double x, double y) { return cedar::bench::Ratio(x, y); };
       j["vs_serial"] = {{"ttft_p50", ratio(j["ttft_p50_ms"], s["ttft_p50_ms"])},
                         {"ttft_p99", ratio(j["ttft_p99_ms"], s["ttft_p99_ms"])},
                         {"generated_tok_s", ratio(j["generated_tok_s"], s["generated_tok_s"])},

@@ -160,6 +160,10 @@ int RunServe(int argc, char** argv) {
       "mixed: rows per step, decode rows plus prefill chunks (a step runs at least one chunk)")(
       "max-prefill-chunk", IntOption("--max-prefill-chunk", &sched.max_prefill_chunk, 1, 1 << 20),
       "mixed: a prompt runs in chunks of this many tokens")(
+      "batch-prefill",
+      "mixed: a step's prefill chunks of different turns (and their decoder phases) run as one engine pass; turns on "
+      "row-invariant matmul (every row bit for bit what it is alone, products ~0.8x sgemm's rate) so outputs do not "
+      "depend on the other turns")(
       "max-prefilling-turns", IntOption("--max-prefilling-turns", &sched.max_prefilling_turns, 1, 1 << 16),
       "mixed: turns prefilling at once at most (the others wait in the queue)")(
       "max-queued-turns", IntOption("--max-queued-turns", &sched.max_queued_turns, 0, 1 << 24),
@@ -217,6 +221,12 @@ int RunServe(int argc, char** argv) {
   }
   if (!session::ParseScheduler(scheduler, &sched.kind)) {
     throw std::invalid_argument("--scheduler: expected mixed or serial, found '" + scheduler + "'");
+  }
+  if (vm.count("batch-prefill")) {
+    if (sched.kind != session::SchedulerKind::kMixed)
+      throw std::invalid_argument("--batch-prefill: expected --scheduler mixed, found '" + scheduler + "'");
+    sched.batch_prefill = true;
+    kernels::SetRowInvariantMatmul(true);  // what keeps batched rows exact (SessionManager::Start checks it)
   }
   // Keys: --api-key (repeatable), --api-key-file, CEDAR_API_KEY; all of them count.
   if (!api_key_file.empty()) {

@@ -9,6 +9,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "engine/batch_prefill.h"
 #include "engine/kv_precision.h"
 
 namespace cedar {
@@ -44,6 +45,36 @@ class CpuBackend final : public Backend {
   }
   PrefillResult PrefillFinish(Sequence& s, PrefillMode mode) const override {
     return cedar::PrefillFinish(m_, Cpu(s).st, mode);
+  }
+  bool SupportsBatchedPrefill() const override { return true; }
+  std::vector<StepStats> PrefillEncodeBatch(std::span<Sequence* const> seqs,
+                                            std::span<const std::span<const int32_t>> chunks) const override {
+    if (chunks.size() != seqs.size()) throw std::invalid_argument("PrefillEncodeBatch: one chunk per sequence");
+    std::vector<EncodeChunk> jobs;
+    for (size_t i = 0; i < seqs.size(); ++i) jobs.push_back(EncodeChunk{&Cpu(*seqs[i]).st, chunks[i]});
+    return cedar::PrefillEncodeBatch(m_, jobs);
+  }
+  std::vector<StepStats> EncodeDecodeBatch(std::span<Sequence* const> seqs, std::span<const std::span<const int32_t>> chunks,
+                                           std::span<Sequence* const> dec, std::span<const int32_t> tokens,
+                                           std::vector<std::vector<float>>* logits,
+                                           std::vector<StepStats>* dec_stats) const override {
+    if (chunks.size() != seqs.size() || tokens.size() != dec.size())
+      throw std::invalid_argument("EncodeDecodeBatch: one chunk per sequence and one token per decode row");
+    std::vector<EncodeChunk> jobs;
+    for (size_t i = 0; i < seqs.size(); ++i) jobs.push_back(EncodeChunk{&Cpu(*seqs[i]).st, chunks[i]});
+    std::vector<DecodeRow> rows;
+    for (size_t i = 0; i < dec.size(); ++i) rows.push_back(DecodeRow{&Cpu(*dec[i]).st, tokens[i]});
+    EncodeDecodeResult r = cedar::EncodeDecodeBatch(m_, jobs, rows);
+    *logits = std::move(r.logits);
+    if (dec_stats) *dec_stats = std::move(r.decode);
+    return std::move(r.encode);
+  }
+  std::vector<PrefillResult> PrefillFinishBatch(std::span<Sequence* const> seqs,
+                                                std::span<const PrefillMode> modes) const override {
+    if (modes.size() != seqs.size()) throw std::invalid_argument("PrefillFinishBatch: one mode per sequence");
+    std::vector<FinishJob> jobs;
+    for (size_t i = 0; i < seqs.size(); ++i) jobs.push_back(FinishJob{&Cpu(*seqs[i]).st, modes[i]});
+    return cedar::PrefillFinishBatch(m_, jobs);
   }
   StepStats EncoderReplay(Sequence& s) const override { return cedar::EncoderReplay(m_, Cpu(s).st); }
   StepStats ExactEncoderRestore(Sequence& s) const override { return cedar::ExactEncoderRestore(m_, Cpu(s).st); }

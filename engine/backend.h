@@ -55,6 +55,35 @@ class Backend {
   virtual PrefillResult PrefillFinish(Sequence&, PrefillMode) const {
     throw std::logic_error(std::string(name()) + " backend: no chunked prefill");
   }
+  // Several sequences' chunks (seqs[i] gets chunks[i]) or decoder phases (modes[i]) in one
+  // pass (engine/batch_prefill.h): the weight products run once over all their rows. Bit for
+  // bit the separate calls when kernels::RowInvariantMatmul() is on. REQUIRES: distinct
+  // sequences. The defaults make the separate calls (a backend without a batched path).
+  virtual bool SupportsBatchedPrefill() const { return false; }
+  virtual std::vector<StepStats> PrefillEncodeBatch(std::span<Sequence* const> seqs,
+                                                    std::span<const std::span<const int32_t>> chunks) const {
+    std::vector<StepStats> out;
+    for (size_t i = 0; i < seqs.size(); ++i) out.push_back(PrefillEncode(*seqs[i], chunks[i]));
+    return out;
+  }
+  virtual std::vector<PrefillResult> PrefillFinishBatch(std::span<Sequence* const> seqs,
+                                                        std::span<const PrefillMode> modes) const {
+    std::vector<PrefillResult> out;
+    for (size_t i = 0; i < seqs.size(); ++i) out.push_back(PrefillFinish(*seqs[i], modes[i]));
+    return out;
+  }
+  // PrefillEncodeBatch(seqs, chunks) and DecodeBatch(dec, tokens) in one pass (engine/batch_prefill.h
+  // EncodeDecodeBatch): the decode rows share the encoder layers' products with the chunks.
+  // Returns the chunks' stats; `logits` and `dec_stats` get the decode rows' results.
+  virtual std::vector<StepStats> EncodeDecodeBatch(std::span<Sequence* const> seqs,
+                                                   std::span<const std::span<const int32_t>> chunks,
+                                                   std::span<Sequence* const> dec, std::span<const int32_t> tokens,
+                                                   std::vector<std::vector<float>>* logits,
+                                                   std::vector<StepStats>* dec_stats) const {
+    std::vector<StepStats> out = PrefillEncodeBatch(seqs, chunks);
+    *logits = DecodeBatch(dec, tokens, dec_stats);
+    return out;
+  }
   virtual StepStats EncoderReplay(Sequence& s) const = 0;
   virtual StepStats ExactEncoderRestore(Sequence& s) const = 0;
   virtual void RebuildLayerEWindow(Sequence& s) const = 0;

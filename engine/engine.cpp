@@ -7,6 +7,7 @@
 
 #include <xxhash.h>
 
+#include "engine/prefill_parts.h"
 #include "engine/row_plan.h"
 
 namespace cedar {
@@ -67,8 +68,7 @@ void HiddenCapture::Add(int l, int64_t row_first, int n, const float* h, int rw)
   }
 }
 
-namespace {
-
+// CheckTokens and TrimState are shared with the batched prefill (engine/prefill_parts.h).
 void CheckTokens(const Model& m, const SequenceState& st, std::span<const int32_t> tokens) {
   const ModelConfig& c = m.config();
   for (size_t i = 0; i < tokens.size(); ++i)
@@ -86,6 +86,8 @@ void TrimState(const ModelConfig& c, SequenceState& st) {
   for (int l = 0; l < c.n_layers; ++l) st.windows[size_t(l)].DropBefore(WindowKeepFrom(c, l, st.pos, st.keep_extra_rows));
   st.h_e.DropBefore(HeKeepFrom(c, st.pos, st.keep_extra_rows, st.keep_h_e_rows));
 }
+
+namespace {
 
 // The decoder after the encoder ran over every row: rows [a_l, N) pass layer l (exact: the
 // staircase above the live decoder state; bounded: the last R rows).

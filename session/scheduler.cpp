@@ -11,21 +11,27 @@
 //
 // Exactness: a turn's result never depends on the other turns of a step. Its prompt is cut
 // into chunks of --max-prefill-chunk from where its state starts, whatever the load (the
-// budget only decides how many chunks run in a step), and each chunk runs alone through the
-// engine (PrefillEncode), then its decoder phase (PrefillFinish): the same products, rows and
-// order as when the turn is alone. Prefill rows of different turns are not put into one
-// product: above 16 rows the products run on OpenBLAS sgemm, whose row results change with
-// the number of rows (measured: a row of a 64-, 700- or 2048-row product differs from the
-// same row alone), and the row-invariant kernel (MatmulFewRows' order) runs those products at
-// about half sgemm's rate here. Decode rows are batched in groups of at most 16
+// budget only decides how many chunks run in a step). Unbatched (the default), each chunk runs
+// alone through the engine (PrefillEncode), then its decoder phase (PrefillFinish): the same
+// products, rows and order as when the turn is alone. Prefill rows of different turns are then
+// not put into one product: above 16 rows the products run on OpenBLAS sgemm, whose row results
+// change with the number of rows (measured: a row of a 64-, 700- or 2048-row product differs
+// from the same row alone). With --batch-prefill (batch_prefill.cpp) they are: a step's chunks
+// of different turns run as one engine pass (engine/batch_prefill.h: projections, router and
+// experts over all their rows, attention per turn), and so do the decoder phases of the turns
+// whose prompt ends in the step; that needs kernels::RowInvariantMatmul() on (every product sums
+// each output in MatVec's lane-16 order: a row is the same bits in any batch; ~0.8x sgemm's
+// rate), which SessionManager::Start checks, and then a turn gets the same bits batched or not
+// (tests/scheduler_batch_session_test.cpp). Decode rows are batched in groups of at most 16
 // (MatmulFewRows and MatVec sum every row in the same order: bit for bit what the row gets
-// alone; tests/scheduler_engine_test.cpp). The serial scheduler batches all decode rows into
-// one product, as before.
+// alone; tests/scheduler_engine_test.cpp), as a separate pass after the prefill. The serial
+// scheduler batches all decode rows into one product, as before.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <vector>
 
+#include "kernels/ops.h"
 #include "session/manager_impl.h"
 
 namespace cedar::session {
@@ -183,7 +189,10 @@ void SessionManager::Impl::StepMixed() {
   metrics.prefilling_turns_max = std::max(metrics.prefilling_turns_max, int64_t(pre.size()));
   int64_t budget = int64_t(so.step_tokens) - int64_t(going.size());
   int64_t rows = 0;
-  for (ActiveTurn* t : pre) {
+  const int64_t rode = metrics.decode_rows_in_prefill;
+  const bool batched = so.batch_prefill && kernels::RowInvariantMatmul() && backend->SupportsBatchedPrefill();
+  if (batched) rows = PrefillBatched(pre, budget, &going);  // may run the decode rows too
+  for (ActiveTurn* t : batched ? std::vector<ActiveTurn*>{} : pre) {
     if (rows > 0 && budget <= 0) break;
     const std::vector<int32_t>& prompt = t->request.prompt;
     const int64_t N = int64_t(prompt.size());
@@ -205,13 +214,14 @@ void SessionManager::Impl::StepMixed() {
       Fail(*t, ErrorKind::kInternal, e.what());
     }
   }
+  const int64_t decode_rows = metrics.decode_rows_in_prefill - rode + int64_t(going.size());
   for (size_t g = 0; g < going.size(); g += kDecodeGroup)
     DecodeRows(std::vector<ActiveTurn*>(going.begin() + g, going.begin() + std::min(going.size(), g + kDecodeGroup)));
-  if (rows > 0 || !going.empty()) {
+  if (rows > 0 || decode_rows > 0) {
     metrics.steps++;
     metrics.step_prefill_rows += rows;
-    metrics.step_decode_rows += int64_t(going.size());
-    metrics.step_decode_rows_max = std::max(metrics.step_decode_rows_max, int64_t(going.size()));
+    metrics.step_decode_rows += decode_rows;
+    metrics.step_decode_rows_max = std::max(metrics.step_decode_rows_max, decode_rows);
   }
 }
 

@@ -18,6 +18,7 @@
 
 #include "cache/prefix_cache.h"
 #include "cache/state_codec.h"
+#include "kernels/ops.h"
 #include "session/manager_impl.h"
 #include "session/turn.h"
 
@@ -122,6 +123,10 @@ void SessionManager::Impl::PublishStats() {
 }
 
 std::unique_ptr<SessionManager> SessionManager::Start(std::shared_ptr<const Model> model, ManagerOptions options) {
+  if (options.scheduler.batch_prefill && !kernels::RowInvariantMatmul())
+    throw std::invalid_argument(
+        "batch_prefill needs row-invariant matmul (kernels::SetRowInvariantMatmul(true); cedar serve --batch-prefill "
+        "sets it): without it a batched row's result would depend on the other turns' rows");
   auto impl = std::make_unique<Impl>();
   impl->model = model;
   impl->opt = options;
@@ -146,9 +151,12 @@ std::unique_ptr<SessionManager> SessionManager::Start(std::shared_ptr<const Mode
     spdlog::warn("the {} backend has no chunked prefill: the serial scheduler runs every prefill whole", m->device_);
     m->impl_->opt.scheduler.kind = SchedulerKind::kSerial;
   }
+  if (options.scheduler.batch_prefill && !m->impl_->backend->SupportsBatchedPrefill())
+    spdlog::warn("the {} backend has no batched prefill: each turn's chunks run alone", m->device_);
   m->scheduler_ = m->impl_->opt.scheduler.kind;
-  spdlog::info("scheduler {}: step {} tokens, prefill chunks of {}, {} prefilling turns at most, {} queued turns at most",
+  spdlog::info("scheduler {}: step {} tokens, prefill chunks of {}{}, {} prefilling turns at most, {} queued turns at most",
                SchedulerName(m->scheduler_), options.scheduler.step_tokens, options.scheduler.max_prefill_chunk,
+               options.scheduler.batch_prefill ? " (batched across turns)" : "",
                options.scheduler.max_prefilling_turns, options.scheduler.max_queued_turns);
   Impl* raw = m->impl_.get();
   raw->PublishStats();  // before the engine thread starts: the budgets are known at once

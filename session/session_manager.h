@@ -169,6 +169,9 @@ struct EngineMetrics {
   int64_t step_prefill_rows = 0;      // prompt rows those steps encoded
   int64_t step_decode_rows = 0;       // decode rows those steps ran
   int64_t step_decode_rows_max = 0;   // the most decode rows in one step
+  int64_t prefill_batches = 0;        // batched prefill passes (--batch-prefill): encode or finish
+  int64_t prefill_batch_turns_max = 0;  // the most turns' chunks in one such pass
+  int64_t decode_rows_in_prefill = 0;   // decode rows that rode in a batched prefill pass
   int64_t sessions = 0;
   // Session memory (--session-ram): live states plus the cache RAM their pins hold.
   uint64_t live_state_bytes = 0;      // live states: idle sessions' and in-flight turns'
@@ -204,6 +207,15 @@ struct SchedulerOptions {
                                  // on `small` (docs/SERVER.md): encoder ms per row 15 at 64, 11 at
                                  // 256, 7.9 at 1024 (sgemm packs x per product), so smaller chunks
                                  // shorten steps but cost the long prompt's TTFT
+  bool batch_prefill = false;    // --batch-prefill: a step's prefill chunks of different turns run
+                                 // as one engine pass (engine/batch_prefill.h), as do their decoder
+                                 // phases. Needs kernels::RowInvariantMatmul() on (Start refuses
+                                 // it otherwise), which keeps every row bit for bit what it is alone;
+                                 // ignored by the serial scheduler and on a backend without it
+  bool decode_in_prefill_pass = true;  // with batch_prefill: the step's decode rows ride in its first
+                                       // prefill pass (through the encoder layers in the chunks'
+                                       // products, engine/batch_prefill.h EncodeDecodeBatch) instead
+                                       // of a decode pass of their own; same bits either way
   int max_prefilling_turns = 4;  // --max-prefilling-turns: turns admitted with prompt rows left
   int max_queued_turns = 256;    // --max-queued-turns: turns waiting for admission; past it
                                  // Submit refuses with kQueueFull (0 = no limit)

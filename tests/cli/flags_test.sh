@@ -59,6 +59,7 @@ expect_refused --max-sessions abc -- "${S[@]}" --max-sessions abc
 expect_refused --default-max-tokens 0 -- "${S[@]}" --default-max-tokens 0
 expect_refused "API key #1" empty -- "${S[@]}" --api-key ""
 expect_refused --server-id "a b" -- "${S[@]}" --server-id "a b"
+expect_refused --batch-prefill serial -- "${S[@]}" --batch-prefill --scheduler serial
 
 G=(generate "${M[@]}" --prompt hi)
 expect_refused --max-tokens -1 -- "${G[@]}" --max-tokens -1

@@ -1,0 +1,59 @@
+// Ragged multi-sequence prefill (issue 14): the prefill chunks of several sequences in one
+// engine pass. Each sequence brings its own rows (any number, at its own position); the weight
+// products (attention projections, grouped output, router, experts, shared expert) run once
+// over the rows of all of them, while windows, compressor pools, the indexer and attention
+// stay per sequence (engine/forward.h RunLayerSegments).
+//
+// Exactness: with kernels::SetRowInvariantMatmul(true), a row of a product does not depend on
+// the other rows in it (kernels/gemm_rowinv.h), so every sequence ends bit for bit where
+// PrefillEncode / PrefillFinish on it alone would leave it (tests/scheduler_batch_test.cpp).
+// With the switch off, products of more than 16 rows run on sgemm, whose row results change
+// with the row count: the calls still work, within float tolerance of the separate ones.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace cedar {
+
+// One sequence's chunk in a batched encode.
+struct EncodeChunk {
+  SequenceState* st = nullptr;       // appended at st->pos
+  std::span<const int32_t> tokens;   // the chunk's tokens [n]
+};
+
+// PrefillEncode on every chunk, in one pass: returns each chunk's StepStats (in order).
+// REQUIRES: distinct states (throws std::invalid_argument otherwise, or on a bad token or
+// length, before any state is touched).
+std::vector<StepStats> PrefillEncodeBatch(const Model& m, std::span<const EncodeChunk> chunks);
+
+// One decoding sequence's next token, riding in a batched encode.
+struct DecodeRow {
+  SequenceState* st = nullptr;
+  int32_t token = 0;
+};
+struct EncodeDecodeResult {
+  std::vector<StepStats> encode;             // per chunk, as PrefillEncodeBatch
+  std::vector<std::vector<float>> logits;    // per decode row [V], as DecodeBatch
+  std::vector<StepStats> decode;             // per decode row
+};
+// PrefillEncodeBatch(chunks) and DecodeBatch(rows) in one pass: the decode rows go through the
+// encoder layers [0, E] in the same products as the chunks' rows (the weights streamed once for
+// both), then on alone through the decoder layers (E, L). With row-invariant matmul every
+// result is the bits of the separate calls. REQUIRES: distinct states over chunks and rows.
+EncodeDecodeResult EncodeDecodeBatch(const Model& m, std::span<const EncodeChunk> chunks, std::span<const DecodeRow> rows);
+
+// One sequence's decoder phase in a batched finish.
+struct FinishJob {
+  SequenceState* st = nullptr;
+  PrefillMode mode = PrefillMode::kBounded;  // as PrefillFinish: not kFull
+};
+
+// PrefillFinish on every job, in one pass (decoder layers [E, L), each sequence with its own
+// staircase or bounded rows and window floors): returns each job's PrefillResult (in order).
+// REQUIRES: distinct states, each with rows encoded since its last decoder pass.
+std::vector<PrefillResult> PrefillFinishBatch(const Model& m, std::span<const FinishJob> jobs);
+
+}  // namespace cedar
