@@ -224,6 +224,14 @@ std::string ServerMetrics::Render(const session::EngineMetrics& e) const {
   Metric(out, "cedar_steps_total", "counter", "Mixed-scheduler steps that ran rows.", double(e.steps));
   Metric(out, "cedar_step_prefill_rows_total", "counter", "Prompt rows encoded by mixed steps.", double(e.step_prefill_rows));
   Metric(out, "cedar_step_decode_rows_total", "counter", "Decode rows run by mixed steps.", double(e.step_decode_rows));
+  // Batched prefill (--batch-prefill): passes that ran several turns' chunks (or decoder phases)
+  // in one product, and the decode rows that rode in them.
+  Metric(out, "cedar_prefill_batches_total", "counter", "Batched prefill passes (--batch-prefill): encode or decoder phase.",
+         double(e.prefill_batches));
+  Metric(out, "cedar_prefill_batch_turns_max", "gauge", "The most turns in one batched prefill pass so far.",
+         double(e.prefill_batch_turns_max));
+  Metric(out, "cedar_decode_rows_in_prefill_total", "counter", "Decode rows that rode in a batched prefill pass.",
+         double(e.decode_rows_in_prefill));
   // Speculative decoding (--spec-tokens): the acceptance rate is accepted / drafted.
   Metric(out, "cedar_spec_passes_total", "counter", "Speculative verify passes of decoding turns.", double(e.spec_passes));
   Metric(out, "cedar_spec_drafted_total", "counter", "Draft tokens verified by speculative passes.", double(e.spec_drafted));
