@@ -180,7 +180,7 @@ PrefillResult Prefill(const Model& m, SequenceState& st, std::span<const int32_t
 }
 
 // The body of Prefill's chunk loop for one chunk of a non-full mode (kept in step with it).
-StepStats PrefillEncode(const Model& m, SequenceState& st, std::span<const int32_t> tokens) {
+StepStats PrefillEncode(const Model& m, SequenceState& st, std::span<const int32_t> tokens, HiddenCapture* hidden) {
   const ModelConfig& c = m.config();
   CheckTokens(m, st, tokens);
   StepStats s;
@@ -195,7 +195,10 @@ StepStats PrefillEncode(const Model& m, SequenceState& st, std::span<const int32
   ctx.n_new_tokens = len;
   Rows h = Embed(m, tokens.data(), len, st.pos);
   const int64_t first = st.pos;
-  for (int l = 0; l < E; ++l) RunLayer(m, st, l, h, first, 0, ctx);
+  for (int l = 0; l < E; ++l) {
+    RunLayer(m, st, l, h, first, 0, ctx);
+    if (hidden) hidden->Add(l, h.first, h.n, h.h.data(), rw);  // as Prefill's tap
+  }
   for (int r = 0; r < len; ++r) std::copy(h.h.begin() + size_t(r) * rw, h.h.begin() + size_t(r + 1) * rw, st.h_e.Append(first + r));
   RunLayer(m, st, E, h, first + len, 0, ctx);  // layer E's window entries and the decoder pool
   st.pos = first + len;
@@ -207,13 +210,13 @@ StepStats PrefillEncode(const Model& m, SequenceState& st, std::span<const int32
   return s;
 }
 
-PrefillResult PrefillFinish(const Model& m, SequenceState& st, PrefillMode mode) {
+PrefillResult PrefillFinish(const Model& m, SequenceState& st, PrefillMode mode, HiddenCapture* hidden) {
   if (mode == PrefillMode::kFull) throw std::invalid_argument("PrefillFinish: full mode has no separate decoder phase");
   PrefillResult res;
   if (st.pos == st.decoder_pos) throw std::invalid_argument("PrefillFinish: no rows were encoded since the last decoder pass");
   PassContext ctx;
   std::vector<float> last_h;
-  RunDecoderPhase(m, st, mode, ctx, &last_h);
+  RunDecoderPhase(m, st, mode, ctx, &last_h, hidden);
   st.decoder_pos = st.pos;
   TrimState(m.config(), st);
   res.logits = ComputeLogits(m, last_h.data());

@@ -71,8 +71,10 @@ PrefillResult Prefill(const Model& m, SequenceState& st, std::span<const int32_t
 // Prefill(c1 + ... + ck, {mode, chunk_size}) with the same chunk boundaries, bit for bit.
 // REQUIRES: mode != kFull (full runs the decoder per chunk: use Prefill). Between the calls
 // the state is mid-prefill: only further PrefillEncode calls or PrefillFinish may touch it.
-StepStats PrefillEncode(const Model& m, SequenceState& st, std::span<const int32_t> tokens);
-PrefillResult PrefillFinish(const Model& m, SequenceState& st, PrefillMode mode);
+// `hidden` (optional, as PrefillOptions::hidden): the rows leaving hidden->layers, so that the
+// chunks and the decoder phase together capture what Prefill would (a speculating turn's drafter).
+StepStats PrefillEncode(const Model& m, SequenceState& st, std::span<const int32_t> tokens, HiddenCapture* hidden = nullptr);
+PrefillResult PrefillFinish(const Model& m, SequenceState& st, PrefillMode mode, HiddenCapture* hidden = nullptr);
 
 // One token through all L layers; returns its logits [V].
 std::vector<float> DecodeStep(const Model& m, SequenceState& st, int32_t token, StepStats* stats = nullptr);

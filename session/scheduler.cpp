@@ -191,8 +191,17 @@ void SessionManager::Impl::StepMixed() {
   int64_t rows = 0;
   const int64_t rode = metrics.decode_rows_in_prefill;
   const bool batched = so.batch_prefill && kernels::RowInvariantMatmul() && backend->SupportsBatchedPrefill();
-  if (batched) rows = PrefillBatched(pre, budget, &going);  // may run the decode rows too
-  for (ActiveTurn* t : batched ? std::vector<ActiveTurn*>{} : pre) {
+  // A speculating turn prefills on its own (below): its chunks capture its drafter's rows.
+  std::vector<ActiveTurn*> solo;
+  if (batched) {
+    std::vector<ActiveTurn*> together;
+    for (ActiveTurn* t : pre) (t->speculating ? solo : together).push_back(t);
+    rows = PrefillBatched(together, budget, &going);  // may run the decode rows too
+    budget -= rows;
+  } else {
+    solo = pre;
+  }
+  for (ActiveTurn* t : solo) {
     if (rows > 0 && budget <= 0) break;
     const std::vector<int32_t>& prompt = t->request.prompt;
     const int64_t N = int64_t(prompt.size());
@@ -201,15 +210,20 @@ void SessionManager::Impl::StepMixed() {
       while (t->encode_next < N) {
         const int64_t len = std::min<int64_t>(so.max_prefill_chunk, N - t->encode_next);
         if (rows > 0 && len > budget) break;
-        const StepStats s =
-            backend->PrefillEncode(*t->state, std::span<const int32_t>(prompt.data() + t->encode_next, size_t(len)));
+        const std::span<const int32_t> chunk(prompt.data() + t->encode_next, size_t(len));
+        // Speculation runs on the CPU backend only (CheckSpeculation): its host state.
+        SequenceState* host = t->speculating ? backend->MutableHostState(*t->state) : nullptr;
+        const StepStats s = host ? cedar::PrefillEncode(*model, *host, chunk, &t->spec_capture) : backend->PrefillEncode(*t->state, chunk);
         a.prefill_units += s.layer_token_units;
         a.layer_token_units += s.layer_token_units;
         t->encode_next += len;
         budget -= len;
         rows += len;
       }
-      if (t->encode_next >= N) EndPrefill(*t, backend->PrefillFinish(*t->state, t->mode));
+      if (t->encode_next >= N) {
+        SequenceState* host = t->speculating ? backend->MutableHostState(*t->state) : nullptr;
+        EndPrefill(*t, host ? cedar::PrefillFinish(*model, *host, t->mode, &t->spec_capture) : backend->PrefillFinish(*t->state, t->mode));
+      }
     } catch (const std::exception& e) {
       Fail(*t, ErrorKind::kInternal, e.what());
     }

@@ -54,10 +54,12 @@ struct ActiveTurn {
   PrefillMode mode = PrefillMode::kBounded;  // the decoder phase of this turn's prefill
   int64_t encode_next = 0;                 // the next prompt position to encode (mixed scheduler)
   bool waited_for_memory = false;          // admission was deferred for session memory (counted once)
-  // Speculative decoding (--spec-tokens, session/speculation.cpp), decided at the first decode step:
+  // Speculative decoding (--spec-tokens, session/speculation.cpp), decided when the turn begins:
   bool spec_decided = false;               // Speculates() has looked at the request
   bool speculating = false;                // the turn decodes by verify passes
-  std::unique_ptr<Drafter> drafter;        // its own drafter (context from this turn's passes only)
+  std::unique_ptr<Drafter> drafter;        // its own drafter: the prompt rows its prefill ran, then its passes
+  HiddenCapture spec_capture;              // the prefill's rows of the drafter's layers (PrefillCaptureFor),
+                                           // handed to the drafter when the prefill ends (ObservePrefill)
   std::mt19937_64 spec_rng;                // the one generator of its sampled speculation (seeded
                                            // with sampling.seed, as `cedar generate --spec-tokens`)
   int32_t spec_next = -1;                  // a rejection's correction token, produced at the next step

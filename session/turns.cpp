@@ -256,6 +256,9 @@ bool SessionManager::Impl::BeginTurn(ActiveTurn& t) {
         t.mode = PrefillMode::kBounded;
       if (p0 == 0 && rq.decoder == DecoderPolicy::kAuto && N <= c.window) t.mode = PrefillMode::kExact;
     }
+    // A speculating turn's prefill keeps the rows its drafter reads, so that the first drafts
+    // see the prompt (as `cedar generate --spec-tokens` does).
+    if (Speculates(t)) t.spec_capture = PrefillCaptureFor(*model, *t.drafter);
     return true;
   } catch (const std::exception& e) {
     Fail(t, ErrorKind::kInternal, e.what());
@@ -273,6 +276,7 @@ void SessionManager::Impl::StartTurn(ActiveTurn& t) {
       PrefillOptions po;
       po.chunk_size = kPrefillChunk;
       po.mode = t.mode;
+      if (t.speculating) po.hidden = &t.spec_capture;
       pr = backend->Prefill(*t.state, std::span<const int32_t>(t.request.prompt.data() + p0, size_t(N - p0)), po);
     }
     EndPrefill(t, std::move(pr));
@@ -290,6 +294,10 @@ void SessionManager::Impl::EndPrefill(ActiveTurn& t, std::optional<PrefillResult
   Sequence& st = *t.state;
   const int64_t N = int64_t(rq.prompt.size());
   const int64_t fresh_rows = a.tokens_encoded;
+  if (t.speculating) {
+    if (pr) ObservePrefill(*t.drafter, t.spec_capture);  // an exact repeat ran nothing: no rows
+    t.spec_capture = HiddenCapture{};
+  }
   if (pr) {
     if (t.mode == PrefillMode::kBounded && N > c.window) metrics.decoder_replays++;
     // A bounded replay of N <= W rows is the exact computation.

@@ -193,16 +193,22 @@ TEST_CASE("--spec-tokens: a sampled turn follows cedar generate --spec-tokens (s
   sp.top_p = 0.95f;
   sp.seed = 1234;
   const std::vector<int32_t> prompt = Random(20, 9);
-  // Generate() on the engine, from the same (bounded) prefill the session runs for this prompt.
+  // Generate() on the engine, from the same (bounded) prefill the session runs for this prompt,
+  // with the drafter seeing the prompt's rows as `cedar generate --spec-tokens` does: the turn's
+  // drafts (q) and so its sampled tokens follow only if the session hands its drafter the same
+  // prompt rows (a drafter without them drafts other tokens: dspark_golden_test).
   SequenceState st(m->config());
+  DSparkDrafter drafter(*m);
+  HiddenCapture cap = PrefillCaptureFor(*m, drafter);
   PrefillOptions po;
   po.mode = PrefillMode::kBounded;
+  po.hidden = &cap;
   std::vector<float> logits = Prefill(*m, st, prompt, po).logits;
+  ObservePrefill(drafter, cap);
   GenerateOptions go;
   go.max_tokens = 24;
   go.sampling = sp;
   go.spec_tokens = 3;
-  DSparkDrafter drafter(*m);
   const GenerateResult g = Generate(*m, st, logits, go, &drafter);
   REQUIRE(g.tokens.size() == 24);
 
@@ -226,7 +232,11 @@ TEST_CASE("--spec-tokens: a sampled turn follows cedar generate --spec-tokens (s
     CHECK(r.output.size() == size_t(max));
     CHECK(r.finish_reason == "length");
   }
-  // A stop token: the output ends at its first occurrence.
+  // A stop token: the output ends at its first occurrence. A fresh manager: with this prompt in
+  // the prefix cache the prefill would run fewer rows, the drafter would see fewer prompt rows,
+  // and the sampled drafts (so the tokens, not their distribution) would differ from g's.
+  sm->Shutdown(false);
+  sm = SessionManager::Start(m, Options(p));
   rq.prompt = prompt;
   rq.max_tokens = 24;
   rq.stop_tokens = {g.tokens[9]};
