@@ -42,7 +42,7 @@ run() {
 }
 
 PROGRAMS=(bench_tokenizer bench_dsml_prompt bench_quality bench_sampling bench_weights bench_gemm bench_engram
-          bench_server bench_session)
+          bench_server bench_session bench_grammar bench_scheduler bench_trace_replay)
 for p in "${PROGRAMS[@]}"; do
   run check_help "$p"
   run check_refused "$p" --no-such-flag --no-such-flag 1
@@ -65,6 +65,10 @@ run check_refused bench_engram --gib --gib -1
 run check_refused bench_engram --lookups --lookups 1e5
 run check_refused bench_server --turns --turns abc
 run check_refused bench_session --context --context -5
+run check_refused bench_grammar --steps --steps x
+run check_refused bench_scheduler --sessions --sessions x
+run check_refused bench_trace_replay --time-scale --time-scale -1
+run check_refused bench_trace_replay --configs --configs mixed,bogus
 wait
 
 fail=0
