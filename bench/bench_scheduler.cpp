@@ -26,12 +26,10 @@
 #include <thread>
 #include <vector>
 
-#include <boost/program_options.hpp>
-#include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_flags.h"
 #include "bench/bench_stats.h"
-#include "engine/flag_values.h"
 #include "engine/init.h"
 #include "kernels/hw_probe.h"
 #include "kernels/ops.h"
@@ -199,53 +197,35 @@ void MixedLoad(const std::shared_ptr<const Model>& m, const Args& a, const Confi
 int main(int argc, char** argv) {
   kernels::KeepLargeAllocations();
   Args a;
-  // Boost.program_options, as the `cedar` subcommands: --help prints this and exits, and a bad
-  // value is an error naming the flag (engine/flag_values.h), never a library's message.
+  // Flags as every bench's (bench/bench_flags.h): --help prints them and exits, a bad value is
+  // one line naming the flag.
   namespace po = boost::program_options;
-  std::string sessions_s = "8", decode_s = "128", prompt_s = "256", long_s = "16384", warmup_s = "16", step_s = "0",
-              chunk_s = "0";
-  po::options_description desc(
+  auto desc = cedar::bench::Options(
       "bench_scheduler: sessions decoding while one more submits a long fresh prompt: inter-token latency before, "
       "during and after its prefill, and its TTFT, per scheduler configuration (JSON lines)");
-  desc.add_options()("help,h", "show this help and exit")(
+  desc.add_options()(
       "preset", po::value(&a.preset)->default_value(a.preset), "model preset (random weights, written once to a temp dir)")(
       "model", po::value(&a.model_dir), "model directory (instead of --preset)")(
       "schedulers", po::value(&a.schedulers)->default_value(a.schedulers),
       "configurations, comma-separated: mixed | mixed-rowinv (row-invariant matmul) | mixed-batched (mixed-rowinv with "
       "--batch-prefill, decode rows riding in the prefill pass) | mixed-batched-sep (decode rows apart) | serial")(
-      "sessions", po::value(&sessions_s)->default_value(sessions_s), "sessions decoding")(
-      "decode", po::value(&decode_s)->default_value(decode_s), "tokens each session's turn decodes")(
-      "prompt", po::value(&prompt_s)->default_value(prompt_s), "tokens of each session's first prompt")(
-      "long", po::value(&long_s)->default_value(long_s), "tokens of the long fresh prompt")(
-      "warmup", po::value(&warmup_s)->default_value(warmup_s), "tokens every session decodes before the long prompt")(
-      "step-tokens", po::value(&step_s)->default_value(step_s), "SchedulerOptions::step_tokens (0 = its default)")(
-      "max-prefill-chunk", po::value(&chunk_s)->default_value(chunk_s), "SchedulerOptions::max_prefill_chunk (0 = its default)");
-  try {
-    po::variables_map vm;
-    po::store(po::parse_command_line(argc, argv, desc), vm);
-    if (vm.count("help")) {
-      std::cout << desc << "\n";
-      return 0;
-    }
-    po::notify(vm);
-    a.sessions = ParseIntFlag<int>("--sessions", sessions_s, 1, 1024);
-    a.decode = ParseIntFlag<int>("--decode", decode_s, 2, 1 << 20);
-    a.prompt = ParseIntFlag<int>("--prompt", prompt_s, 1, 1 << 24);
-    a.long_prompt = ParseIntFlag<int>("--long", long_s, 1, 1 << 24);
-    a.warmup = ParseIntFlag<int>("--warmup", warmup_s, 0, 1 << 20);
-    a.step_tokens = ParseIntFlag<int>("--step-tokens", step_s, 0, 1 << 20);
-    a.chunk = ParseIntFlag<int>("--max-prefill-chunk", chunk_s, 0, 1 << 20);
-    for (size_t p = 0; p <= a.schedulers.size();) {
-      const size_t q = std::min(a.schedulers.find(',', p), a.schedulers.size());
-      const std::string item = a.schedulers.substr(p, q - p);
-      if (!item.empty() && std::none_of(std::begin(kConfigs), std::end(kConfigs), [&](const Config& c) { return item == c.name; }))
-        throw std::invalid_argument("--schedulers: expected mixed, mixed-rowinv, mixed-batched, mixed-batched-sep or serial, found '" +
-                                    item + "'");
-      p = q + 1;
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_scheduler: %s (bench_scheduler --help lists the options)\n", e.what());
-    return 2;
+      "sessions", cedar::cli::IntOption("--sessions", &a.sessions, 1, 1024), "sessions decoding")(
+      "decode", cedar::cli::IntOption("--decode", &a.decode, 2, 1 << 20), "tokens each session's turn decodes")(
+      "prompt", cedar::cli::IntOption("--prompt", &a.prompt, 1, 1 << 24), "tokens of each session's first prompt")(
+      "long", cedar::cli::IntOption("--long", &a.long_prompt, 1, 1 << 24), "tokens of the long fresh prompt")(
+      "warmup", cedar::cli::IntOption("--warmup", &a.warmup, 0, 1 << 20), "tokens every session decodes before the long prompt")(
+      "step-tokens", cedar::cli::IntOption("--step-tokens", &a.step_tokens, 0, 1 << 20),
+      "SchedulerOptions::step_tokens (0 = its default)")(
+      "max-prefill-chunk", cedar::cli::IntOption("--max-prefill-chunk", &a.chunk, 0, 1 << 20),
+      "SchedulerOptions::max_prefill_chunk (0 = its default)");
+  if (const int rc = cedar::bench::ParseFlags("bench_scheduler", desc, argc, argv); rc >= 0) return rc;
+  for (size_t p = 0; p <= a.schedulers.size();) {
+    const size_t q = std::min(a.schedulers.find(',', p), a.schedulers.size());
+    const std::string item = a.schedulers.substr(p, q - p);
+    if (!item.empty() && std::none_of(std::begin(kConfigs), std::end(kConfigs), [&](const Config& c) { return item == c.name; }))
+      return cedar::bench::FlagError("bench_scheduler", "--schedulers: expected mixed, mixed-rowinv, mixed-batched, mixed-batched-sep or serial, found '" +
+                                                            item + "'");
+    p = q + 1;
   }
   if (a.model_dir.empty()) {
     ModelConfig c;

@@ -40,13 +40,11 @@
 #include <thread>
 #include <vector>
 
-#include <boost/program_options.hpp>
-#include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_flags.h"
 #include "bench/bench_stats.h"
 #include "engine/engine.h"
-#include "engine/flag_values.h"
 #include "engine/init.h"
 #include "engine/sampling.h"
 #include "kernels/hw_probe.h"
@@ -282,61 +280,41 @@ nlohmann::json Summarize(const std::string& name, const std::vector<Outcome>& v,
 int main(int argc, char** argv) {
   kernels::KeepLargeAllocations();
   Args a;
-  // Boost.program_options, as the `cedar` subcommands: --help prints this and exits, and a bad
-  // value is an error naming the flag (engine/flag_values.h), never a library's message.
+  // Flags as every bench's (bench/bench_flags.h): --help prints them and exits, a bad value is
+  // one line naming the flag.
   namespace po = boost::program_options;
-  std::string first_s = "1", limit_s = "10", horizon_s = "400", max_turns_s = "12", time_scale_s = "0.01",
-              token_scale_s = "0.02", max_output_s = "32", max_seconds_s = "120", step_s = "0", chunk_s = "0";
-  po::options_description desc(
+  auto desc = cedar::bench::Options(
       "bench_trace_replay: the shared Claude Code traces replayed with their sub-agents concurrent, per scheduler "
       "configuration: TTFT p50/p99 and throughput (JSON lines)");
-  desc.add_options()("help,h", "show this help and exit")(
+  desc.add_options()(
       "preset", po::value(&a.preset)->default_value(a.preset), "model preset (random weights, written once to a temp dir)")(
       "model", po::value(&a.model_dir), "model directory (instead of --preset)")(
       "traces", po::value(&a.traces)->default_value(a.traces), "directory of claude-code trace files")(
       "configs", po::value(&a.configs)->default_value(a.configs),
       "configurations, comma-separated: serial | mixed | decoder-only | mixed-rowinv | mixed-batched")(
-      "first", po::value(&first_s)->default_value(first_s), "first trace file replayed (1-based, sorted path order)")(
-      "limit", po::value(&limit_s)->default_value(limit_s), "trace files replayed (conversations with their sub-agents)")(
-      "horizon", po::value(&horizon_s)->default_value(horizon_s), "recorded seconds: later turns are not replayed")(
-      "max-turns", po::value(&max_turns_s)->default_value(max_turns_s), "turns per conversation at most")(
-      "time-scale", po::value(&time_scale_s)->default_value(time_scale_s), "arrival at recorded t times this (s)")(
-      "token-scale", po::value(&token_scale_s)->default_value(token_scale_s), "prompt and output lengths times this")(
-      "max-output", po::value(&max_output_s)->default_value(max_output_s), "output tokens per turn at most")(
-      "max-seconds", po::value(&max_seconds_s)->default_value(max_seconds_s),
+      "first", cedar::cli::IntOption("--first", &a.first, 1, 1 << 20), "first trace file replayed (1-based, sorted path order)")(
+      "limit", cedar::cli::IntOption("--limit", &a.limit, 1, 1 << 20), "trace files replayed (conversations with their sub-agents)")(
+      "horizon", cedar::cli::RealOption("--horizon", &a.horizon, 0.0, 1e9), "recorded seconds: later turns are not replayed")(
+      "max-turns", cedar::cli::IntOption("--max-turns", &a.max_turns, 1, 1 << 20), "turns per conversation at most")(
+      "time-scale", cedar::cli::RealOption("--time-scale", &a.time_scale, 0.0, 1e6), "arrival at recorded t times this (s)")(
+      "token-scale", cedar::cli::RealOption("--token-scale", &a.token_scale, 0.0, 1e3, /*lo_open=*/true),
+      "prompt and output lengths times this")(
+      "max-output", cedar::cli::IntOption("--max-output", &a.max_output, 1, 1 << 20), "output tokens per turn at most")(
+      "max-seconds", cedar::cli::RealOption("--max-seconds", &a.max_seconds, 0.0, 1e7, /*lo_open=*/true),
       "per configuration: no turn is sent after this (turns in flight finish)")(
-      "step-tokens", po::value(&step_s)->default_value(step_s), "SchedulerOptions::step_tokens (0 = its default)")(
-      "max-prefill-chunk", po::value(&chunk_s)->default_value(chunk_s), "SchedulerOptions::max_prefill_chunk (0 = its default)");
-  try {
-    po::variables_map vm;
-    po::store(po::parse_command_line(argc, argv, desc), vm);
-    if (vm.count("help")) {
-      std::cout << desc << "\n";
-      return 0;
-    }
-    po::notify(vm);
-    a.first = ParseIntFlag<int>("--first", first_s, 1, 1 << 20);
-    a.limit = ParseIntFlag<int>("--limit", limit_s, 1, 1 << 20);
-    a.horizon = ParseRealFlag<double>("--horizon", horizon_s, 0.0, 1e9);
-    a.max_turns = ParseIntFlag<int>("--max-turns", max_turns_s, 1, 1 << 20);
-    a.time_scale = ParseRealFlag<double>("--time-scale", time_scale_s, 0.0, 1e6);
-    a.token_scale = ParseRealFlag<double>("--token-scale", token_scale_s, 0.0, 1e3, /*lo_open=*/true);
-    a.max_output = ParseIntFlag<int>("--max-output", max_output_s, 1, 1 << 20);
-    a.max_seconds = ParseRealFlag<double>("--max-seconds", max_seconds_s, 0.0, 1e7, /*lo_open=*/true);
-    a.step_tokens = ParseIntFlag<int>("--step-tokens", step_s, 0, 1 << 20);
-    a.chunk = ParseIntFlag<int>("--max-prefill-chunk", chunk_s, 0, 1 << 20);
-    const std::set<std::string> known = {"serial", "mixed", "decoder-only", "mixed-rowinv", "mixed-batched"};
-    for (size_t p = 0; p <= a.configs.size();) {
-      const size_t q = std::min(a.configs.find(',', p), a.configs.size());
-      const std::string item = a.configs.substr(p, q - p);
-      if (!item.empty() && !known.count(item))
-        throw std::invalid_argument("--configs: expected serial, mixed, decoder-only, mixed-rowinv or mixed-batched, found '" +
-                                    item + "'");
-      p = q + 1;
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_trace_replay: %s (bench_trace_replay --help lists the options)\n", e.what());
-    return 2;
+      "step-tokens", cedar::cli::IntOption("--step-tokens", &a.step_tokens, 0, 1 << 20),
+      "SchedulerOptions::step_tokens (0 = its default)")(
+      "max-prefill-chunk", cedar::cli::IntOption("--max-prefill-chunk", &a.chunk, 0, 1 << 20),
+      "SchedulerOptions::max_prefill_chunk (0 = its default)");
+  if (const int rc = cedar::bench::ParseFlags("bench_trace_replay", desc, argc, argv); rc >= 0) return rc;
+  const std::set<std::string> known = {"serial", "mixed", "decoder-only", "mixed-rowinv", "mixed-batched"};
+  for (size_t p = 0; p <= a.configs.size();) {
+    const size_t q = std::min(a.configs.find(',', p), a.configs.size());
+    const std::string item = a.configs.substr(p, q - p);
+    if (!item.empty() && !known.count(item))
+      return cedar::bench::FlagError("bench_trace_replay",
+                                     "--configs: expected serial, mixed, decoder-only, mixed-rowinv or mixed-batched, found '" + item + "'");
+    p = q + 1;
   }
   if (a.model_dir.empty()) {
     ModelConfig c;
