@@ -48,6 +48,24 @@ void* Model::AllocateBytes(size_t bytes) {
   return owned_.back()->data();
 }
 
+namespace {
+
+// The [rows, cols] a matmul weight of `shape` is held as: the first dim by the rest, except
+// wo_a [groups, rows per group, cols], whose groups stack along the rows.
+Weight MatmulShape(const std::vector<int64_t>& shape) {
+  Weight w;
+  w.rows = shape[0];
+  w.cols = 1;
+  for (size_t i = 1; i < shape.size(); ++i) w.cols *= shape[i];
+  if (shape.size() == 3) {
+    w.rows = shape[0] * shape[1];
+    w.cols = shape[2];
+  }
+  return w;
+}
+
+}  // namespace
+
 Weight Model::TakeMatmul(const std::string& name, std::vector<int64_t> shape, WeightPrecision p) {
   namespace k = kernels;
   const TensorInfo* t = file_->Find(name);
@@ -58,14 +76,7 @@ Weight Model::TakeMatmul(const std::string& name, std::vector<int64_t> shape, We
   // BF16 (bf16).
   if (t && t->dtype == DType::I8) {
     if (t->shape != shape) return Take(name, shape);  // Take names the expected and found shapes
-    Weight w;
-    w.rows = shape[0];
-    w.cols = 1;
-    for (size_t i = 1; i < shape.size(); ++i) w.cols *= shape[i];
-    if (shape.size() == 3) {  // wo_a: groups stacked along rows
-      w.rows = shape[0] * shape[1];
-      w.cols = shape[2];
-    }
+    Weight w = MatmulShape(shape);
     const int64_t n = w.rows * w.cols, nb = (w.cols + k::kQuantBlock - 1) / k::kQuantBlock;
     const std::string sname = Int8ScaleName(name);
     const TensorInfo* s = file_->Find(sname);
@@ -127,14 +138,7 @@ Weight Model::TakeMatmul(const std::string& name, std::vector<int64_t> shape, We
   if (!t) throw std::runtime_error("model: " + file_->Path() + ": missing tensor '" + name + "'");
   if (t->shape != shape) return Take(name, shape);  // Take names the expected and found shapes
   if (t->dtype != DType::F32 && t->dtype != DType::BF16) return Take(name, shape);  // and the dtype
-  Weight w;
-  w.rows = shape[0];
-  w.cols = 1;
-  for (size_t i = 1; i < shape.size(); ++i) w.cols *= shape[i];
-  if (shape.size() == 3) {  // wo_a: groups stacked along rows
-    w.rows = shape[0] * shape[1];
-    w.cols = shape[2];
-  }
+  Weight w = MatmulShape(shape);
   const int64_t n = w.rows * w.cols;
   if (p == WeightPrecision::kI8) {
     const std::vector<float> f = file_->ReadFloats(name);  // a transient F32 copy of this tensor only
