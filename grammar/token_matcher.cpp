@@ -226,8 +226,8 @@ const TokenMatcher::LocalMask& TokenMatcher::Local(int32_t node, Automaton::Cut&
 }
 
 const TokenMask& TokenMatcher::CertainBelow(const LocalMask& lm, uint64_t key, int32_t slack) {
-  const uint64_t k = key * 0x9e3779b97f4a7c15ull + uint64_t(slack);
-  auto [it, added] = below_cache_.try_emplace(k);
+  if (below_cache_.size() >= kMaxCachedMasks && !below_cache_.count({key, slack})) below_cache_.clear();
+  auto [it, added] = below_cache_.try_emplace({key, slack});
   if (!added) return it->second;
   TokenMask& m = it->second;
   m = lm.certain;

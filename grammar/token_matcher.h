@@ -27,6 +27,7 @@
 // Thread contract: TokenVocab is immutable and shared; a TokenMatcher belongs to one turn.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -149,7 +150,7 @@ class TokenMatcher {
   Stats stats_;
   std::unordered_map<uint64_t, LocalMask> local_cache_;  // (local state, context's first bytes) -> mask
   size_t local_levels_ = 0;          // entries of local_cache_ holding levels (1 MiB each at 274K nodes)
-  std::unordered_map<uint64_t, TokenMask> below_cache_;  // (local_cache_ key's hash, slack) -> CertainBelow
+  std::map<std::pair<uint64_t, int32_t>, TokenMask> below_cache_;  // (local_cache_ key, slack) -> CertainBelow
   std::vector<uint16_t> level_;      // scratch: per trie depth, the path's least chain level
   std::vector<int32_t> visited_;     // scratch: trie nodes one level-recording walk reached
   std::vector<int32_t> chain_level_; // scratch: ChainLevel per state for one walk (-1: not yet)
