@@ -1,6 +1,7 @@
 #include "grammar/automaton.h"
 
 #include <algorithm>
+#include <map>
 
 namespace cedar::grammar {
 
@@ -26,6 +27,42 @@ Automaton::Automaton(const Grammar& grammar) {
       rule_starts_[r].push_back(int32_t(program_.size()));
       for (const Element& e : alt) program_.push_back({e.kind == Element::Kind::kClass ? 0 : 1, e.index});
       program_.push_back({kEnd, 0});
+    }
+  }
+  // Nullable rules (a fixpoint): a chain counts only when its element takes at least a byte.
+  std::vector<bool> nullable(grammar.rules().size(), false);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t r = 0; r < grammar.rules().size(); ++r) {
+      if (nullable[r]) continue;
+      for (const Alternative& alt : grammar.rules()[r].alternatives) {
+        bool all = true;
+        for (const Element& e : alt) all = all && e.kind == Element::Kind::kRef && nullable[size_t(e.index)];
+        if (all) {
+          nullable[r] = changed = true;
+          break;
+        }
+      }
+    }
+  }
+  chain_pos_.resize(program_.size());
+  // Chains of the same element have the same shape at every count (strings of any maxLength
+  // share their character rule), so they share a family, canonicalised into its longest chain.
+  std::map<std::pair<int, int32_t>, int32_t> family_of;
+  for (const Grammar::RepChain& c : grammar.chains()) {
+    if (c.rules.size() < 2) continue;
+    const Element e = grammar.rules()[size_t(c.rules[1])].alternatives[0][0];
+    if (e.kind == Element::Kind::kRef && nullable[size_t(e.index)]) continue;
+    const auto [fit, added] = family_of.emplace(std::make_pair(int(e.kind), e.index), int32_t(chain_rules_.size()));
+    if (added) chain_rules_.push_back(c.rules);
+    const int32_t id = fit->second;
+    if (chain_rules_[size_t(id)].size() < c.rules.size()) chain_rules_[size_t(id)] = c.rules;
+    for (size_t k = 1; k < c.rules.size(); ++k) {
+      const auto& starts = rule_starts_[size_t(c.rules[k])];
+      const int32_t first = starts.front();
+      const int32_t last = starts.back();
+      // T_k's program: alternative 1 (e, T_{k-1}, end) then alternative 2 (end).
+      for (int32_t pos = first; pos <= last; ++pos) chain_pos_[size_t(pos)] = {id, int32_t(k), pos - first};
     }
   }
   nodes_.push_back({kEnd, 0});          // node 0: the empty stack
@@ -104,7 +141,7 @@ StateId Automaton::Compute(StateId state, Symbol symbol) {
   return InternSet(std::move(next));
 }
 
-Automaton::Cut Automaton::CutStack(int32_t node, int frames) {
+Automaton::Cut Automaton::CutStack(int32_t node, int frames, int32_t horizon) {
   std::vector<int32_t> positions;
   int32_t below = node;
   while (below > kContextNode && int(positions.size()) < frames) {
@@ -113,9 +150,43 @@ Automaton::Cut Automaton::CutStack(int32_t node, int frames) {
   }
   // A stack of at most `frames` nodes is its own local stack (no marker, no context).
   const bool cut = below != 0;
+  int32_t chain = -1, slack = 0;
+  if (horizon > 0) {
+    // One chain frame among the cut frames (two of the same chain: left as they are).
+    size_t at = positions.size();
+    for (size_t i = 0; i < positions.size(); ++i) {
+      const ChainPos& cp = chain_pos_[size_t(positions[i])];
+      if (cp.chain < 0) continue;
+      if (chain < 0) {
+        chain = cp.chain;
+        at = i;
+      } else if (cp.chain == chain) {
+        chain = -1;
+        break;
+      }
+    }
+    if (chain >= 0) {
+      const ChainPos& cp = chain_pos_[size_t(positions[at])];
+      const auto& rules = chain_rules_[size_t(chain)];
+      const int32_t top = std::min<int32_t>(int32_t(rules.size()) - 1, horizon);
+      slack = std::max<int32_t>(0, top - cp.level);
+      positions[at] = rule_starts_[size_t(rules[size_t(top)])].front() + cp.offset;
+    }
+  }
   int32_t local = cut ? kContextNode : 0;
   for (auto it = positions.rbegin(); it != positions.rend(); ++it) local = Intern(*it, local);
-  return {InternSet({local}), cut ? below : -1};
+  return {InternSet({local}), cut ? below : -1, chain, slack};
+}
+
+int32_t Automaton::ChainLevel(StateId state, int32_t chain) const {
+  int32_t level = kNoLevel;
+  for (int32_t node : sets_[size_t(state)]) {
+    for (int32_t n = node; n > kContextNode; n = nodes_[size_t(n)].parent) {
+      const ChainPos& cp = chain_pos_[size_t(nodes_[size_t(n)].pos)];
+      if (cp.chain == chain) level = std::min(level, cp.level);
+    }
+  }
+  return level;
 }
 
 const Automaton::First& Automaton::FirstOf(int32_t node) {

@@ -64,9 +64,23 @@ class Automaton {
   struct Cut {
     StateId local;    // the state of the top `frames` frames over the marker (or the whole stack)
     int32_t context;  // the real node the marker stands for; -1 when the stack had no more frames
+    // A repetition count in the frames (a family of Grammar::RepChain of one element; -1: none).
+    // The frame inside T_r is replaced by the same position in the family's longest chain's T_L,
+    // L = min(its length, horizon), so every count of every chain of the family
+    // shares one local state; `slack` = L - r (0 when r >= L). A walk of at most `horizon` - 1
+    // repeats from T_L is the walk from T_r (each repeat takes a byte, T_m has the same shape for
+    // every m >= 1) as long as no stack's chain level drops to `slack` or below (ChainLevel):
+    // there T_r's walk would have reached T_0, which cannot repeat.
+    int32_t chain = -1;
+    int32_t slack = 0;
   };
   // Stack `node` (a symbol-class top, as Stacks() holds) cut `frames` (>= 1) nodes down.
-  Cut CutStack(int32_t node, int frames);
+  // `horizon` > 0: canonicalise a count as above (pass the longest token's bytes + 1).
+  Cut CutStack(int32_t node, int frames, int32_t horizon = 0);
+  // The least count level of `chain` over every node of every stack of `state` (a local state:
+  // its stacks end at the marker); kNoLevel when no stack is inside that chain.
+  static constexpr int32_t kNoLevel = 1 << 30;
+  int32_t ChainLevel(StateId state, int32_t chain) const;
   // What the context `node` can do first: the bytes its expansions match, and whether it
   // expands to any stack at all (a path that reaches it at a token's end keeps the token).
   struct First {
@@ -96,6 +110,16 @@ class Automaton {
   std::vector<std::vector<int32_t>> rule_starts_;  // per rule: where its alternatives start
   std::vector<SymbolClass> classes_;
   std::vector<std::string> special_names_;
+  // Per program position inside a chain rule T_k (k >= 1) whose repeated element cannot be
+  // empty: its chain's family (the chains of one element), k, and its offset in the rule
+  // (chain -1 elsewhere).
+  struct ChainPos {
+    int32_t chain = -1;
+    int32_t level = 0;
+    int32_t offset = 0;
+  };
+  std::vector<ChainPos> chain_pos_;
+  std::vector<std::vector<int32_t>> chain_rules_;  // per family: its longest chain, level -> rule
   int32_t num_symbols_ = 256;
 
   std::vector<Node> nodes_;                        // node 0 = the empty stack

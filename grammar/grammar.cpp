@@ -104,8 +104,14 @@ Element Grammar::Rep(Element e, int64_t min, int64_t max) {
   }
   // Optional tail first: T_k ::= e T_{k-1} | ε for the max - min optional repeats.
   Element tail = max < 0 ? Star(e) : Empty();
-  if (max >= 0) {
-    for (int64_t k = 0; k < max - min; ++k) tail = Ref(NewRule("rep", {Alternative{e, tail}, Alternative{}}));
+  if (max >= 0 && max > min) {
+    RepChain chain;
+    chain.rules.push_back(tail.index);
+    for (int64_t k = 0; k < max - min; ++k) {
+      tail = Ref(NewRule("rep", {Alternative{e, tail}, Alternative{}}));
+      chain.rules.push_back(tail.index);
+    }
+    chains_.push_back(std::move(chain));
   }
   if (min == 0) return tail;
   Alternative a(size_t(min), e);

@@ -67,7 +67,7 @@ class Grammar {
   Element Star(Element e);                             // e*
   Element Plus(Element e);                             // e+
   // e repeated min..max times (max < 0: unbounded). Builds O(max) rules; throws GrammarError
-  // when max > kMaxRepeat.
+  // when max > kMaxRepeat. The optional repeats form a chain (chains()).
   Element Rep(Element e, int64_t min, int64_t max);
   Element Empty();                                     // ε
 
@@ -81,6 +81,14 @@ class Grammar {
   int32_t root() const { return root_; }
   const std::vector<Rule>& rules() const { return rules_; }
   const std::vector<SymbolClass>& classes() const { return classes_; }
+  // A bounded repetition's optional repeats: T_k ::= e T_{k-1} | ε for k = 1..n, T_0 ::= ε, and
+  // rules[k] is T_k's rule (made by Rep only, referenced by nothing else). The automaton reads
+  // "k repeats left" off a stack position through it, so the token matcher can share one mask
+  // walk among all the counts (token_matcher.h).
+  struct RepChain {
+    std::vector<int32_t> rules;
+  };
+  const std::vector<RepChain>& chains() const { return chains_; }
   // Throws GrammarError if the root is unset or a referenced rule was never defined.
   void Check() const;
 
@@ -93,6 +101,7 @@ class Grammar {
   int32_t NewRule(std::string name, std::vector<Alternative> alternatives);
   std::vector<Rule> rules_;
   std::vector<SymbolClass> classes_;
+  std::vector<RepChain> chains_;
   std::map<SymbolClass, int32_t> class_index_;
   std::map<std::string, int32_t, std::less<>> literal_rules_;
   std::vector<std::string> special_names_;

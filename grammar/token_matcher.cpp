@@ -14,6 +14,9 @@ constexpr size_t kMaxCachedMasks = 512;
 // state's stacks walked apart, the local states' transitions computed): bench_grammar measured
 // the 512-id byte vocabulary (256 nodes) at p99 0.28 ms walking whole vs 0.57 ms split.
 constexpr size_t kMinTrieNodesToSplit = 16384;
+// Of those, masks holding per-node chain levels (two uint16 per trie node: about 1 MiB each at
+// 274K nodes), so that many bounded strings do not hold 512 of them.
+constexpr size_t kMaxLevelMasks = 48;
 }  // namespace
 
 TokenVocab::TokenVocab(const std::vector<std::string>& token_bytes,
@@ -123,26 +126,47 @@ void TokenMatcher::Compute(StateId s, TokenMask& mask) {
     for (int32_t id : end_ids_) mask.Set(id);
 }
 
-const TokenMatcher::LocalMask& TokenMatcher::Local(int32_t node) {
+const TokenMatcher::LocalMask& TokenMatcher::Local(int32_t node, Automaton::Cut& cut, uint64_t& key) {
   const TokenVocab& v = *vocab_;
   Automaton& a = *automaton_;
-  const Automaton::Cut cut = a.CutStack(node, options_.cut_frames);
+  // The canonical count must be out of reach of any token (each repeat takes a byte).
+  const int32_t horizon = std::min(v.max_depth_ + 1, int(kNoLevel16) - 2);
+  cut = a.CutStack(node, options_.cut_frames, horizon);
   const Automaton::First* first = nullptr;
   uint32_t first_id = ~0u;  // no context: the local stack is the whole stack
   if (cut.context >= 0) {
     first = &a.FirstOf(cut.context);
-    std::string key(first->bytes.to_string());
-    key += first->alive ? '1' : '0';
-    first_id = first_ids_.emplace(std::move(key), uint32_t(first_ids_.size())).first->second;
+    std::string k(first->bytes.to_string());
+    k += first->alive ? '1' : '0';
+    first_id = first_ids_.emplace(std::move(k), uint32_t(first_ids_.size())).first->second;
   }
-  const uint64_t key = (uint64_t(uint32_t(cut.local)) << 32) | first_id;
+  key = (uint64_t(uint32_t(cut.local)) << 32) | first_id;
   if (auto it = local_cache_.find(key); it != local_cache_.end()) return it->second;
-  if (local_cache_.size() >= kMaxCachedMasks) local_cache_.clear();
+  if (local_cache_.size() >= kMaxCachedMasks || local_levels_ >= kMaxLevelMasks) {
+    local_cache_.clear();
+    below_cache_.clear();
+    local_levels_ = 0;
+  }
   LocalMask& lm = local_cache_[key];
   ++stats_.local_walks;
-  lm.certain.words.assign((size_t(v.size()) + 63) / 64, 0);
-  walk_[0] = cut.local;
   const int32_t n = int32_t(v.node_byte_.size());
+  lm.certain.words.assign((size_t(v.size()) + 63) / 64, 0);
+  const bool levels = cut.chain >= 0;
+  auto level_of = [&](StateId st) -> uint16_t {
+    if (size_t(st) >= chain_level_.size()) chain_level_.resize(a.num_states() * 2, -1);
+    int32_t& l = chain_level_[size_t(st)];
+    if (l < 0) l = std::min<int32_t>(a.ChainLevel(st, cut.chain), kNoLevel16);
+    return uint16_t(l);
+  };
+  if (levels) {
+    ++local_levels_;
+    chain_level_.assign(a.num_states() * 2, -1);
+    lm.path_level.assign(size_t(n), kNoLevel16);
+    level_.assign(walk_.size(), kNoLevel16);
+    level_[0] = level_of(cut.local);
+  }
+  walk_[0] = cut.local;
+  visited_.clear();
   for (int32_t i = 0; i < n;) {
     const int d = v.node_depth_[size_t(i)];
     const StateId from = walk_[size_t(d - 1)];
@@ -158,6 +182,10 @@ const TokenMatcher::LocalMask& TokenMatcher::Local(int32_t node) {
       continue;
     }
     walk_[size_t(d)] = next;
+    if (levels) {
+      lm.path_level[size_t(i)] = level_[size_t(d)] = std::min(level_[size_t(d - 1)], level_of(next));
+      visited_.push_back(i);
+    }
     if (v.token_begin_[size_t(i)] < v.token_begin_[size_t(i) + 1]) {
       // A token ending here fits if a local stack is alive, or a path reached the context and
       // the context has a stack to continue on.
@@ -168,7 +196,70 @@ const TokenMatcher::LocalMask& TokenMatcher::Local(int32_t node) {
     }
     ++i;
   }
+  if (levels) {
+    // Children after parents in preorder: one backward pass over the nodes walked (a visited
+    // node's parent was visited) gives each its subtree's least level.
+    lm.subtree_level.assign(size_t(n), kNoLevel16);
+    uint16_t top = 0;
+    for (auto it = visited_.rbegin(); it != visited_.rend(); ++it) {
+      const int32_t i = *it;
+      uint16_t& sub = lm.subtree_level[size_t(i)];
+      sub = std::min(sub, lm.path_level[size_t(i)]);
+      const int32_t p = v.parent_[size_t(i)];
+      if (p >= 0) lm.subtree_level[size_t(p)] = std::min(lm.subtree_level[size_t(p)], sub);
+      if (lm.path_level[size_t(i)] < kNoLevel16) top = std::max(top, lm.path_level[size_t(i)]);
+    }
+    // The certain ids by path level (a counting sort; CertainBelow takes out a prefix).
+    lm.level_begin.assign(size_t(top) + 2, 0);
+    for (int32_t i : visited_)
+      if (lm.path_level[size_t(i)] < kNoLevel16)
+        lm.level_begin[size_t(lm.path_level[size_t(i)]) + 1] += v.token_begin_[size_t(i) + 1] - v.token_begin_[size_t(i)];
+    for (size_t l = 1; l < lm.level_begin.size(); ++l) lm.level_begin[l] += lm.level_begin[l - 1];
+    lm.by_level.assign(size_t(lm.level_begin.back()), -1);
+    std::vector<int32_t> fill(lm.level_begin.begin(), lm.level_begin.end() - 1);
+    for (int32_t i : visited_)
+      if (lm.path_level[size_t(i)] < kNoLevel16)
+        for (int32_t k = v.token_begin_[size_t(i)]; k < v.token_begin_[size_t(i) + 1]; ++k)
+          lm.by_level[size_t(fill[lm.path_level[size_t(i)]]++)] = v.token_ids_[size_t(k)];
+  }
   return lm;
+}
+
+const TokenMask& TokenMatcher::CertainBelow(const LocalMask& lm, uint64_t key, int32_t slack) {
+  if (below_cache_.size() >= kMaxCachedMasks && !below_cache_.count({key, slack})) below_cache_.clear();
+  auto [it, added] = below_cache_.try_emplace({key, slack});
+  if (!added) return it->second;
+  TokenMask& m = it->second;
+  m = lm.certain;
+  // Ids at levels <= slack (clearing an id `certain` lacks is harmless).
+  const size_t end = size_t(lm.level_begin[std::min<size_t>(size_t(slack) + 1, lm.level_begin.size() - 1)]);
+  for (size_t k = 0; k < end; ++k) {
+    const int32_t id = lm.by_level[k];
+    m.words[size_t(id) >> 6] &= ~(1ull << (id & 63));
+  }
+  return m;
+}
+
+void TokenMatcher::WalkBelow(StateId s, const LocalMask& lm, int32_t slack, TokenMask& mask) {
+  const TokenVocab& v = *vocab_;
+  Automaton& a = *automaton_;
+  walk_[0] = s;
+  const int32_t n = int32_t(v.node_byte_.size());
+  for (int32_t i = 0; i < n;) {
+    if (lm.subtree_level[size_t(i)] > slack) {
+      i = v.subtree_end_[size_t(i)];
+      continue;
+    }
+    const int d = v.node_depth_[size_t(i)];
+    const StateId next = a.Next(walk_[size_t(d - 1)], v.node_byte_[size_t(i)]);
+    if (next == kDeadState) {
+      i = v.subtree_end_[size_t(i)];
+      continue;
+    }
+    walk_[size_t(d)] = next;
+    for (int32_t k = v.token_begin_[size_t(i)]; k < v.token_begin_[size_t(i) + 1]; ++k) mask.Set(v.token_ids_[size_t(k)]);
+    ++i;
+  }
 }
 
 // The union over the state's stacks of their top frames' cached verdicts, then the subtrees
@@ -181,8 +272,12 @@ void TokenMatcher::ComputeFast(StateId s, TokenMask& mask) {
   const std::vector<int32_t> stacks = a.Stacks(s);  // a copy: Local() adds states
   for (int32_t node : stacks) {
     if (node == 0) continue;  // the end: the end ids below
-    const LocalMask& lm = Local(node);
-    for (size_t w = 0; w < mask.words.size(); ++w) mask.words[w] |= lm.certain.words[w];
+    Automaton::Cut cut;
+    uint64_t key = 0;
+    const LocalMask& lm = Local(node, cut, key);
+    const TokenMask& certain = cut.slack > 0 ? CertainBelow(lm, key, cut.slack) : lm.certain;
+    for (size_t w = 0; w < mask.words.size(); ++w) mask.words[w] |= certain.words[w];
+    if (cut.slack > 0) WalkBelow(s, lm, cut.slack, mask);  // the tokens that reach the real count's limit
     roots_.insert(roots_.end(), lm.uncertain.begin(), lm.uncertain.end());
   }
   std::sort(roots_.begin(), roots_.end());

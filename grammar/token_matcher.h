@@ -16,9 +16,10 @@
 // cached by (top frames, those first bytes), shared by every state whose stacks share them (an
 // unbounded string's characters, any property or array item with the same shape, wherever it
 // nests), and only the trie subtrees where a path crosses into the cut are walked from the real
-// state. The result is the reference mask bit for bit (tests/grammar_mask_test.cpp). What it
-// does not share: a string with maxLength counts its characters in its frames, so each
-// position is a new key (a whole walk, as before).
+// state. The result is the reference mask bit for bit (tests/grammar_mask_test.cpp). A string
+// with maxLength (any bounded repetition) counts its characters in its frames; the count is
+// replaced by a canonical one (Automaton::Cut), so all counts share one walk, and only the
+// tokens long enough to reach the real count's limit are walked from the real state.
 //
 // TokenMatcher (per generation) keeps the state history: AcceptToken advances, Rollback(n)
 // forgets the last n tokens (states are immutable, so this is O(n); for speculative decoding).
@@ -26,6 +27,7 @@
 // Thread contract: TokenVocab is immutable and shared; a TokenMatcher belongs to one turn.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -118,19 +120,40 @@ class TokenMatcher {
   // A stack's top frames' verdicts: `certain` holds the ids they accept whatever the context;
   // the ids under trie nodes `uncertain` (preorder, none inside another) cross into the context
   // and are walked from the real state.
+  // When the frames held a repetition count (Automaton::Cut::chain), the walk is from the
+  // canonical count and also records, per trie node, the least chain level on the path to it
+  // (path_level) and in its subtree (subtree_level); kNoLevel16 where not reached. For a real
+  // count `slack` below the canonical one, the tokens whose path reaches level <= slack are
+  // taken out of `certain` and walked from the real state instead (subtrees with
+  // subtree_level > slack skipped), so every count shares this one walk.
   struct LocalMask {
     TokenMask certain;
     std::vector<int32_t> uncertain;
+    std::vector<uint16_t> path_level;
+    std::vector<uint16_t> subtree_level;
+    std::vector<int32_t> by_level;     // the ids at walked nodes, by path level (counting sort)
+    std::vector<int32_t> level_begin;  // level l's ids: by_level[level_begin[l] .. level_begin[l + 1])
   };
+  static constexpr uint16_t kNoLevel16 = 0xffff;
   void Compute(StateId s, TokenMask& mask);
   void ComputeFast(StateId s, TokenMask& mask);
-  const LocalMask& Local(int32_t node);
+  // The cached verdicts of stack `node`'s top frames; `cut` and `key` say which.
+  const LocalMask& Local(int32_t node, Automaton::Cut& cut, uint64_t& key);
+  // `lm.certain` less the tokens whose path reaches chain level <= slack (cached per key, slack).
+  const TokenMask& CertainBelow(const LocalMask& lm, uint64_t key, int32_t slack);
+  // The walk from real state `s` of the trie nodes whose subtree reaches level <= slack.
+  void WalkBelow(StateId s, const LocalMask& lm, int32_t slack, TokenMask& mask);
   // Walks trie nodes [begin, end) (a subtree, or the whole trie) from `s` at depth base + 1 and
   // sets the ids accepted.
   void Walk(StateId s, int32_t begin, int32_t end, int base, TokenMask& mask);
   MatcherOptions options_;
   Stats stats_;
   std::unordered_map<uint64_t, LocalMask> local_cache_;  // (local state, context's first bytes) -> mask
+  size_t local_levels_ = 0;          // entries of local_cache_ holding levels (1 MiB each at 274K nodes)
+  std::map<std::pair<uint64_t, int32_t>, TokenMask> below_cache_;  // (local_cache_ key, slack) -> CertainBelow
+  std::vector<uint16_t> level_;      // scratch: per trie depth, the path's least chain level
+  std::vector<int32_t> visited_;     // scratch: trie nodes one level-recording walk reached
+  std::vector<int32_t> chain_level_; // scratch: ChainLevel per state for one walk (-1: not yet)
   std::unordered_map<std::string, uint32_t> first_ids_;   // a context's First, interned for the key
   std::vector<int32_t> roots_;       // scratch: uncertain subtrees of one state
   std::string prefix_;               // scratch: a trie node's bytes
