@@ -79,7 +79,7 @@ int64_t TokenMask::Count() const {
 
 TokenMatcher::TokenMatcher(std::shared_ptr<Automaton> automaton, std::shared_ptr<const TokenVocab> vocab,
                            std::vector<int32_t> end_ids, MatcherOptions options)
-    : automaton_(std::move(automaton)), vocab_(std::move(vocab)), end_ids_(std::move(end_ids)), options_(options) {
+    : options_(options), automaton_(std::move(automaton)), vocab_(std::move(vocab)), end_ids_(std::move(end_ids)) {
   const auto& names = automaton_->special_names();
   for (size_t k = 0; k < names.size(); ++k) {
     const int32_t id = vocab_->SpecialId(names[k]);
