@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_flags.h"
+#include "kernels/weight_quantize.h"
 #include "kernels/hw_probe.h"
 #include "kernels/ops.h"
 #include "kernels/quant_formats.h"
@@ -77,45 +78,9 @@ double Load1() {
   return l;
 }
 
-struct Stored {
-  std::vector<uint8_t> data, scales;
-  k::WeightView view;
-};
-
+using Stored = k::OwnedWeight;
 Stored Make(const std::vector<float>& w, int64_t rows, int64_t cols, k::WeightType t) {
-  Stored s;
-  const int64_t nb = cols / 32;
-  s.view.type = t;
-  s.view.rows = rows;
-  s.view.cols = cols;
-  switch (t) {
-    case k::WeightType::kF32:
-      s.data.resize(w.size() * 4);
-      std::memcpy(s.data.data(), w.data(), s.data.size());
-      break;
-    case k::WeightType::kBF16:
-      s.data.resize(w.size() * 2);
-      for (size_t i = 0; i < w.size(); ++i) reinterpret_cast<uint16_t*>(s.data.data())[i] = k::FloatToBf16(w[i]);
-      break;
-    case k::WeightType::kI8:
-      s.data.resize(w.size());
-      s.scales.resize(size_t(rows * nb) * 4);
-      k::QuantizeI8(w.data(), rows, cols, reinterpret_cast<int8_t*>(s.data.data()), reinterpret_cast<float*>(s.scales.data()));
-      break;
-    case k::WeightType::kFP8:
-      s.data.resize(w.size());
-      s.scales.resize(size_t((rows + 31) / 32 * nb));
-      k::QuantFp8Blocks(w.data(), rows, cols, 32, 32, s.data.data(), s.scales.data());
-      break;
-    case k::WeightType::kFP4:
-      s.data.resize(w.size() / 2);
-      s.scales.resize(size_t(rows * nb));
-      k::QuantFp4Packed(w.data(), rows, cols, 32, s.data.data(), s.scales.data());
-      break;
-  }
-  s.view.data = s.data.data();
-  s.view.scales = s.scales.empty() ? nullptr : s.scales.data();
-  return s;
+  return k::QuantizeWeight(w, rows, cols, t);
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include "kernels/ops.h"
 #include "kernels/quant_formats.h"
 #include "kernels/thread_pool.h"
+#include "kernels/weight_quantize.h"
 #include "kernels/weight_view.h"
 
 namespace k = cedar::kernels;
@@ -45,46 +46,9 @@ std::vector<float> Random(size_t n, uint64_t seed, float scale = 1.0f) {
 }
 
 // A weight converted to `type`, owning its bytes.
-struct Stored {
-  std::vector<uint8_t> data, scales;
-  k::WeightView view;
-};
+using Stored = k::OwnedWeight;
 Stored Convert(const std::vector<float>& w, int64_t rows, int64_t cols, WeightType type) {
-  Stored s;
-  const int64_t nb = (cols + 31) / 32;
-  s.view.type = type;
-  s.view.rows = rows;
-  s.view.cols = cols;
-  switch (type) {
-    case WeightType::kF32:
-      s.data.resize(w.size() * 4);
-      std::copy(reinterpret_cast<const uint8_t*>(w.data()), reinterpret_cast<const uint8_t*>(w.data()) + s.data.size(), s.data.begin());
-      break;
-    case WeightType::kBF16: {
-      s.data.resize(w.size() * 2);
-      auto* p = reinterpret_cast<uint16_t*>(s.data.data());
-      for (size_t i = 0; i < w.size(); ++i) p[i] = k::FloatToBf16(w[i]);
-      break;
-    }
-    case WeightType::kI8:
-      s.data.resize(w.size());
-      s.scales.resize(size_t(rows * nb) * 4);
-      k::QuantizeI8(w.data(), rows, cols, reinterpret_cast<int8_t*>(s.data.data()), reinterpret_cast<float*>(s.scales.data()));
-      break;
-    case WeightType::kFP8:
-      s.data.resize(w.size());
-      s.scales.resize(size_t((rows + 31) / 32 * nb));
-      k::QuantFp8Blocks(w.data(), rows, cols, 32, 32, s.data.data(), s.scales.data());
-      break;
-    case WeightType::kFP4:
-      s.data.resize(w.size() / 2);
-      s.scales.resize(size_t(rows * nb));
-      k::QuantFp4Packed(w.data(), rows, cols, 32, s.data.data(), s.scales.data());
-      break;
-  }
-  s.view.data = s.data.data();
-  s.view.scales = s.scales.empty() ? nullptr : s.scales.data();
-  return s;
+  return k::QuantizeWeight(w, rows, cols, type);
 }
 
 // e_i of the header for element (r, c) with original value w.
