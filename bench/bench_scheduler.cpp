@@ -8,13 +8,19 @@
 //   serial         one turn's whole prefill at a time (the loop before issue 14)
 //
 // Per scheduler: (1) the long prompt's TTFT alone (a fresh manager, nothing else running);
-// (2) the mixed load: `--sessions` sessions each run turns of `--decode` tokens back to back
-// (an agent's next turn appends its output and a short tool result); once every session has
-// `--warmup` tokens, the long prompt (fresh tokens: no cache hit) is submitted. Inter-token
-// gaps (within a turn, on the engine thread's clock at on_token) are split by when they end:
-// before the long submit, during its prefill (submit -> its first token), after. The sessions
-// stop once the long turn is done and each has finished one more turn. Targets (issue 14):
-// p99 during <= 2x p99 before, and the long TTFT under load <= 1.25x alone.
+// (2) the mixed load: `--sessions` agents each run turns back to back, an agent's next turn
+// appending its output and a 32-token tool result (so its prefill is the new rows only), each
+// turn decoding a seeded length in [decode/2, 3·decode/2] (agents drift out of step, as real
+// ones are). The agents' first turns all start together (a burst of first prompts, not the
+// steady state), so the undisturbed window starts once every agent has finished its first
+// turn; the long prompt (fresh tokens: no cache hit) is submitted once every agent has finished
+// `--warmup-turns` turns. Inter-token gaps (within a turn, on the engine thread's clock at
+// on_token) are split by when they end: undisturbed (before the long submit), during its
+// prefill (submit -> its first token), after. The agents' own turns' TTFT is split the same way
+// by when they were submitted (what a sub-agent's tool result waits while the long prompt
+// prefills). The agents stop once the long turn is done and each has finished one more turn.
+// Targets (issue 14): ITL p99 during <= 2x the undisturbed p99, and the long TTFT under load
+// <= 1.25x alone.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -50,8 +56,9 @@ std::vector<int32_t> Random(int n, std::mt19937_64& rng, int vocab) {
 
 struct Args {
   std::string preset = "small", model_dir, schedulers = "mixed,serial";
-  int sessions = 8, decode = 128, prompt = 256, long_prompt = 16384, warmup = 16;
+  int sessions = 8, decode = 128, prompt = 256, long_prompt = 16384, warmup_turns = 2;
   int step_tokens = 0, chunk = 0;  // 0 = the defaults of SchedulerOptions
+  std::string prefill_order;       // "" = the default of SchedulerOptions
 };
 
 // A configuration of the list above.
@@ -76,6 +83,7 @@ session::ManagerOptions Options(const Args& a, const Config& cf) {
   o.scheduler.decode_in_prefill_pass = cf.ride;
   if (a.step_tokens > 0) o.scheduler.step_tokens = a.step_tokens;
   if (a.chunk > 0) o.scheduler.max_prefill_chunk = a.chunk;
+  if (!a.prefill_order.empty()) session::ParsePrefillOrder(a.prefill_order, &o.scheduler.prefill_order);
   return o;
 }
 
@@ -95,8 +103,10 @@ void MixedLoad(const std::shared_ptr<const Model>& m, const Args& a, const Confi
   const int vocab = m->config().vocab_size;
   std::mt19937_64 rng(seed);
   std::mutex mu;  // guards the fields below (on_token runs on the engine thread)
-  std::vector<double> before, during, after;
-  std::vector<int> tokens_seen(size_t(a.sessions), 0);
+  std::vector<double> before, during, after;             // inter-token gaps
+  std::vector<double> ttft_before, ttft_during, ttft_after;  // the agents' turns (after their first)
+  std::vector<int> turns_done(size_t(a.sessions), 0);
+  Clock::time_point steady = Clock::time_point::max();  // every agent has finished its first turn
   Clock::time_point long_submit = Clock::time_point::max(), long_first = Clock::time_point::max();
   std::atomic<bool> long_done{false};
   std::vector<std::thread> agents;
@@ -106,18 +116,22 @@ void MixedLoad(const std::shared_ptr<const Model>& m, const Args& a, const Confi
       const std::string sid = sm->CreateSession("agent" + std::to_string(s), {}, 0);
       std::mt19937_64 tool_rng(1000 + uint64_t(s));
       bool one_more = false;
-      for (;;) {
+      for (int turn = 0;; ++turn) {
         auto last = std::make_shared<Clock::time_point>();
         auto first = std::make_shared<bool>(true);
         session::TurnRequest rq;
         rq.session_id = sid;
         rq.prompt = ctx;
-        rq.max_tokens = a.decode;
-        rq.on_token = [&, last, first, s](int32_t) {
+        rq.max_tokens = std::max(2, a.decode / 2 + int(tool_rng() % uint64_t(a.decode + 1)));
+        const Clock::time_point submitted = Clock::now();
+        rq.on_token = [&, last, first, turn, submitted](int32_t) {
           const auto now = Clock::now();
           std::lock_guard<std::mutex> lk(mu);
-          tokens_seen[size_t(s)]++;
-          if (!*first) {
+          if (*first) {
+            if (turn > 0)
+              (submitted < long_submit ? ttft_before : submitted <= long_first ? ttft_during : ttft_after)
+                  .push_back(Ms(submitted, now));
+          } else if (now > steady) {
             const double gap = Ms(*last, now);
             (now < long_submit ? before : now <= long_first ? during : after).push_back(gap);
           }
@@ -130,6 +144,13 @@ void MixedLoad(const std::shared_ptr<const Model>& m, const Args& a, const Confi
           std::fprintf(stderr, "agent %d: %s\n", s, r.error.c_str());
           return;
         }
+        {
+          std::lock_guard<std::mutex> lk(mu);
+          turns_done[size_t(s)]++;
+          if (steady == Clock::time_point::max() &&
+              std::all_of(turns_done.begin(), turns_done.end(), [](int n) { return n >= 1; }))
+            steady = Clock::now();
+        }
         if (one_more) return;
         if (long_done.load()) one_more = true;
         ctx.insert(ctx.end(), r.output.begin(), r.output.end());
@@ -138,11 +159,11 @@ void MixedLoad(const std::shared_ptr<const Model>& m, const Args& a, const Confi
       }
     });
   }
-  // Wait until every session has decoded `warmup` tokens, then submit the long prompt.
+  // Wait until every agent has finished `warmup_turns` turns, then submit the long prompt.
   for (;;) {
     {
       std::lock_guard<std::mutex> lk(mu);
-      if (std::all_of(tokens_seen.begin(), tokens_seen.end(), [&](int n) { return n >= a.warmup; })) break;
+      if (std::all_of(turns_done.begin(), turns_done.end(), [&](int n) { return n >= a.warmup_turns; })) break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
@@ -164,7 +185,7 @@ void MixedLoad(const std::shared_ptr<const Model>& m, const Args& a, const Confi
   const session::EngineMetrics em = sm->Metrics();
   std::lock_guard<std::mutex> lk(mu);
   auto phase = [&](const std::vector<double>& v) {
-    return nlohmann::json{{"gaps", v.size()}, {"p50_ms", Pct(v, 50)}, {"p99_ms", Pct(v, 99)}, {"max_ms", Pct(v, 100)}};
+    return nlohmann::json{{"n", v.size()}, {"p50_ms", Pct(v, 50)}, {"p99_ms", Pct(v, 99)}, {"max_ms", Pct(v, 100)}};
   };
   const double p99_before = Pct(before, 99), p99_during = Pct(during, 99);
   std::printf("%s\n", nlohmann::json{{"bench", "scheduler_mixed_load"},
@@ -178,6 +199,10 @@ void MixedLoad(const std::shared_ptr<const Model>& m, const Args& a, const Confi
                                      {"itl_before", phase(before)},
                                      {"itl_during", phase(during)},
                                      {"itl_after", phase(after)},
+                                     {"agent_ttft_before", phase(ttft_before)},
+                                     {"agent_ttft_during", phase(ttft_during)},
+                                     {"agent_ttft_after", phase(ttft_after)},
+                                     {"prefill_order", session::PrefillOrderName(Options(a, cf).scheduler.prefill_order)},
                                      {"long_ttft_ms", lr.accounting.ttft_ms},
                                      {"long_ttft_alone_ms", alone_ttft},
                                      {"ttft_ratio", alone_ttft > 0 ? lr.accounting.ttft_ms / alone_ttft : -1},
@@ -210,15 +235,20 @@ int main(int argc, char** argv) {
       "configurations, comma-separated: mixed | mixed-rowinv (row-invariant matmul) | mixed-batched (mixed-rowinv with "
       "--batch-prefill, decode rows riding in the prefill pass) | mixed-batched-sep (decode rows apart) | serial")(
       "sessions", cedar::cli::IntOption("--sessions", &a.sessions, 1, 1024), "sessions decoding")(
-      "decode", cedar::cli::IntOption("--decode", &a.decode, 2, 1 << 20), "tokens each session's turn decodes")(
+      "decode", cedar::cli::IntOption("--decode", &a.decode, 2, 1 << 20),
+      "tokens each agent's turn decodes on average (seeded, uniform in [decode/2, 3*decode/2])")(
       "prompt", cedar::cli::IntOption("--prompt", &a.prompt, 1, 1 << 24), "tokens of each session's first prompt")(
       "long", cedar::cli::IntOption("--long", &a.long_prompt, 1, 1 << 24), "tokens of the long fresh prompt")(
-      "warmup", cedar::cli::IntOption("--warmup", &a.warmup, 0, 1 << 20), "tokens every session decodes before the long prompt")(
+      "warmup-turns", cedar::cli::IntOption("--warmup-turns", &a.warmup_turns, 1, 1 << 20),
+      "turns every agent finishes before the long prompt arrives (the undisturbed window starts after their first)")(
+      "prefill-order", po::value(&a.prefill_order), "SchedulerOptions::prefill_order: round-robin | fcfs (default: its default)")(
       "step-tokens", cedar::cli::IntOption("--step-tokens", &a.step_tokens, 0, 1 << 20),
       "SchedulerOptions::step_tokens (0 = its default)")(
       "max-prefill-chunk", cedar::cli::IntOption("--max-prefill-chunk", &a.chunk, 0, 1 << 20),
       "SchedulerOptions::max_prefill_chunk (0 = its default)");
   if (const int rc = cedar::bench::ParseFlags("bench_scheduler", desc, argc, argv); rc >= 0) return rc;
+  if (session::PrefillOrder o; !a.prefill_order.empty() && !session::ParsePrefillOrder(a.prefill_order, &o))
+    return cedar::bench::FlagError("bench_scheduler", "--prefill-order: expected round-robin or fcfs, found '" + a.prefill_order + "'");
   for (size_t p = 0; p <= a.schedulers.size();) {
     const size_t q = std::min(a.schedulers.find(',', p), a.schedulers.size());
     const std::string item = a.schedulers.substr(p, q - p);

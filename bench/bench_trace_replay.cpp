@@ -72,6 +72,7 @@ struct Args {
   int max_output = 32;         // output tokens per turn at most
   double max_seconds = 120;    // per configuration: no turn is sent after this (turns in flight finish)
   int step_tokens = 0, chunk = 0;  // 0 = SchedulerOptions' defaults
+  std::string prefill_order;       // "" = SchedulerOptions' default
 };
 
 // One turn of a conversation as replayed: when, how long the prompt, how many tokens out.
@@ -305,8 +306,11 @@ int main(int argc, char** argv) {
       "step-tokens", cedar::cli::IntOption("--step-tokens", &a.step_tokens, 0, 1 << 20),
       "SchedulerOptions::step_tokens (0 = its default)")(
       "max-prefill-chunk", cedar::cli::IntOption("--max-prefill-chunk", &a.chunk, 0, 1 << 20),
-      "SchedulerOptions::max_prefill_chunk (0 = its default)");
+      "SchedulerOptions::max_prefill_chunk (0 = its default)")(
+      "prefill-order", po::value(&a.prefill_order), "SchedulerOptions::prefill_order: round-robin | fcfs (default: its default)");
   if (const int rc = cedar::bench::ParseFlags("bench_trace_replay", desc, argc, argv); rc >= 0) return rc;
+  if (session::PrefillOrder o; !a.prefill_order.empty() && !session::ParsePrefillOrder(a.prefill_order, &o))
+    return cedar::bench::FlagError("bench_trace_replay", "--prefill-order: expected round-robin or fcfs, found '" + a.prefill_order + "'");
   const std::set<std::string> known = {"serial", "mixed", "decoder-only", "mixed-rowinv", "mixed-batched"};
   for (size_t p = 0; p <= a.configs.size();) {
     const size_t q = std::min(a.configs.find(',', p), a.configs.size());
@@ -373,6 +377,7 @@ int main(int argc, char** argv) {
       o.scheduler.batch_prefill = n == "mixed-batched";
       if (a.step_tokens > 0) o.scheduler.step_tokens = a.step_tokens;
       if (a.chunk > 0) o.scheduler.max_prefill_chunk = a.chunk;
+      if (!a.prefill_order.empty()) session::ParsePrefillOrder(a.prefill_order, &o.scheduler.prefill_order);
       auto sm = session::SessionManager::Start(m, o);
       std::vector<std::string> sids;
       for (size_t c = 0; c < w.size(); ++c) sids.push_back(sm->CreateSession("conv" + std::to_string(c), {}, 0));

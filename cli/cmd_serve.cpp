@@ -110,6 +110,7 @@ int RunServe(int argc, char** argv) {
   double read_timeout = 60, drain_timeout = 10, auth_timeout = 5, sse_keepalive = 5;
   session::SchedulerOptions sched;  // defaults: session/session_manager.h
   std::string scheduler = session::SchedulerName(sched.kind);
+  std::string prefill_order = session::PrefillOrderName(sched.prefill_order);
   desc.add_options()("model", po::value(&model_dir)->required(), "model directory (config.json + model.safetensors)")(
       "socket", po::value(&socket_path),
       ("Unix socket path (mode 0600); default " + server::DefaultSocketPath() + "; \"none\" = TCP only").c_str())(
@@ -160,6 +161,10 @@ int RunServe(int argc, char** argv) {
       "mixed: rows per step, decode rows plus prefill chunks (a step runs at least one chunk)")(
       "max-prefill-chunk", IntOption("--max-prefill-chunk", &sched.max_prefill_chunk, 1, 1 << 20),
       "mixed: a prompt runs in chunks of this many tokens")(
+      "prefill-order", po::value(&prefill_order)->default_value(prefill_order),
+      "mixed: how a step's budget is shared among prefilling turns: round-robin (one chunk each per round among equal "
+      "priorities: a short prompt shares a step with a long one's chunk) | fcfs (each turn takes all the chunks that "
+      "fit before the next gets any)")(
       "batch-prefill",
       "mixed: a step's prefill chunks of different turns (and their decoder phases) run as one engine pass; turns on "
       "row-invariant matmul (every row bit for bit what it is alone, products ~0.8x sgemm's rate) so outputs do not "
@@ -221,6 +226,9 @@ int RunServe(int argc, char** argv) {
   }
   if (!session::ParseScheduler(scheduler, &sched.kind)) {
     throw std::invalid_argument("--scheduler: expected mixed or serial, found '" + scheduler + "'");
+  }
+  if (!session::ParsePrefillOrder(prefill_order, &sched.prefill_order)) {
+    throw std::invalid_argument("--prefill-order: expected round-robin or fcfs, found '" + prefill_order + "'");
   }
   if (vm.count("batch-prefill")) {
     if (sched.kind != session::SchedulerKind::kMixed)

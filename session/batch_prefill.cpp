@@ -1,10 +1,9 @@
 // The mixed scheduler's prefill with --batch-prefill (issue 14): the chunks a step gives to
-// several turns run as one engine pass (engine/batch_prefill.h), and the decoder phases of the
-// turns whose prompt ends in this step as another.
+// several turns run as one engine pass (engine/batch_prefill.h), and the decoder phases the
+// step plans (chunk_plan.h) as another.
 //
-// The chunks are chosen exactly as the unbatched loop (scheduler.cpp) chooses them: turns in
-// priority order, chunks of --max-prefill-chunk from where each turn's state starts, until the
-// step's budget is spent. Only how they run differs: pass k holds the k-th chunk of every turn
+// The chunks are chosen exactly as for the unbatched loop (scheduler.cpp, PlanChunks in
+// chunk_plan.h): the same boundaries, the same budget. Only how they run differs: pass k holds the k-th chunk of every turn
 // that has one (a turn's own chunks depend on each other, so they stay in order). With
 // kernels::RowInvariantMatmul() on (SessionManager::Start requires it), every row of a batched
 // product is what it is alone, so a turn's result is the same bits as unbatched.
@@ -22,36 +21,19 @@
 
 namespace cedar::session {
 
-int64_t SessionManager::Impl::PrefillBatched(const std::vector<ActiveTurn*>& pre, int64_t budget,
-                                             std::vector<ActiveTurn*>* going) {
+void SessionManager::Impl::PrefillBatched(const std::vector<TurnChunks>& plan, std::vector<ActiveTurn*>* going) {
   const SchedulerOptions& so = opt.scheduler;
-  struct Plan {
-    ActiveTurn* t;
-    std::vector<int64_t> lens;  // this step's chunk lengths, in order
-  };
-  std::vector<Plan> plan;
-  int64_t rows = 0;
   size_t passes = 0;
-  for (ActiveTurn* t : pre) {
-    if (rows > 0 && budget <= 0) break;
-    const int64_t N = int64_t(t->request.prompt.size());
-    Plan p{t, {}};
-    for (int64_t next = t->encode_next; next < N;) {
-      const int64_t len = std::min<int64_t>(so.max_prefill_chunk, N - next);
-      if (rows > 0 && len > budget) break;
-      p.lens.push_back(len);
-      next += len;
-      budget -= len;
-      rows += len;
-    }
+  int64_t rows = 0;
+  for (const TurnChunks& p : plan) {
     passes = std::max(passes, p.lens.size());
-    if (!p.lens.empty()) plan.push_back(std::move(p));
+    for (int64_t len : p.lens) rows += len;
   }
   for (size_t k = 0; k < passes; ++k) {
     std::vector<ActiveTurn*> who;
     std::vector<Sequence*> seqs;
     std::vector<std::span<const int32_t>> chunks;
-    for (Plan& p : plan) {
+    for (const TurnChunks& p : plan) {
       if (k >= p.lens.size() || p.t->done) continue;
       who.push_back(p.t);
       seqs.push_back(p.t->state.get());
@@ -99,12 +81,12 @@ int64_t SessionManager::Impl::PrefillBatched(const std::vector<ActiveTurn*>& pre
       for (ActiveTurn* t : dec) Fail(*t, ErrorKind::kInternal, e.what());
     }
   }
-  // The decoder phases of the turns whose prompt is now all encoded, together.
+  // The decoder phases planned for this step (after their last chunk), together.
   std::vector<ActiveTurn*> fin;
   std::vector<Sequence*> seqs;
   std::vector<PrefillMode> modes;
-  for (Plan& p : plan)
-    if (!p.t->done && p.t->encode_next >= int64_t(p.t->request.prompt.size())) {
+  for (const TurnChunks& p : plan)
+    if (!p.t->done && p.finish) {
       fin.push_back(p.t);
       seqs.push_back(p.t->state.get());
       modes.push_back(p.t->mode);
@@ -129,7 +111,6 @@ int64_t SessionManager::Impl::PrefillBatched(const std::vector<ActiveTurn*>& pre
   }
   spdlog::debug("batched prefill step: {} turns, {} rows in {} encode passes, {} decoder phases", plan.size(), rows, passes,
                 fin.size());
-  return rows;
 }
 
 }  // namespace cedar::session

@@ -97,11 +97,20 @@ struct SessionManager::Impl {
   bool Admit(bool all);               // waiting -> active by (priority, arrival); false: none left to try
   // One batched decode of their last tokens (a speculating turn: its own verify pass instead).
   void DecodeRows(const std::vector<ActiveTurn*>& going);
-  // batch_prefill.cpp: this step's prefill chunks of `pre` (priority order) within `budget`
-  // rows, each pass batching one chunk of every turn; returns the rows encoded. With
+  // A turn and the lengths of the chunks it runs in this step (PlanChunks' answer for it).
+  struct TurnChunks {
+    ActiveTurn* t;
+    std::vector<int64_t> lens;  // its chunks, in prompt order
+    bool finish = false;        // then its decoder phase (PrefillFinish) in this step
+  };
+  // This step's prefill chunks (PlanChunks over the prefilling turns in priority order).
+  std::vector<TurnChunks> PlanStep(const std::vector<ActiveTurn*>& pre, int64_t budget) const;
+  // scheduler.cpp: runs one turn's planned chunks alone, then its decoder phase if planned.
+  void PrefillAlone(const TurnChunks& p);
+  // batch_prefill.cpp: the planned chunks, each pass batching one chunk of every turn. With
   // decode_in_prefill_pass, the decode rows of `going` ride in the first pass and leave `going`
   // (they are done), except speculating turns'; what is left in `going` goes to DecodeRows.
-  int64_t PrefillBatched(const std::vector<ActiveTurn*>& pre, int64_t budget, std::vector<ActiveTurn*>* going);
+  void PrefillBatched(const std::vector<TurnChunks>& plan, std::vector<ActiveTurn*>* going);
   // turns.cpp
   bool BeginTurn(ActiveTurn& t);      // validate, restore; false when the turn ended
   void StartTurn(ActiveTurn& t);      // BeginTurn + the whole prefill + EndPrefill (serial)

@@ -5,8 +5,9 @@
 //   every other session's tokens for the length of its prefill (the loop before issue 14,
 //   kept for comparison: --scheduler serial).
 // mixed: each step runs the decode row of every decoding turn, then prefill chunks of the
-//   admitted turns (by priority, then arrival) until the step's budget (--step-tokens) is
-//   spent; a step always runs at least one chunk, so a prompt always advances. Decoding
+//   admitted turns until the step's budget (--step-tokens) is spent, shared among them by
+//   --prefill-order (chunk_plan.h: round-robin among equal priorities by default, or fcfs); a
+//   step always runs at least one chunk, so a prompt always advances. Decoding
 //   sessions therefore emit a token every step, and a step's length is bounded by the budget.
 //
 // Exactness: a turn's result never depends on the other turns of a step. Its prompt is cut
@@ -31,6 +32,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "engine/row_plan.h"
 #include "kernels/ops.h"
 #include "session/manager_impl.h"
 
@@ -187,47 +189,17 @@ void SessionManager::Impl::StepMixed() {
     if (!t.done && t.phase == ActiveTurn::Phase::kPrefilling) pre.push_back(&t);
   std::stable_sort(pre.begin(), pre.end(), [](const ActiveTurn* a, const ActiveTurn* b) { return Before(*a, *b); });
   metrics.prefilling_turns_max = std::max(metrics.prefilling_turns_max, int64_t(pre.size()));
-  int64_t budget = int64_t(so.step_tokens) - int64_t(going.size());
+  const std::vector<TurnChunks> plan = PlanStep(pre, int64_t(so.step_tokens) - int64_t(going.size()));
   int64_t rows = 0;
+  for (const TurnChunks& p : plan)
+    for (int64_t len : p.lens) rows += len;
   const int64_t rode = metrics.decode_rows_in_prefill;
   const bool batched = so.batch_prefill && kernels::RowInvariantMatmul() && backend->SupportsBatchedPrefill();
   // A speculating turn prefills on its own (below): its chunks capture its drafter's rows.
-  std::vector<ActiveTurn*> solo;
-  if (batched) {
-    std::vector<ActiveTurn*> together;
-    for (ActiveTurn* t : pre) (t->speculating ? solo : together).push_back(t);
-    rows = PrefillBatched(together, budget, &going);  // may run the decode rows too
-    budget -= rows;
-  } else {
-    solo = pre;
-  }
-  for (ActiveTurn* t : solo) {
-    if (rows > 0 && budget <= 0) break;
-    const std::vector<int32_t>& prompt = t->request.prompt;
-    const int64_t N = int64_t(prompt.size());
-    TurnAccounting& a = t->result.accounting;
-    try {
-      while (t->encode_next < N) {
-        const int64_t len = std::min<int64_t>(so.max_prefill_chunk, N - t->encode_next);
-        if (rows > 0 && len > budget) break;
-        const std::span<const int32_t> chunk(prompt.data() + t->encode_next, size_t(len));
-        // Speculation runs on the CPU backend only (CheckSpeculation): its host state.
-        SequenceState* host = t->speculating ? backend->MutableHostState(*t->state) : nullptr;
-        const StepStats s = host ? cedar::PrefillEncode(*model, *host, chunk, &t->spec_capture) : backend->PrefillEncode(*t->state, chunk);
-        a.prefill_units += s.layer_token_units;
-        a.layer_token_units += s.layer_token_units;
-        t->encode_next += len;
-        budget -= len;
-        rows += len;
-      }
-      if (t->encode_next >= N) {
-        SequenceState* host = t->speculating ? backend->MutableHostState(*t->state) : nullptr;
-        EndPrefill(*t, host ? cedar::PrefillFinish(*model, *host, t->mode, &t->spec_capture) : backend->PrefillFinish(*t->state, t->mode));
-      }
-    } catch (const std::exception& e) {
-      Fail(*t, ErrorKind::kInternal, e.what());
-    }
-  }
+  std::vector<TurnChunks> together, solo;
+  for (const TurnChunks& p : plan) (batched && !p.t->speculating ? together : solo).push_back(p);
+  if (!together.empty()) PrefillBatched(together, &going);  // may run the decode rows too
+  for (const TurnChunks& p : solo) PrefillAlone(p);
   const int64_t decode_rows = metrics.decode_rows_in_prefill - rode + int64_t(going.size());
   for (size_t g = 0; g < going.size(); g += kDecodeGroup)
     DecodeRows(std::vector<ActiveTurn*>(going.begin() + g, going.begin() + std::min(going.size(), g + kDecodeGroup)));
@@ -236,6 +208,50 @@ void SessionManager::Impl::StepMixed() {
     metrics.step_prefill_rows += rows;
     metrics.step_decode_rows += decode_rows;
     metrics.step_decode_rows_max = std::max(metrics.step_decode_rows_max, decode_rows);
+  }
+}
+
+std::vector<SessionManager::Impl::TurnChunks> SessionManager::Impl::PlanStep(const std::vector<ActiveTurn*>& pre,
+                                                                             int64_t budget) const {
+  const ModelConfig& c = model->config();
+  std::vector<ChunkDemand> demands;
+  for (const ActiveTurn* t : pre) {
+    const int64_t N = int64_t(t->request.prompt.size());
+    // The decoder phase's rows over all decoder layers, in encoder rows (E layers each): what it
+    // costs next to a chunk. An estimate for planning only (H_E's first held row taken as 0).
+    const std::vector<int64_t> a = DecoderPhaseStarts(c, t->mode, N, t->state->decoder_pos(), 0);
+    int64_t units = 0;
+    for (int l = c.n_encoder_layers; l < c.n_layers; ++l) units += N - a[size_t(l)];
+    demands.push_back({t->encode_next, N, t->request.priority, (units + c.n_encoder_layers - 1) / std::max(1, c.n_encoder_layers)});
+  }
+  const std::vector<StepShare> shares = PlanChunks(demands, budget, opt.scheduler.max_prefill_chunk, opt.scheduler.prefill_order);
+  std::vector<TurnChunks> plan;
+  for (size_t i = 0; i < pre.size(); ++i)
+    if (!shares[i].chunks.empty() || shares[i].finish) plan.push_back({pre[i], shares[i].chunks, shares[i].finish});
+  return plan;
+}
+
+void SessionManager::Impl::PrefillAlone(const TurnChunks& p) {
+  ActiveTurn& t = *p.t;
+  if (t.done) return;
+  const std::vector<int32_t>& prompt = t.request.prompt;
+  TurnAccounting& a = t.result.accounting;
+  try {
+    for (int64_t len : p.lens) {
+      const std::span<const int32_t> chunk(prompt.data() + t.encode_next, size_t(len));
+      // Speculation runs on the CPU backend only (CheckSpeculation): its host state.
+      SequenceState* host = t.speculating ? backend->MutableHostState(*t.state) : nullptr;
+      const StepStats s = host ? cedar::PrefillEncode(*model, *host, chunk, &t.spec_capture) : backend->PrefillEncode(*t.state, chunk);
+      a.prefill_units += s.layer_token_units;
+      a.layer_token_units += s.layer_token_units;
+      t.encode_next += len;
+    }
+    if (p.finish) {
+      SequenceState* host = t.speculating ? backend->MutableHostState(*t.state) : nullptr;
+      EndPrefill(t, host ? cedar::PrefillFinish(*model, *host, t.mode, &t.spec_capture) : backend->PrefillFinish(*t.state, t.mode));
+    }
+  } catch (const std::exception& e) {
+    Fail(t, ErrorKind::kInternal, e.what());
   }
 }
 

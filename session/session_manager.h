@@ -31,6 +31,7 @@
 #include "engine/model.h"
 #include "engine/sampling.h"
 #include "engine/speculative.h"
+#include "session/chunk_plan.h"
 
 namespace cedar::session {
 
@@ -199,14 +200,15 @@ enum class SchedulerKind {
 struct SchedulerOptions {
   SchedulerKind kind = SchedulerKind::kMixed;  // --scheduler serial|mixed (mixed needs a backend
                                                // with chunked prefill: the CPU; else serial)
-  int step_tokens = 1024;        // --step-tokens: rows per mixed step (decode rows + prefill chunks);
-                                 // a step always runs its decode rows and at least one chunk
-  int max_prefill_chunk = 1024;  // --max-prefill-chunk: a turn's prompt runs in chunks of this
+  int step_tokens = 224;         // --step-tokens: rows per mixed step (decode rows + prefill chunks);
+                                 // a step always runs its decode rows and at least one item
+  int max_prefill_chunk = 96;    // --max-prefill-chunk: a turn's prompt runs in chunks of this
                                  // size from where its state starts (boundaries fixed per turn,
-                                 // so its result does not depend on the other turns). Measured
-                                 // on `small` (docs/SERVER.md): encoder ms per row 15 at 64, 11 at
-                                 // 256, 7.9 at 1024 (sgemm packs x per product), so smaller chunks
-                                 // shorten steps but cost the long prompt's TTFT
+                                 // so its result does not depend on the other turns). Defaults
+                                 // chosen by bench_scheduler on `small` (docs/SERVER.md
+                                 // "Scheduling"): two chunks per step while up to 32 turns decode,
+                                 // a step ~0.5 s here; on an idle machine the encoder's cost per
+                                 // row barely depends on the chunk (2.5 ms at 96, 2.2 at 384)
   bool batch_prefill = false;    // --batch-prefill: a step's prefill chunks of different turns run
                                  // as one engine pass (engine/batch_prefill.h), as do their decoder
                                  // phases. Needs kernels::RowInvariantMatmul() on (Start refuses
@@ -216,6 +218,8 @@ struct SchedulerOptions {
                                        // prefill pass (through the encoder layers in the chunks'
                                        // products, engine/batch_prefill.h EncodeDecodeBatch) instead
                                        // of a decode pass of their own; same bits either way
+  PrefillOrder prefill_order = PrefillOrder::kRoundRobin;  // --prefill-order: how a step's budget is
+                                 // shared among prefilling turns (session/chunk_plan.h)
   int max_prefilling_turns = 4;  // --max-prefilling-turns: turns admitted with prompt rows left
   int max_queued_turns = 256;    // --max-queued-turns: turns waiting for admission; past it
                                  // Submit refuses with kQueueFull (0 = no limit)

@@ -15,3 +15,5 @@ cedar_add_test(scheduler_batch_test model cedar_engine
 cedar_add_test(scheduler_batch_session_test model cedar_session
   ${CMAKE_CURRENT_SOURCE_DIR}/scheduler_batch_session_test.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/test_models.cpp)
+cedar_add_test(chunk_plan_test unit cedar_session
+  ${CMAKE_CURRENT_SOURCE_DIR}/chunk_plan_test.cpp)

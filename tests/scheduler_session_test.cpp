@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <random>
 
 #include "session/session_manager.h"
@@ -97,6 +98,7 @@ TEST_CASE("mixed scheduler: turns one at a time, all at once and shuffled give t
     // A small budget and chunks so prefills span steps and interleave with decoding turns.
     ManagerOptions o = Mixed(run == 2 ? 20 : 96, run == 2 ? 8 : 16);
     o.scheduler.max_prefilling_turns = run == 1 ? 2 : 20;
+    o.scheduler.prefill_order = run == 1 ? PrefillOrder::kFcfs : PrefillOrder::kRoundRobin;
     auto sm = SessionManager::Start(Tiny(), o);
     std::vector<std::future<TurnResult>> futs(jobs.size());
     // Submitted from one callback: all arrive in the same step.
@@ -302,4 +304,66 @@ TEST_CASE("scheduler names parse and print") {
   CHECK(k == SchedulerKind::kMixed);
   CHECK_FALSE(ParseScheduler("fifo", &k));
   CHECK(std::string(SchedulerName(SchedulerKind::kMixed)) == "mixed");
+}
+
+TEST_CASE("round-robin prefill: a short prompt shares the steps of a long one; fcfs makes it wait") {
+  // A long prompt (260 rows: 17 chunks of 16) and a short one (9 rows) arrive in the same step,
+  // the long one first; steps of 48 rows. Round-robin gives the short prompt its chunk in the
+  // first step, so its first token comes long before the long prompt's; fcfs gives the long
+  // prompt every chunk that fits until it is done, so its first token comes first.
+  for (PrefillOrder order : {PrefillOrder::kRoundRobin, PrefillOrder::kFcfs}) {
+    CAPTURE(PrefillOrderName(order));
+    ManagerOptions o = Mixed(48, 16);
+    o.scheduler.prefill_order = order;
+    auto sm = SessionManager::Start(Tiny(), o);
+    std::mutex mu;
+    std::vector<int> first_tokens;  // which turn (0 long, 1 short) showed its first token, in order
+    std::vector<std::future<TurnResult>> futs;
+    auto driver = Driver(*sm, 2, [&](int k) {
+      if (k != 0) return;
+      for (int i = 0; i < 2; ++i) {
+        TurnRequest rq;
+        rq.prompt = RandomTokens(i == 0 ? 260 : 9, 512, 900 + uint64_t(i));
+        rq.prompt[0] = int32_t(10 + i);
+        rq.max_tokens = 2;
+        auto seen = std::make_shared<bool>(false);
+        rq.on_token = [&, i, seen](int32_t) {
+          if (!*seen) {
+            std::lock_guard<std::mutex> lk(mu);
+            first_tokens.push_back(i);
+          }
+          *seen = true;
+          return true;
+        };
+        futs.push_back(sm->Submit(std::move(rq)));
+      }
+    });
+    REQUIRE(driver.get().error == "");
+    std::vector<TurnResult> res;
+    for (auto& f : futs) res.push_back(f.get());
+    for (const TurnResult& r : res) REQUIRE(r.error == "");
+    REQUIRE(first_tokens.size() == 2);
+    CHECK(first_tokens[0] == (order == PrefillOrder::kRoundRobin ? 1 : 0));
+    // The order changes when the tokens come, never what they are.
+    auto alone = SessionManager::Start(Tiny(), Mixed(48, 16));
+    for (int i = 0; i < 2; ++i) {
+      TurnRequest rq;
+      rq.prompt = RandomTokens(i == 0 ? 260 : 9, 512, 900 + uint64_t(i));
+      rq.prompt[0] = int32_t(10 + i);
+      rq.max_tokens = 2;
+      const TurnResult r = alone->Submit(std::move(rq)).get();
+      CHECK(r.output == res[size_t(i)].output);
+      CHECK(r.logits_hash == res[size_t(i)].logits_hash);
+    }
+  }
+}
+
+TEST_CASE("prefill orders parse and print") {
+  PrefillOrder o = PrefillOrder::kFcfs;
+  CHECK(ParsePrefillOrder("round-robin", &o));
+  CHECK(o == PrefillOrder::kRoundRobin);
+  CHECK(ParsePrefillOrder("fcfs", &o));
+  CHECK(o == PrefillOrder::kFcfs);
+  CHECK_FALSE(ParsePrefillOrder("lifo", &o));
+  CHECK(std::string(PrefillOrderName(PrefillOrder::kRoundRobin)) == "round-robin");
 }

@@ -13,26 +13,18 @@
 
 #include "engine/pcg64.h"
 #include "kernels/quant_formats.h"
+#include "tests/run_capture.h"
 
 using namespace cedar;
 
 namespace {
 
+// The command's stdout as lines (a last line without its newline is dropped); none when it
+// fails (RunCapture).
 std::vector<std::string> RunLines(const std::string& cmd) {
   std::vector<std::string> lines;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return lines;
-  char buf[4096];
-  std::string cur;
-  while (std::fgets(buf, sizeof buf, p)) {
-    cur += buf;
-    if (!cur.empty() && cur.back() == '\n') {
-      cur.pop_back();
-      lines.push_back(cur);
-      cur.clear();
-    }
-  }
-  if (::pclose(p) != 0) lines.clear();
+  const std::string out = cedar::testing::RunCapture(cmd);
+  for (size_t p = 0, q; (q = out.find('\n', p)) != std::string::npos; p = q + 1) lines.push_back(out.substr(p, q - p));
   return lines;
 }
 

@@ -1,0 +1,61 @@
+#include "session/chunk_plan.h"
+
+#include <algorithm>
+
+namespace cedar::session {
+
+const char* PrefillOrderName(PrefillOrder o) { return o == PrefillOrder::kFcfs ? "fcfs" : "round-robin"; }
+
+bool ParsePrefillOrder(const std::string& s, PrefillOrder* out) {
+  for (PrefillOrder o : {PrefillOrder::kFcfs, PrefillOrder::kRoundRobin})
+    if (s == PrefillOrderName(o)) {
+      *out = o;
+      return true;
+    }
+  return false;
+}
+
+std::vector<StepShare> PlanChunks(std::span<const ChunkDemand> demands, int64_t budget, int64_t chunk,
+                                  PrefillOrder order) {
+  const size_t n = demands.size();
+  std::vector<StepShare> plan(n);
+  std::vector<int64_t> at(n);
+  for (size_t i = 0; i < n; ++i) at[i] = demands[i].next;
+  int64_t rows = 0;
+  const auto spent = [&] { return rows > 0 && budget <= 0; };
+  // Demand i's next item (a chunk, or its decoder phase after the last one), if it has one and
+  // it may run now.
+  const auto take = [&](size_t i) {
+    if (plan[i].finish) return false;
+    const bool chunks_left = at[i] < demands[i].end;
+    const int64_t len = chunks_left ? std::min(chunk, demands[i].end - at[i]) : demands[i].finish_rows;
+    if (rows > 0 && len > budget) return false;
+    if (chunks_left) {
+      plan[i].chunks.push_back(len);
+      at[i] += len;
+    } else {
+      plan[i].finish = true;
+    }
+    budget -= len;
+    rows += std::max<int64_t>(len, 1);  // a planned item makes the step non-empty
+    return true;
+  };
+  if (order == PrefillOrder::kFcfs) {
+    for (size_t i = 0; i < n && !spent(); ++i)
+      while (take(i)) {
+      }
+    return plan;
+  }
+  for (size_t g = 0; g < n && !spent();) {
+    size_t h = g;
+    while (h < n && demands[h].priority == demands[g].priority) ++h;
+    for (bool any = true; any && !spent();) {
+      any = false;
+      for (size_t i = g; i < h && !spent(); ++i) any = take(i) || any;
+    }
+    g = h;
+  }
+  return plan;
+}
+
+}  // namespace cedar::session

@@ -1,0 +1,58 @@
+// Which prompt chunks one mixed step runs (issue 14): a pure function of the prefilling turns'
+// positions, so the policy is tested apart from the engine.
+//
+// A turn's prompt is cut every `chunk` rows from where its state starts, whatever the load, so
+// its result never depends on the other turns; a plan only decides how many of its chunks run
+// in this step. The first chunk of a step always runs (a prompt always advances, even when one
+// chunk is larger than the budget); any other runs only if it fits in what is left.
+//
+// Once a turn's last chunk is planned, its decoder phase (the bounded replay or the exact
+// staircase, engine.h PrefillFinish) is its next item, with its own cost in rows: it runs in the
+// same step only if it fits too, else first thing in a later step. Otherwise the step that ends
+// a long prompt would hold a whole chunk plus the decoder phase, and every decoding session
+// would see that one long gap (it set the p99 of issue 14's benchmark).
+//
+// fcfs: turns in priority order, each taking all the chunks that fit before the next turn gets
+//   any (a long prompt that arrived first holds the whole budget until it is done; what the
+//   turns behind it wait for is its whole prefill).
+// round-robin (the default): among turns of equal priority, one chunk each per round, rounds
+//   until the budget is spent; lower priority values are planned first, as in fcfs. With a
+//   chunk smaller than the step (e.g. 512-row steps of 256-row chunks) a short prompt (an
+//   agent's tool result) shares the step with a long prompt's chunk instead of waiting for all
+//   of it (vLLM's partial prefills; SGLang's chunked prefill is fcfs).
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace cedar::session {
+
+enum class PrefillOrder {
+  kFcfs,        // --prefill-order fcfs
+  kRoundRobin,  // --prefill-order round-robin
+};
+const char* PrefillOrderName(PrefillOrder o);  // "fcfs" or "round-robin"
+bool ParsePrefillOrder(const std::string& s, PrefillOrder* out);
+
+// One prefilling turn as the planner sees it.
+struct ChunkDemand {
+  int64_t next = 0;         // the first prompt row not yet encoded
+  int64_t end = 0;          // the prompt's length (rows [next, end) are left)
+  int priority = 0;         // lower first; demands arrive sorted by (priority, arrival)
+  int64_t finish_rows = 0;  // what its decoder phase costs, in encoder rows (DecoderPhaseRows)
+};
+
+// What one turn runs in this step.
+struct StepShare {
+  std::vector<int64_t> chunks;  // lengths of the chunks, in prompt order
+  bool finish = false;          // its decoder phase (after its last chunk)
+  bool operator==(const StepShare&) const = default;
+};
+
+// Per demand (same order), its share of the step. `budget`: prefill rows the step may hold (the
+// step's budget less its decode rows; may be <= 0, then only the first item runs); `chunk` >= 1.
+std::vector<StepShare> PlanChunks(std::span<const ChunkDemand> demands, int64_t budget, int64_t chunk,
+                                  PrefillOrder order);
+
+}  // namespace cedar::session

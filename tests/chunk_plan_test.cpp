@@ -1,0 +1,140 @@
+// PlanChunks (session/chunk_plan.h): how one mixed step's budget is shared among prefilling
+// turns. Pure function: exact expected plans for small cases, and invariants over random ones.
+#include <doctest/doctest.h>
+
+#include <random>
+
+#include "session/chunk_plan.h"
+
+using namespace cedar::session;
+using Chunks = std::vector<std::vector<int64_t>>;
+
+namespace {
+
+// The chunk lengths of a plan (the decoder phases apart).
+Chunks ChunksOf(const std::vector<StepShare>& p) {
+  Chunks c;
+  for (const StepShare& s : p) c.push_back(s.chunks);
+  return c;
+}
+std::vector<bool> FinishOf(const std::vector<StepShare>& p) {
+  std::vector<bool> f;
+  for (const StepShare& s : p) f.push_back(s.finish);
+  return f;
+}
+// Demands whose decoder phase costs `finish` rows (a large value keeps it out of the step).
+std::vector<ChunkDemand> With(std::vector<ChunkDemand> d, int64_t finish) {
+  for (ChunkDemand& x : d) x.finish_rows = finish;
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("fcfs: the first turn takes every chunk that fits before the next gets any") {
+  const auto d = With({{0, 4096, 0}, {0, 100, 0}}, 1 << 20);
+  CHECK(ChunksOf(PlanChunks(d, 512, 256, PrefillOrder::kFcfs)) == Chunks{{256, 256}, {}});
+  // A later turn's smaller chunk still fills what the first one's next chunk cannot.
+  CHECK(ChunksOf(PlanChunks(d, 400, 256, PrefillOrder::kFcfs)) == Chunks{{256}, {100}});
+}
+
+TEST_CASE("round-robin: one chunk each per round among equal priorities") {
+  const auto d = With({{0, 4096, 0}, {0, 100, 0}, {40, 300, 0}}, 1 << 20);
+  // Round 1: 256 + 100 + 256 (the third turn's chunk is cut from row 40) = 612 rows.
+  CHECK(ChunksOf(PlanChunks(d, 612, 256, PrefillOrder::kRoundRobin)) == Chunks{{256}, {100}, {256}});
+  // Round 2 goes on while chunks fit: 88 rows left, the third turn's last 4 rows fit.
+  CHECK(ChunksOf(PlanChunks(d, 700, 256, PrefillOrder::kRoundRobin)) == Chunks{{256}, {100}, {256, 4}});
+  CHECK(ChunksOf(PlanChunks(d, 2000, 256, PrefillOrder::kRoundRobin)) ==
+        Chunks{{256, 256, 256, 256, 256, 256}, {100}, {256, 4}});
+  // Chunks are cut from each turn's own position, whatever the order.
+  const auto e = With({{1000, 1300, 0}}, 1 << 20);
+  CHECK(ChunksOf(PlanChunks(e, 1000, 256, PrefillOrder::kRoundRobin)) == Chunks{{256, 44}});
+}
+
+TEST_CASE("the first item of a step always runs; nothing else past the budget") {
+  const auto d = With({{0, 4096, 0}, {0, 10, 0}}, 1 << 20);
+  for (PrefillOrder o : {PrefillOrder::kFcfs, PrefillOrder::kRoundRobin}) {
+    CAPTURE(PrefillOrderName(o));
+    CHECK(ChunksOf(PlanChunks(d, 0, 256, o)) == Chunks{{256}, {}});
+    CHECK(ChunksOf(PlanChunks(d, -8, 256, o)) == Chunks{{256}, {}});
+    CHECK(ChunksOf(PlanChunks(d, 100, 256, o)) == Chunks{{256}, {}});
+    // A decoder phase larger than the budget runs when it is the step's first item.
+    const std::vector<ChunkDemand> done = {{500, 500, 0, 900}, {0, 10, 0, 5}};
+    const auto p = PlanChunks(done, 100, 256, o);
+    CHECK(FinishOf(p) == std::vector<bool>{true, false});
+    CHECK(ChunksOf(p) == Chunks{{}, {}});
+  }
+  CHECK(PlanChunks(std::vector<ChunkDemand>{}, 100, 16, PrefillOrder::kRoundRobin).empty());
+}
+
+TEST_CASE("the decoder phase follows the last chunk in the same step only if it fits") {
+  for (PrefillOrder o : {PrefillOrder::kFcfs, PrefillOrder::kRoundRobin}) {
+    CAPTURE(PrefillOrderName(o));
+    // 300 rows left: 256 + 44, then a 128-row decoder phase: 428 rows.
+    const std::vector<ChunkDemand> d = {{0, 300, 0, 128}};
+    CHECK(PlanChunks(d, 428, 256, o) == std::vector<StepShare>{{{256, 44}, true}});
+    CHECK(PlanChunks(d, 427, 256, o) == std::vector<StepShare>{{{256, 44}, false}});
+    // The next step: nothing left to encode, the decoder phase alone.
+    const std::vector<ChunkDemand> next = {{300, 300, 0, 128}};
+    CHECK(PlanChunks(next, 10, 256, o) == std::vector<StepShare>{{{}, true}});
+  }
+  // Round-robin: the phase is a turn's item like a chunk (round 1: 100 + 256; round 2: the
+  // first turn's 50-row phase does not fit in the 44 rows left, the second's last 44 do); fcfs
+  // runs it before the next turn gets anything (then 256 does not fit in 250).
+  const std::vector<ChunkDemand> two = {{0, 100, 0, 50}, {0, 300, 0, 50}};
+  CHECK(PlanChunks(two, 400, 256, PrefillOrder::kRoundRobin) ==
+        std::vector<StepShare>{{{100}, false}, {{256, 44}, false}});
+  CHECK(PlanChunks(two, 400, 256, PrefillOrder::kFcfs) == std::vector<StepShare>{{{100}, true}, {{}, false}});
+  CHECK(PlanChunks(two, 460, 256, PrefillOrder::kRoundRobin) == std::vector<StepShare>{{{100}, true}, {{256, 44}, false}});
+}
+
+TEST_CASE("round-robin: a lower priority value is planned whole before the next priority") {
+  const auto d = With({{0, 600, -1}, {0, 600, 0}, {0, 50, 0}}, 1 << 20);
+  CHECK(ChunksOf(PlanChunks(d, 700, 256, PrefillOrder::kRoundRobin)) == Chunks{{256, 256, 88}, {}, {50}});
+  CHECK(ChunksOf(PlanChunks(d, 1000, 256, PrefillOrder::kRoundRobin)) == Chunks{{256, 256, 88}, {256}, {50}});
+}
+
+TEST_CASE("random demands: boundaries, budget and progress hold for both orders") {
+  std::mt19937_64 rng(7);
+  for (int it = 0; it < 2000; ++it) {
+    const int n = int(rng() % 6);
+    std::vector<ChunkDemand> d;
+    int prio = -2;
+    for (int i = 0; i < n; ++i) {
+      prio += int(rng() % 3 == 0);
+      const int64_t end = 1 + int64_t(rng() % 3000), next = int64_t(rng() % uint64_t(end + 1));
+      d.push_back({next, end, prio, 1 + int64_t(rng() % 400)});
+    }
+    const int64_t chunk = 1 + int64_t(rng() % 600), budget = int64_t(rng() % 2000) - 100;
+    for (PrefillOrder o : {PrefillOrder::kFcfs, PrefillOrder::kRoundRobin}) {
+      CAPTURE(it);
+      const std::vector<StepShare> p = PlanChunks(d, budget, chunk, o);
+      REQUIRE(p.size() == d.size());
+      int64_t rows = 0, items = 0;
+      for (size_t i = 0; i < d.size(); ++i) {
+        int64_t at = d[i].next;
+        for (int64_t len : p[i].chunks) {
+          CHECK(len == std::min(chunk, d[i].end - at));  // boundaries: every `chunk` rows from `next`
+          at += len;
+          rows += len;
+          items++;
+        }
+        CHECK(at <= d[i].end);
+        if (p[i].finish) {
+          CHECK(at == d[i].end);  // the decoder phase only after the last chunk
+          rows += d[i].finish_rows;
+          items++;
+        }
+      }
+      if (n > 0) CHECK(items >= 1);  // a prompt always advances
+      if (items > 1) CHECK(rows <= budget);
+      // Nothing left that would fit: every turn's next item is over what the budget has left.
+      if (items >= 1)
+        for (size_t i = 0; i < d.size(); ++i) {
+          int64_t at = d[i].next;
+          for (int64_t len : p[i].chunks) at += len;
+          if (at < d[i].end) CHECK(std::min(chunk, d[i].end - at) > budget - rows);
+          else if (!p[i].finish) CHECK(d[i].finish_rows > budget - rows);
+        }
+    }
+  }
+}
