@@ -31,6 +31,13 @@ namespace cedar::kernels::internal {
 namespace {
 
 constexpr int B = kQuantBlock;
+// How far ahead the products prefetch each weight stream (bytes).
+constexpr int64_t kPrefetchBytes = 1024;
+// Weight rows read side by side at decode (one row of x): one, so memory is read in address
+// order. Decode's rows are 0.5-2 KiB, and R interleaved short streams kept this AVX2 VM's
+// prefetchers from ramping (a read of 1 KiB rows 4 at a time: ~5 GB/s; one at a time: ~12).
+// Every output still has its own accumulator, so the bits do not depend on R.
+constexpr int kOneRowR = 1;
 
 // 2^(code - 127) for every E8M0 code (NaN for 0xFF), built once.
 const float* E8m0Table() {
@@ -194,7 +201,19 @@ void Block(const D& d, const float* x, const WeightView& w, int64_t r, float* y,
   }
   for (int n = 0; n < N; ++n)
     for (int k = 0; k < R; ++k) acc[n][k] = _mm256_setzero_ps();
+  // Software prefetch kPrefetchBytes ahead in each of the R weight streams, continuing into the
+  // next R rows' streams when a row ends (rows are evenly spaced): decode's rows are 0.25-2 KiB,
+  // too short for the hardware prefetchers to ramp up per stream (see kOneRowR).
+  const int64_t stride = R > 1 ? int64_t(row[1] - row[0]) : int64_t(D::Row(w, r + 1) - row[0]);
+  const int64_t bb = stride / std::max<int64_t>(1, nb);  // bytes per block (0 for a partial-only row)
+  const int64_t ahead = bb > 0 ? std::max<int64_t>(1, kPrefetchBytes / bb) : 0;
   for (int64_t b = 0; b < nb; ++b) {
+    if (bb > 0) {
+      const int64_t pb = b + ahead;
+      const int64_t off = pb < nb ? pb * bb : (pb - nb) * bb + R * stride;
+#pragma GCC unroll 4
+      for (int k = 0; k < R; ++k) _mm_prefetch(reinterpret_cast<const char*>(row[k] + off), _MM_HINT_T0);
+    }
 #pragma GCC unroll 4
     for (int k = 0; k < R; ++k) {
       __m256 v[4];
@@ -226,7 +245,7 @@ void Block(const D& d, const float* x, const WeightView& w, int64_t r, float* y,
 // accumulators within the 16 registers).
 template <class D, int N>
 void Rows(const float* x, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
-  constexpr int R = N <= 2 ? 4 : N <= 4 ? 2 : 1;
+  constexpr int R = N == 1 ? kOneRowR : N <= 2 ? 4 : N <= 4 ? 2 : 1;
   const D d;
   int64_t r = r0;
   for (; r + R <= r1; r += R) Block<D, N, R>(d, x, w, r, y + (r - r0), ys);
