@@ -31,6 +31,13 @@ namespace cedar::kernels::internal {
 namespace {
 
 constexpr int B = kQuantBlock;
+// How far ahead the products prefetch each weight stream (bytes).
+constexpr int64_t kPrefetchBytes = 1024;
+// Weight rows read side by side at decode (one row of x): one, so memory is read in address
+// order. Decode's rows are 0.5-2 KiB, and R interleaved short streams kept this AVX2 VM's
+// prefetchers from ramping (a read of 1 KiB rows 4 at a time: ~5 GB/s; one at a time: ~12).
+// Every output still has its own accumulator, so the bits do not depend on R.
+constexpr int kOneRowR = 1;
 
 // 2^(code - 127) for every E8M0 code (NaN for 0xFF), built once.
 const float* E8m0Table() {
@@ -77,6 +84,7 @@ float ScaleOf(const WeightView& w, int64_t r, int64_t b) {
 //   are the scalar DecodeE4M3 / DecodeE2M1 / Bf16ToFloat values), so the order of Step below is
 //   the only thing that fixes the bits.
 struct DecBf16 {
+  static constexpr int64_t kBlockBytes = 64;  // stored bytes of a block of 32
   static constexpr bool kScaled = false;
   static const uint8_t* Row(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.data) + r * w.cols * 2; }
   static const void* Scales(const WeightView&, int64_t) { return nullptr; }
@@ -90,6 +98,7 @@ struct DecBf16 {
   }
 };
 struct DecI8 {
+  static constexpr int64_t kBlockBytes = 32;  // stored bytes of a block of 32
   static constexpr bool kScaled = true;
   static const uint8_t* Row(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.data) + r * w.cols; }
   static const void* Scales(const WeightView& w, int64_t r) { return static_cast<const float*>(w.scales) + r * Blocks(w.cols); }
@@ -106,6 +115,7 @@ struct DecI8 {
 // then * 2^120 (exact). 3 operations per 8 weights besides the multiply (was 6).
 // 0x7F/0xFF (NaN) decode as +-480: the released weights have none.
 struct DecFp8 {
+  static constexpr int64_t kBlockBytes = 32;  // stored bytes of a block of 32
   static constexpr bool kScaled = true;
   const float* e8m0 = E8m0Table();
   __m256i mask = _mm256_set1_epi32(int(0x87F00000u));
@@ -129,6 +139,7 @@ struct DecFp8 {
 // a 32-bit lane, i.e. the float. Element 2k is byte k's low nibble. ~18 operations per 32 weights
 // (the permute-per-8 decoder took ~36).
 struct DecFp4 {
+  static constexpr int64_t kBlockBytes = 16;  // stored bytes of a block of 32
   static constexpr bool kScaled = true;
   const float* e8m0 = E8m0Table();
   // bf16 bits of E2M1 nibble i: 0, 0.5, 1, 1.5, 2, 3, 4, 6 = 0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000,
@@ -182,6 +193,26 @@ inline __m256 Step(const __m256 v[4], const float* xp, __m256 s, __m256 acc) {
 // N rows of x (stride in) against weight rows [r, r + R): y[n * ys + k]. Row and scale pointers
 // are computed once, so the block loop holds only the accumulators, the decoded block and the
 // decoder's constants (N * R + 4 + 3 registers at most for the shapes Rows picks).
+// The partial last block of rows [r, r + R), zero-padded (out of line: its buffers made every
+// call of Block set up a realigned stack frame).
+template <class D, int N, int R>
+__attribute__((noinline)) void TailBlock(const D& d, const float* x, const WeightView& w, int64_t r, const void* const* sc,
+                                         __m256 (&acc)[N][R]) {
+  const int64_t in = w.cols, nb = in / B;
+  alignas(32) float wb[B], xb[B];
+  for (int k = 0; k < R; ++k) {
+    std::fill(wb, wb + B, 0.0f);
+    for (int64_t c = nb * B; c < in; ++c) wb[c - nb * B] = RawAt(w, r + k, c);
+    const __m256 v[4] = {_mm256_load_ps(wb), _mm256_load_ps(wb + 8), _mm256_load_ps(wb + 16), _mm256_load_ps(wb + 24)};
+    const __m256 s = _mm256_set1_ps(d.Scale(sc[k], nb));
+    for (int n = 0; n < N; ++n) {
+      std::fill(xb, xb + B, 0.0f);
+      std::copy(x + n * in + nb * B, x + n * in + in, xb);
+      acc[n][k] = Step<D::kScaled>(v, xb, s, acc[n][k]);
+    }
+  }
+}
+
 template <class D, int N, int R>
 void Block(const D& d, const float* x, const WeightView& w, int64_t r, float* y, int64_t ys) {
   const int64_t in = w.cols, nb = in / B;
@@ -194,7 +225,12 @@ void Block(const D& d, const float* x, const WeightView& w, int64_t r, float* y,
   }
   for (int n = 0; n < N; ++n)
     for (int k = 0; k < R; ++k) acc[n][k] = _mm256_setzero_ps();
+  // Software prefetch kPrefetchBytes ahead in each weight stream (with R = 1, at decode, that is
+  // the next row when a row ends: memory is read in address order): decode's rows are 0.25-2 KiB,
+  // too short for the hardware prefetchers to ramp up per stream (see kOneRowR).
   for (int64_t b = 0; b < nb; ++b) {
+#pragma GCC unroll 4
+    for (int k = 0; k < R; ++k) _mm_prefetch(reinterpret_cast<const char*>(row[k] + b * D::kBlockBytes + kPrefetchBytes), _MM_HINT_T0);
 #pragma GCC unroll 4
     for (int k = 0; k < R; ++k) {
       __m256 v[4];
@@ -204,20 +240,7 @@ void Block(const D& d, const float* x, const WeightView& w, int64_t r, float* y,
       for (int n = 0; n < N; ++n) acc[n][k] = Step<D::kScaled>(v, x + n * in + b * B, s, acc[n][k]);
     }
   }
-  if (in % B) {  // the partial last block, zero-padded
-    alignas(32) float wb[B], xb[B];
-    for (int k = 0; k < R; ++k) {
-      std::fill(wb, wb + B, 0.0f);
-      for (int64_t c = nb * B; c < in; ++c) wb[c - nb * B] = RawAt(w, r + k, c);
-      const __m256 v[4] = {_mm256_load_ps(wb), _mm256_load_ps(wb + 8), _mm256_load_ps(wb + 16), _mm256_load_ps(wb + 24)};
-      const __m256 s = _mm256_set1_ps(d.Scale(sc[k], nb));
-      for (int n = 0; n < N; ++n) {
-        std::fill(xb, xb + B, 0.0f);
-        std::copy(x + n * in + nb * B, x + n * in + in, xb);
-        acc[n][k] = Step<D::kScaled>(v, xb, s, acc[n][k]);
-      }
-    }
-  }
+  if (in % B) TailBlock<D, N, R>(d, x, w, r, sc, acc);
   for (int n = 0; n < N; ++n)
     for (int k = 0; k < R; ++k) y[n * ys + k] = HSum(acc[n][k]);
 }
@@ -226,7 +249,7 @@ void Block(const D& d, const float* x, const WeightView& w, int64_t r, float* y,
 // accumulators within the 16 registers).
 template <class D, int N>
 void Rows(const float* x, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
-  constexpr int R = N <= 2 ? 4 : N <= 4 ? 2 : 1;
+  constexpr int R = N == 1 ? kOneRowR : N <= 2 ? 4 : N <= 4 ? 2 : 1;
   const D d;
   int64_t r = r0;
   for (; r + R <= r1; r += R) Block<D, N, R>(d, x, w, r, y + (r - r0), ys);
