@@ -162,9 +162,9 @@ int RunServe(int argc, char** argv) {
       "max-prefill-chunk", IntOption("--max-prefill-chunk", &sched.max_prefill_chunk, 1, 1 << 20),
       "mixed: a prompt runs in chunks of this many tokens")(
       "prefill-order", po::value(&prefill_order)->default_value(prefill_order),
-      "mixed: how a step's budget is shared among prefilling turns: round-robin (one chunk each per round among equal "
-      "priorities: a short prompt shares a step with a long one's chunk) | fcfs (each turn takes all the chunks that "
-      "fit before the next gets any)")(
+      "mixed: how a step's budget is shared among prefilling turns: fcfs (each turn, by priority then arrival, takes all "
+      "the chunks that fit before the next gets any) | round-robin (one chunk each per round among equal priorities: a "
+      "short prompt shares a step with a long one's chunk)")(
       "batch-prefill",
       "mixed: a step's prefill chunks of different turns (and their decoder phases) run as one engine pass; turns on "
       "row-invariant matmul (every row bit for bit what it is alone, products ~0.8x sgemm's rate) so outputs do not "

@@ -12,10 +12,10 @@
 // a long prompt would hold a whole chunk plus the decoder phase, and every decoding session
 // would see that one long gap (it set the p99 of issue 14's benchmark).
 //
-// fcfs: turns in priority order, each taking all the chunks that fit before the next turn gets
-//   any (a long prompt that arrived first holds the whole budget until it is done; what the
-//   turns behind it wait for is its whole prefill).
-// round-robin (the default): among turns of equal priority, one chunk each per round, rounds
+// fcfs (the default): turns in priority order, each taking all the chunks that fit before the
+//   next turn gets any (a long prompt that arrived first holds the whole budget until it is
+//   done; what the turns behind it wait for is its whole prefill).
+// round-robin: among turns of equal priority, one chunk each per round, rounds
 //   until the budget is spent; lower priority values are planned first, as in fcfs. With a
 //   chunk smaller than the step (e.g. 512-row steps of 256-row chunks) a short prompt (an
 //   agent's tool result) shares the step with a long prompt's chunk instead of waiting for all

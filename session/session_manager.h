@@ -218,8 +218,9 @@ struct SchedulerOptions {
                                        // prefill pass (through the encoder layers in the chunks'
                                        // products, engine/batch_prefill.h EncodeDecodeBatch) instead
                                        // of a decode pass of their own; same bits either way
-  PrefillOrder prefill_order = PrefillOrder::kRoundRobin;  // --prefill-order: how a step's budget is
-                                 // shared among prefilling turns (session/chunk_plan.h)
+  PrefillOrder prefill_order = PrefillOrder::kFcfs;  // --prefill-order: how a step's budget is
+                                 // shared among prefilling turns (session/chunk_plan.h); fcfs by
+                                 // default (issue 14), round-robin for short turns beside long ones
   int max_prefilling_turns = 4;  // --max-prefilling-turns: turns admitted with prompt rows left
   int max_queued_turns = 256;    // --max-queued-turns: turns waiting for admission; past it
                                  // Submit refuses with kQueueFull (0 = no limit)
