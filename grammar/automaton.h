@@ -62,32 +62,27 @@ class Automaton {
   // True when a path of (local) `state` popped into the context marker.
   bool HasContext(StateId state) const { return has_context_[size_t(state)]; }
   struct Cut {
-    StateId local;    // the state of the top `frames` frames over the marker (or the whole stack)
-    int32_t context;  // the real node the marker stands for; -1 when the stack had no more frames
-    // A repetition count in the frames (a family of Grammar::RepChain of one element; -1: none).
-    // The frame inside T_r is replaced by the same position in the family's longest chain's T_L,
-    // L = min(its length, horizon), so every count of every chain of the family
-    // shares one local state; `slack` = L - r (0 when r >= L). A walk of at most `horizon` - 1
-    // repeats from T_L is the walk from T_r (each repeat takes a byte, T_m has the same shape for
-    // every m >= 1) as long as no stack's chain level drops to `slack` or below (ChainLevel):
-    // there T_r's walk would have reached T_0, which cannot repeat.
-    int32_t chain = -1;
-    int32_t slack = 0;
+    StateId local;    // the top frames of the group's stacks, each over the marker (or whole)
+    int32_t context;  // the real node the marker stands for; -1 when the stacks had no more frames
   };
-  // Stack `node` (a symbol-class top, as Stacks() holds) cut `frames` (>= 1) nodes down.
-  // `horizon` > 0: canonicalise a count as above (pass the longest token's bytes + 1).
-  Cut CutStack(int32_t node, int frames, int32_t horizon = 0);
-  // The least count level of `chain` over every node of every stack of `state` (a local state:
-  // its stacks end at the marker); kNoLevel when no stack is inside that chain.
-  static constexpr int32_t kNoLevel = 1 << 30;
-  int32_t ChainLevel(StateId state, int32_t chain) const;
+  // The stacks of `state` (but the empty one) cut `frames` (>= 1) nodes down, grouped by the
+  // node below the cut (one local state per context, so e.g. all the alternatives of a
+  // string's next character share one walk). `horizon` > 0: a repetition count in the frames
+  // (a family of Grammar::RepChain of one element) is replaced by the same position in the
+  // family's longest chain at count min(count, horizon), so every string (array) of the family
+  // at the same count shares one local state; pass the longest token's bytes + 1 (each repeat
+  // takes a byte, so no token can exhaust a count of at least the horizon).
+  std::vector<Cut> CutState(StateId state, int frames, int32_t horizon = 0);
   // What the context `node` can do first: the bytes its expansions match, and whether it
   // expands to any stack at all (a path that reaches it at a token's end keeps the token).
   struct First {
     std::bitset<256> bytes;
     bool alive = false;
+    StateId state = kDeadState;  // the (real) state of those expansions
   };
   const First& FirstOf(int32_t node);
+  // True when a stack of `state` other than the marker and the empty one can take `symbol`.
+  bool LocalTakes(StateId state, Symbol symbol) const;
   const std::vector<std::string>& special_names() const { return special_names_; }
   size_t num_states() const { return sets_.size(); }
 
@@ -102,6 +97,8 @@ class Automaton {
     int32_t index;   // class or rule
   };
   int32_t Intern(int32_t pos, int32_t parent);
+  // Stack `node` cut as CutState says: (local node, context node or -1).
+  std::pair<int32_t, int32_t> CutNode(int32_t node, int frames, int32_t horizon);
   StateId InternSet(std::vector<int32_t> set);
   void Expand(int32_t node, std::vector<int32_t>& out, int depth);
   StateId Compute(StateId state, Symbol symbol);

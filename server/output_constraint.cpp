@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "grammar/grammar_cache.h"
 #include "grammar/logits_processor.h"
 #include "tools_bridge/lib/json_limits.h"
 #include "tools_bridge/lib/tool_call_grammar.h"
@@ -15,6 +16,13 @@ namespace {
 
 [[noreturn]] void Expected(const std::string& field, const std::string& what, const json& found) {
   throw InvalidRequest(field + ": expected " + what + ", found " + bridge::JsonPreview(found), field);
+}
+
+// The compiled grammars of recent requests (grammar_cache.h): an agent's later turns with the
+// same tools or schema reuse the masks of the earlier ones. 8 grammars, ~40 MiB each at most.
+grammar::GrammarCache& CompiledGrammars() {
+  static grammar::GrammarCache cache(8);
+  return cache;
 }
 
 }  // namespace
@@ -88,12 +96,20 @@ std::shared_ptr<LogitsProcessor> MakeOutputProcessor(const OutputRequest& r,
     return nullptr;  // "auto" with no tools: free text
   }
   try {
-    grammar::Grammar g = bridge::AssistantGrammar(r.chat ? r.format : bridge::ChatFormat::kCedar, c);
-    auto automaton = std::make_shared<grammar::Automaton>(g);
-    spdlog::debug("output grammar: {} rules, choice {}, json {}", g.rules().size(), int(c.choice),
-                  c.json_object || c.json_schema.has_value());
-    return std::make_shared<grammar::GrammarLogitsProcessor>(
-        std::make_unique<grammar::TokenMatcher>(std::move(automaton), std::move(vocab), std::move(end_ids)));
+    const bridge::ChatFormat format = r.chat ? r.format : bridge::ChatFormat::kCedar;
+    // Everything the grammar and its masks depend on (the vocabulary by address: a cached
+    // grammar holds its vocabulary, so the address cannot be reused while the entry lives).
+    const json key = {int(format), int(c.choice), c.function, c.parallel_tool_calls, c.tools,
+                      c.json_schema.value_or(json()), c.json_object, c.thinking, c.schema.strict,
+                      c.schema.error_on_unsupported, c.schema.max_string_length, c.schema.max_any_depth,
+                      end_ids, reinterpret_cast<uintptr_t>(vocab.get())};
+    auto compiled = CompiledGrammars().Get(key.dump(), [&] {
+      grammar::Grammar g = bridge::AssistantGrammar(format, c);
+      spdlog::debug("output grammar: {} rules, choice {}, json {}", g.rules().size(), int(c.choice),
+                    c.json_object || c.json_schema.has_value());
+      return grammar::CompiledGrammar::Compile(g, vocab, end_ids);
+    });
+    return std::make_shared<grammar::GrammarLogitsProcessor>(std::make_unique<grammar::TokenMatcher>(std::move(compiled)));
   } catch (const grammar::GrammarError& e) {
     throw InvalidRequest(param + ": " + e.what(), param);
   }

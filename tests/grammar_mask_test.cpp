@@ -7,10 +7,14 @@
 // DeepSeek tokenizer when npm installed it, else a synthetic 129,280-id one.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <filesystem>
+#include <thread>
 #include <random>
 
 #include "grammar/automaton.h"
+#include "grammar/compiled_grammar.h"
+#include "grammar/grammar_cache.h"
 #include "grammar/json_schema.h"
 #include "grammar/token_matcher.h"
 #include "tests/grammar_util.h"
@@ -155,4 +159,164 @@ TEST_CASE("fast masks equal the whole-trie walk on bounded strings and arrays") 
   }
   MESSAGE(states << " states compared on bounded strings and arrays");
   CHECK(states > 150);
+}
+
+namespace {
+
+// The reference masks (the whole-trie walk, a private automaton) along the ids `picks`.
+std::vector<TokenMask> ReferenceMasks(const Grammar& g, const std::vector<int32_t>& picks) {
+  const Vocab& v = SharedVocab();
+  TokenMatcher reference(std::make_shared<Automaton>(g), v.vocab, {v.eos}, MatcherOptions{0});
+  std::vector<TokenMask> masks;
+  for (size_t i = 0; i <= picks.size(); ++i) {
+    masks.push_back(reference.Mask());
+    if (i < picks.size()) REQUIRE(reference.AcceptToken(picks[i]));
+  }
+  return masks;
+}
+
+// One seeded generation of `steps` ids under a matcher of `compiled`: the masks it was given
+// (copies) and the ids it picked.
+struct Generation {
+  std::vector<TokenMask> masks;
+  std::vector<int32_t> picks;
+};
+Generation Generate(const std::shared_ptr<CompiledGrammar>& compiled, uint64_t seed, int steps) {
+  const Vocab& v = SharedVocab();
+  TokenMatcher m(compiled);
+  std::mt19937_64 rng(seed);
+  Generation out;
+  for (int step = 0; step < steps && !m.Ended(); ++step) {
+    out.masks.push_back(m.Mask());
+    std::vector<int32_t> allowed;
+    for (int32_t id = 0; id < v.vocab->size(); ++id)
+      if (out.masks.back().Test(id)) allowed.push_back(id);
+    if (allowed.empty()) break;
+    int32_t pick = allowed[rng() % allowed.size()];
+    for (int k = 0; k < 3 && v.vocab->bytes(pick).size() < 3; ++k) pick = allowed[rng() % allowed.size()];
+    if (!m.AcceptToken(pick)) break;  // the reference replay then fails on the same id
+    out.picks.push_back(pick);
+  }
+  return out;
+}
+
+void ExpectReference(const Grammar& g, const Generation& gen, const std::string& what) {
+  const std::vector<TokenMask> want = ReferenceMasks(g, gen.picks);
+  REQUIRE(gen.masks.size() <= want.size());
+  for (size_t step = 0; step < gen.masks.size(); ++step) {
+    if (gen.masks[step].words == want[step].words) continue;
+    int32_t id = 0;
+    while (gen.masks[step].Test(id) == want[step].Test(id)) ++id;
+    FAIL(what << " step " << step << ": token " << id << " \"" << SharedVocab().vocab->bytes(id) << "\" shared "
+              << gen.masks[step].Test(id) << ", reference " << want[step].Test(id));
+  }
+}
+
+const json& BoundedSchema() {
+  static const json s = json::parse(R"({"type": "object", "properties": {
+      "title": {"type": "string", "maxLength": 12}, "tags": {"type": "array", "items": {"type": "string", "maxLength": 5}, "maxItems": 3},
+      "note": {"anyOf": [{"type": "null"}, {"type": "string", "minLength": 2, "maxLength": 20}]}, "n": {"type": "integer"}},
+    "required": ["title", "tags", "note", "n"], "additionalProperties": false})");
+  return s;
+}
+
+}  // namespace
+
+// Masks computed by one generation are handed to the next (CompiledGrammar shared, as
+// grammar_cache.h does across requests): a cold generation, warm ones on other seeds, and a
+// grammar whose caches start over every few masks, all equal the whole-trie walk; and the
+// logits ApplyMask leaves are exactly the mask's ids.
+TEST_CASE("a compiled grammar shared by generations gives each the whole-trie walk's masks") {
+  const Vocab& v = SharedVocab();
+  Grammar g;
+  g.SetRoot(CompileJsonSchema(g, BoundedSchema()));
+  MatcherOptions tiny;
+  tiny.max_cache_bytes = 64 << 10;  // a few masks: the caches start over again and again
+  int states = 0;
+  for (const MatcherOptions& options : {MatcherOptions{}, tiny}) {
+    auto compiled = CompiledGrammar::Compile(g, v.vocab, {v.eos}, options);
+    for (uint64_t seed = 1; seed <= 4; ++seed) {
+      const Generation gen = Generate(compiled, 500 + seed, 40);
+      ExpectReference(g, gen, "seed " + std::to_string(seed) + (options.max_cache_bytes == tiny.max_cache_bytes ? " (tiny cache)" : ""));
+      states += int(gen.masks.size());
+    }
+  }
+  // ApplyMask: -inf exactly where the mask says no, other logits untouched, on a padded vector.
+  TokenMatcher m(CompiledGrammar::Compile(g, v.vocab, {v.eos}));
+  std::mt19937_64 rng(3);
+  for (int step = 0; step < 6; ++step) {
+    std::vector<float> logits(size_t(v.vocab->size()) + 37);
+    for (float& x : logits) x = float(rng() % 1000) / 10.0f;
+    const std::vector<float> before = logits;
+    const int64_t allowed = m.ApplyMask(logits);
+    const TokenMask& mask = m.Mask();
+    int64_t kept = 0;
+    for (size_t i = 0; i < logits.size(); ++i) {
+      const bool ok = int64_t(i) < v.vocab->size() && mask.Test(int32_t(i));
+      REQUIRE((ok ? logits[i] == before[i] : std::isinf(logits[i]) && logits[i] < 0));
+      kept += ok;
+    }
+    CHECK(allowed == kept);
+    int32_t pick = -1;
+    for (int32_t id = 0; id < v.vocab->size() && pick < 0; ++id)
+      if (mask.Test(id) && int32_t(rng() % 50) == 0) pick = id;
+    if (pick < 0) break;
+    REQUIRE(m.AcceptToken(pick));
+  }
+  MESSAGE(states << " shared-grammar states compared");
+  CHECK(states > 200);
+}
+
+// Four threads generate at once from one compiled grammar (CompiledGrammar's lock): every
+// mask each was handed equals the whole-trie walk along its own ids.
+TEST_CASE("concurrent generations sharing a compiled grammar get the whole-trie walk's masks") {
+  const Vocab& v = SharedVocab();
+  bridge::OutputConstraint c;
+  c.choice = bridge::ToolChoice::kRequired;
+  c.tools = cedar::test::RealTools();
+  const Grammar g = bridge::AssistantGrammar(bridge::ChatFormat::kDeepseekV41, c);
+  auto compiled = CompiledGrammar::Compile(g, v.vocab, {v.eos});
+  std::vector<Generation> gens(4);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < gens.size(); ++t)
+    threads.emplace_back([&, t] { gens[t] = Generate(compiled, 700 + t, 30); });
+  for (auto& th : threads) th.join();
+  int states = 0;
+  for (size_t t = 0; t < gens.size(); ++t) {
+    ExpectReference(g, gens[t], "thread " + std::to_string(t));
+    states += int(gens[t].masks.size());
+  }
+  MESSAGE(states << " states compared across 4 threads");
+  CHECK(states > 60);
+}
+
+// The server's cache of compiled grammars (grammar_cache.h): the same key gives the same
+// compiled grammar (its masks computed once), a full cache drops the least recently used,
+// and a schema that does not compile stores nothing.
+TEST_CASE("grammar cache: same key, same compiled grammar; least recently used dropped") {
+  const Vocab& v = SharedVocab();
+  GrammarCache cache(2);
+  int compiles = 0;
+  auto compile = [&](const json& schema) {
+    return [&, schema] {
+      ++compiles;
+      Grammar g;
+      g.SetRoot(CompileJsonSchema(g, schema));
+      return CompiledGrammar::Compile(g, v.vocab, {v.eos});
+    };
+  };
+  const json a = BoundedSchema(), b = json::parse(R"({"type": "integer"})"), c = json::parse(R"({"enum": ["x"]})");
+  auto first = cache.Get("a", compile(a));
+  CHECK(cache.Get("a", compile(a)) == first);
+  CHECK(compiles == 1);
+  CHECK(cache.hits() == 1);
+  cache.Get("b", compile(b));
+  cache.Get("a", compile(a));  // a is now the most recent
+  cache.Get("c", compile(c));  // drops b
+  CHECK(cache.size() == 2);
+  CHECK(cache.Get("a", compile(a)) == first);
+  cache.Get("b", compile(b));
+  CHECK(compiles == 4);
+  CHECK_THROWS_AS(cache.Get("bad", compile(json::parse(R"({"type": "strin"})"))), GrammarError);
+  CHECK(cache.size() == 2);
 }
