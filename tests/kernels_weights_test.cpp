@@ -154,6 +154,30 @@ TEST_CASE("a row of a few-row typed product equals the same row alone, bit for b
   k::SetPoolThreads(2);
 }
 
+// Decode's one-row path against rows of a 3-row product (the few-row path), bit for bit, at the
+// widths decode runs (up to 16k columns, with and without a partial last block) and over rows past
+// the 64-row blocks of FewRowsT (71 = 64 + 7).
+TEST_CASE("the one-row typed product equals the few-row product at decode widths, bit for bit") {
+  k::SetPoolThreads(1);
+  for (WeightType type : kTypes)
+    for (int in : {200, 512, 1000, 4096, 8200, 16416}) {
+      if (type == WeightType::kFP4 && in % 32 != 0) continue;
+      const int n = 3, out = 71;
+      auto x = Random(size_t(n) * in, 500 + in), w = Random(size_t(out) * in, 600 + in);
+      Stored s = Convert(w, out, in, type);
+      std::vector<float> y(size_t(n) * out), row(static_cast<size_t>(out));
+      k::MatmulW(x.data(), s.view, y.data(), n);
+      bool same = true;
+      for (int b = 0; b < n; ++b) {
+        k::MatmulW(x.data() + size_t(b) * in, s.view, row.data(), 1);
+        same = same && std::memcmp(row.data(), y.data() + size_t(b) * out, sizeof(float) * size_t(out)) == 0;
+      }
+      INFO(k::WeightTypeName(type) << " in=" << in);
+      CHECK(same);
+    }
+  k::SetPoolThreads(2);
+}
+
 TEST_CASE("MatmulMany runs typed and F32 jobs together, each equal to its reference") {
   const int shapes[][3] = {{1, 64, 320}, {3, 96, 70}, {20, 64, 33}, {1, 256, 9}, {16, 32, 100}, {0, 64, 8}};
   std::vector<Stored> stored;
@@ -230,7 +254,7 @@ TEST_CASE("FP8 row slices keep their 32-row scale blocks") {
 // The vector decoders (kernels/matmul_quant.cpp: bit placement for E4M3, byte tables for E2M1)
 // against the scalar definitions, for every code, bit for bit (the sign of zero included):
 // DecodeRows runs the same Load the products do, with block scales of 1 (E8M0 code 127).
-TEST_CASE("every FP8 and FP4 code decodes in the vector kernels exactly as the scalar decoder does") {
+TEST_CASE("every FP8 and FP4 code and INT8 value decodes in the vector kernels exactly as the scalar decoder does") {
   auto same_bits = [](float a, float b) { return std::memcmp(&a, &b, 4) == 0; };
   {
     std::vector<uint8_t> codes(256), scales(8, 127);  // one row of 256 elements: 8 blocks of 32
@@ -247,6 +271,23 @@ TEST_CASE("every FP8 and FP4 code decodes in the vector kernels exactly as the s
       if ((i & 0x7F) == 0x7F) continue;  // NaN codes: documented to decode as +-480 in the kernels
       INFO("E4M3 code " << i << " vector " << dec[size_t(i)] << " scalar " << k::DecodeE4M3(uint8_t(i)));
       CHECK(same_bits(dec[size_t(i)], k::DecodeE4M3(uint8_t(i))));
+    }
+  }
+  {
+    std::vector<int8_t> codes(256);  // INT8: every value, scale 1
+    std::vector<float> scales(8, 1.0f);
+    for (int i = 0; i < 256; ++i) codes[size_t(i)] = int8_t(i - 128);
+    k::WeightView v;
+    v.type = WeightType::kI8;
+    v.data = codes.data();
+    v.scales = scales.data();
+    v.rows = 1;
+    v.cols = 256;
+    std::vector<float> dec(256);
+    k::DecodeRows(v, 0, 1, dec.data());
+    for (int i = 0; i < 256; ++i) {
+      INFO("INT8 value " << i - 128 << " vector " << dec[size_t(i)]);
+      CHECK(same_bits(dec[size_t(i)], float(i - 128)));
     }
   }
   {
