@@ -59,6 +59,7 @@ struct Args {
   int sessions = 8, decode = 128, prompt = 256, long_prompt = 16384, warmup_turns = 2;
   int step_tokens = 0, chunk = 0;  // 0 = the defaults of SchedulerOptions
   std::string prefill_order;       // "" = the default of SchedulerOptions
+  std::string gaps_file;           // "" = none; else the during-window gaps are appended there
 };
 
 // A configuration of the list above.
@@ -104,6 +105,7 @@ void MixedLoad(const std::shared_ptr<const Model>& m, const Args& a, const Confi
   std::mt19937_64 rng(seed);
   std::mutex mu;  // guards the fields below (on_token runs on the engine thread)
   std::vector<double> before, during, after;             // inter-token gaps
+  std::vector<std::pair<Clock::time_point, double>> during_at;  // during's gaps with when they ended
   std::vector<double> ttft_before, ttft_during, ttft_after;  // the agents' turns (after their first)
   std::vector<int> turns_done(size_t(a.sessions), 0);
   Clock::time_point steady = Clock::time_point::max();  // every agent has finished its first turn
@@ -134,6 +136,7 @@ void MixedLoad(const std::shared_ptr<const Model>& m, const Args& a, const Confi
           } else if (now > steady) {
             const double gap = Ms(*last, now);
             (now < long_submit ? before : now <= long_first ? during : after).push_back(gap);
+            if (now >= long_submit && now <= long_first) during_at.emplace_back(now, gap);
           }
           *first = false;
           *last = now;
@@ -188,6 +191,12 @@ void MixedLoad(const std::shared_ptr<const Model>& m, const Args& a, const Confi
     return nlohmann::json{{"n", v.size()}, {"p50_ms", Pct(v, 50)}, {"p99_ms", Pct(v, 99)}, {"max_ms", Pct(v, 100)}};
   };
   const double p99_before = Pct(before, 99), p99_during = Pct(during, 99);
+  if (!a.gaps_file.empty()) {  // where in the long prefill the gaps fall (offset since submit)
+    if (FILE* f = std::fopen(a.gaps_file.c_str(), "a")) {
+      for (const auto& [t, gap] : during_at) std::fprintf(f, "%s %.1f %.1f\n", cf.name, Ms(long_submit, t), gap);
+      std::fclose(f);
+    }
+  }
   std::printf("%s\n", nlohmann::json{{"bench", "scheduler_mixed_load"},
                                      {"scheduler", session::SchedulerName(sm->scheduler())},
                                      {"config", cf.name},
@@ -242,6 +251,8 @@ int main(int argc, char** argv) {
       "warmup-turns", cedar::cli::IntOption("--warmup-turns", &a.warmup_turns, 1, 1 << 20),
       "turns every agent finishes before the long prompt arrives (the undisturbed window starts after their first)")(
       "prefill-order", po::value(&a.prefill_order), "SchedulerOptions::prefill_order: round-robin | fcfs (default: its default)")(
+      "gaps-file", po::value(&a.gaps_file),
+      "append each inter-token gap of the long prefill's window as 'config offset_ms gap_ms' (offset from its submit)")(
       "step-tokens", cedar::cli::IntOption("--step-tokens", &a.step_tokens, 0, 1 << 20),
       "SchedulerOptions::step_tokens (0 = its default)")(
       "max-prefill-chunk", cedar::cli::IntOption("--max-prefill-chunk", &a.chunk, 0, 1 << 20),
