@@ -36,6 +36,7 @@
 
 #include "bench/bench_flags.h"
 #include "bench/bench_stats.h"
+#include "bench/scheduler_flags.h"
 #include "engine/init.h"
 #include "kernels/hw_probe.h"
 #include "kernels/ops.h"
@@ -57,8 +58,7 @@ std::vector<int32_t> Random(int n, std::mt19937_64& rng, int vocab) {
 struct Args {
   std::string preset = "small", model_dir, schedulers = "mixed,serial";
   int sessions = 8, decode = 128, prompt = 256, long_prompt = 16384, warmup_turns = 2;
-  int step_tokens = 0, chunk = 0;  // 0 = the defaults of SchedulerOptions
-  std::string prefill_order;       // "" = the default of SchedulerOptions
+  cedar::bench::SchedulerFlags sched;  // --step-tokens, --max-prefill-chunk, --prefill-order
   std::string gaps_file;           // "" = none; else the during-window gaps are appended there
 };
 
@@ -82,9 +82,7 @@ session::ManagerOptions Options(const Args& a, const Config& cf) {
   o.scheduler.kind = cf.kind;
   o.scheduler.batch_prefill = cf.batch_prefill;
   o.scheduler.decode_in_prefill_pass = cf.ride;
-  if (a.step_tokens > 0) o.scheduler.step_tokens = a.step_tokens;
-  if (a.chunk > 0) o.scheduler.max_prefill_chunk = a.chunk;
-  if (!a.prefill_order.empty()) session::ParsePrefillOrder(a.prefill_order, &o.scheduler.prefill_order);
+  a.sched.Apply(&o.scheduler);
   return o;
 }
 
@@ -250,16 +248,11 @@ int main(int argc, char** argv) {
       "long", cedar::cli::IntOption("--long", &a.long_prompt, 1, 1 << 24), "tokens of the long fresh prompt")(
       "warmup-turns", cedar::cli::IntOption("--warmup-turns", &a.warmup_turns, 1, 1 << 20),
       "turns every agent finishes before the long prompt arrives (the undisturbed window starts after their first)")(
-      "prefill-order", po::value(&a.prefill_order), "SchedulerOptions::prefill_order: round-robin | fcfs (default: its default)")(
       "gaps-file", po::value(&a.gaps_file),
-      "append each inter-token gap of the long prefill's window as 'config offset_ms gap_ms' (offset from its submit)")(
-      "step-tokens", cedar::cli::IntOption("--step-tokens", &a.step_tokens, 0, 1 << 20),
-      "SchedulerOptions::step_tokens (0 = its default)")(
-      "max-prefill-chunk", cedar::cli::IntOption("--max-prefill-chunk", &a.chunk, 0, 1 << 20),
-      "SchedulerOptions::max_prefill_chunk (0 = its default)");
+      "append each inter-token gap of the long prefill's window as 'config offset_ms gap_ms' (offset from its submit)");
+  a.sched.Add(desc);
   if (const int rc = cedar::bench::ParseFlags("bench_scheduler", desc, argc, argv); rc >= 0) return rc;
-  if (session::PrefillOrder o; !a.prefill_order.empty() && !session::ParsePrefillOrder(a.prefill_order, &o))
-    return cedar::bench::FlagError("bench_scheduler", "--prefill-order: expected round-robin or fcfs, found '" + a.prefill_order + "'");
+  if (const int rc = a.sched.Check("bench_scheduler"); rc >= 0) return rc;
   for (size_t p = 0; p <= a.schedulers.size();) {
     const size_t q = std::min(a.schedulers.find(',', p), a.schedulers.size());
     const std::string item = a.schedulers.substr(p, q - p);

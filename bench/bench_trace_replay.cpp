@@ -44,6 +44,7 @@
 
 #include "bench/bench_flags.h"
 #include "bench/bench_stats.h"
+#include "bench/scheduler_flags.h"
 #include "engine/engine.h"
 #include "engine/init.h"
 #include "engine/sampling.h"
@@ -71,8 +72,7 @@ struct Args {
   double token_scale = 0.02;   // prompt and output lengths times this
   int max_output = 32;         // output tokens per turn at most
   double max_seconds = 120;    // per configuration: no turn is sent after this (turns in flight finish)
-  int step_tokens = 0, chunk = 0;  // 0 = SchedulerOptions' defaults
-  std::string prefill_order;       // "" = SchedulerOptions' default
+  cedar::bench::SchedulerFlags sched;  // --step-tokens, --max-prefill-chunk, --prefill-order
 };
 
 // One turn of a conversation as replayed: when, how long the prompt, how many tokens out.
@@ -302,15 +302,10 @@ int main(int argc, char** argv) {
       "prompt and output lengths times this")(
       "max-output", cedar::cli::IntOption("--max-output", &a.max_output, 1, 1 << 20), "output tokens per turn at most")(
       "max-seconds", cedar::cli::RealOption("--max-seconds", &a.max_seconds, 0.0, 1e7, /*lo_open=*/true),
-      "per configuration: no turn is sent after this (turns in flight finish)")(
-      "step-tokens", cedar::cli::IntOption("--step-tokens", &a.step_tokens, 0, 1 << 20),
-      "SchedulerOptions::step_tokens (0 = its default)")(
-      "max-prefill-chunk", cedar::cli::IntOption("--max-prefill-chunk", &a.chunk, 0, 1 << 20),
-      "SchedulerOptions::max_prefill_chunk (0 = its default)")(
-      "prefill-order", po::value(&a.prefill_order), "SchedulerOptions::prefill_order: round-robin | fcfs (default: its default)");
+      "per configuration: no turn is sent after this (turns in flight finish)");
+  a.sched.Add(desc);
   if (const int rc = cedar::bench::ParseFlags("bench_trace_replay", desc, argc, argv); rc >= 0) return rc;
-  if (session::PrefillOrder o; !a.prefill_order.empty() && !session::ParsePrefillOrder(a.prefill_order, &o))
-    return cedar::bench::FlagError("bench_trace_replay", "--prefill-order: expected round-robin or fcfs, found '" + a.prefill_order + "'");
+  if (const int rc = a.sched.Check("bench_trace_replay"); rc >= 0) return rc;
   const std::set<std::string> known = {"serial", "mixed", "decoder-only", "mixed-rowinv", "mixed-batched"};
   for (size_t p = 0; p <= a.configs.size();) {
     const size_t q = std::min(a.configs.find(',', p), a.configs.size());
@@ -375,9 +370,7 @@ int main(int argc, char** argv) {
       o.cache_ram_bytes = 4ull << 30;
       o.scheduler.kind = n == "serial" ? session::SchedulerKind::kSerial : session::SchedulerKind::kMixed;
       o.scheduler.batch_prefill = n == "mixed-batched";
-      if (a.step_tokens > 0) o.scheduler.step_tokens = a.step_tokens;
-      if (a.chunk > 0) o.scheduler.max_prefill_chunk = a.chunk;
-      if (!a.prefill_order.empty()) session::ParsePrefillOrder(a.prefill_order, &o.scheduler.prefill_order);
+      a.sched.Apply(&o.scheduler);
       auto sm = session::SessionManager::Start(m, o);
       std::vector<std::string> sids;
       for (size_t c = 0; c < w.size(); ++c) sids.push_back(sm->CreateSession("conv" + std::to_string(c), {}, 0));

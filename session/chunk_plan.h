@@ -40,7 +40,7 @@ struct ChunkDemand {
   int64_t next = 0;         // the first prompt row not yet encoded
   int64_t end = 0;          // the prompt's length (rows [next, end) are left)
   int priority = 0;         // lower first; demands arrive sorted by (priority, arrival)
-  int64_t finish_rows = 0;  // what its decoder phase costs, in encoder rows (DecoderPhaseRows)
+  int64_t finish_rows = 0;  // what its decoder phase costs, in encoder rows (an estimate)
 };
 
 // What one turn runs in this step.

@@ -6,7 +6,7 @@
 //   kept for comparison: --scheduler serial).
 // mixed: each step runs the decode row of every decoding turn, then prefill chunks of the
 //   admitted turns until the step's budget (--step-tokens) is spent, shared among them by
-//   --prefill-order (chunk_plan.h: round-robin among equal priorities by default, or fcfs); a
+//   --prefill-order (chunk_plan.h: fcfs by default, or round-robin among equal priorities); a
 //   step always runs at least one chunk, so a prompt always advances. Decoding
 //   sessions therefore emit a token every step, and a step's length is bounded by the budget.
 //

@@ -251,6 +251,19 @@ TEST_CASE("FP8 row slices keep their 32-row scale blocks") {
   for (int r = 0; r < 40; ++r) CHECK(std::fabs(y[size_t(r)] - yr[size_t(r)]) <= 1e-3 * (1 + std::fabs(yr[size_t(r)])));
 }
 
+// One row of `cols` weights of `type` decoded by the vector kernels' DecodeRows.
+static std::vector<float> DecodeOneRow(WeightType type, const void* data, const void* scales, int cols) {
+  k::WeightView v;
+  v.type = type;
+  v.data = data;
+  v.scales = scales;
+  v.rows = 1;
+  v.cols = cols;
+  std::vector<float> dec(size_t(cols), 0.0f);
+  k::DecodeRows(v, 0, 1, dec.data());
+  return dec;
+}
+
 // The vector decoders (kernels/matmul_quant.cpp: bit placement for E4M3, byte tables for E2M1)
 // against the scalar definitions, for every code, bit for bit (the sign of zero included):
 // DecodeRows runs the same Load the products do, with block scales of 1 (E8M0 code 127).
@@ -259,14 +272,7 @@ TEST_CASE("every FP8 and FP4 code and INT8 value decodes in the vector kernels e
   {
     std::vector<uint8_t> codes(256), scales(8, 127);  // one row of 256 elements: 8 blocks of 32
     for (int i = 0; i < 256; ++i) codes[size_t(i)] = uint8_t(i);
-    k::WeightView v;
-    v.type = WeightType::kFP8;
-    v.data = codes.data();
-    v.scales = scales.data();
-    v.rows = 1;
-    v.cols = 256;
-    std::vector<float> dec(256);
-    k::DecodeRows(v, 0, 1, dec.data());
+    const std::vector<float> dec = DecodeOneRow(WeightType::kFP8, codes.data(), scales.data(), 256);
     for (int i = 0; i < 256; ++i) {
       if ((i & 0x7F) == 0x7F) continue;  // NaN codes: documented to decode as +-480 in the kernels
       INFO("E4M3 code " << i << " vector " << dec[size_t(i)] << " scalar " << k::DecodeE4M3(uint8_t(i)));
@@ -277,14 +283,7 @@ TEST_CASE("every FP8 and FP4 code and INT8 value decodes in the vector kernels e
     std::vector<int8_t> codes(256);  // INT8: every value, scale 1
     std::vector<float> scales(8, 1.0f);
     for (int i = 0; i < 256; ++i) codes[size_t(i)] = int8_t(i - 128);
-    k::WeightView v;
-    v.type = WeightType::kI8;
-    v.data = codes.data();
-    v.scales = scales.data();
-    v.rows = 1;
-    v.cols = 256;
-    std::vector<float> dec(256);
-    k::DecodeRows(v, 0, 1, dec.data());
+    const std::vector<float> dec = DecodeOneRow(WeightType::kI8, codes.data(), scales.data(), 256);
     for (int i = 0; i < 256; ++i) {
       INFO("INT8 value " << i - 128 << " vector " << dec[size_t(i)]);
       CHECK(same_bits(dec[size_t(i)], float(i - 128)));
@@ -293,14 +292,7 @@ TEST_CASE("every FP8 and FP4 code and INT8 value decodes in the vector kernels e
   {
     std::vector<uint8_t> packed(256), scales(16, 127);  // one row of 512 elements: every byte = nibble pair
     for (int i = 0; i < 256; ++i) packed[size_t(i)] = uint8_t(i);
-    k::WeightView v;
-    v.type = WeightType::kFP4;
-    v.data = packed.data();
-    v.scales = scales.data();
-    v.rows = 1;
-    v.cols = 512;
-    std::vector<float> dec(512);
-    k::DecodeRows(v, 0, 1, dec.data());
+    const std::vector<float> dec = DecodeOneRow(WeightType::kFP4, packed.data(), scales.data(), 512);
     for (int i = 0; i < 256; ++i) {
       INFO("E2M1 byte " << i);
       CHECK(same_bits(dec[size_t(2 * i)], k::DecodeE2M1(uint8_t(i & 0xF))));
