@@ -203,6 +203,7 @@ void MixedLoad(const std::shared_ptr<const Model>& m, const Args& a, const Confi
                                      {"long_prompt", a.long_prompt},
                                      {"step_tokens", Options(a, cf).scheduler.step_tokens},
                                      {"max_prefill_chunk", Options(a, cf).scheduler.max_prefill_chunk},
+                                     {"step_ms", Options(a, cf).scheduler.step_ms},
                                      {"itl_before", phase(before)},
                                      {"itl_during", phase(during)},
                                      {"itl_after", phase(after)},

@@ -159,6 +159,9 @@ int RunServe(int argc, char** argv) {
       "(each prompt prefilled whole before anything else moves; the old loop, for comparison)")(
       "step-tokens", IntOption("--step-tokens", &sched.step_tokens, 1, 1 << 20),
       "mixed: rows per step, decode rows plus prefill chunks (a step runs at least one chunk)")(
+      "step-ms", RealOption("--step-ms", &sched.step_ms, 0.0, 1e7),
+      "mixed: a step adds no prefill chunk after its first once its predicted length (at the rates the last steps "
+      "measured) would pass this many ms; 0 = rows only")(
       "max-prefill-chunk", IntOption("--max-prefill-chunk", &sched.max_prefill_chunk, 1, 1 << 20),
       "mixed: a prompt runs in chunks of this many tokens")(
       "prefill-order", po::value(&prefill_order)->default_value(prefill_order),

@@ -16,20 +16,21 @@ bool ParsePrefillOrder(const std::string& s, PrefillOrder* out) {
 }
 
 std::vector<StepShare> PlanChunks(std::span<const ChunkDemand> demands, int64_t budget, int64_t chunk,
-                                  PrefillOrder order) {
+                                  PrefillOrder order, double budget_ms) {
   const size_t n = demands.size();
   std::vector<StepShare> plan(n);
   std::vector<int64_t> at(n);
   for (size_t i = 0; i < n; ++i) at[i] = demands[i].next;
   int64_t rows = 0;
-  const auto spent = [&] { return rows > 0 && budget <= 0; };
+  const auto spent = [&] { return rows > 0 && (budget <= 0 || budget_ms <= 0); };
   // Demand i's next item (a chunk, or its decoder phase after the last one), if it has one and
   // it may run now.
   const auto take = [&](size_t i) {
     if (plan[i].finish) return false;
     const bool chunks_left = at[i] < demands[i].end;
     const int64_t len = chunks_left ? std::min(chunk, demands[i].end - at[i]) : demands[i].finish_rows;
-    if (rows > 0 && len > budget) return false;
+    const double ms = chunks_left ? double(len) * demands[i].ms_per_row : demands[i].finish_ms;
+    if (rows > 0 && (len > budget || ms > budget_ms)) return false;
     if (chunks_left) {
       plan[i].chunks.push_back(len);
       at[i] += len;
@@ -37,6 +38,7 @@ std::vector<StepShare> PlanChunks(std::span<const ChunkDemand> demands, int64_t 
       plan[i].finish = true;
     }
     budget -= len;
+    budget_ms -= ms;
     rows += std::max<int64_t>(len, 1);  // a planned item makes the step non-empty
     return true;
   };

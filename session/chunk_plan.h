@@ -8,7 +8,9 @@
 //
 // Once a turn's last chunk is planned, its decoder phase (the bounded replay or the exact
 // staircase, engine.h PrefillFinish) is its next item, with its own cost in rows: it runs in the
-// same step only if it fits too, else first thing in a later step. Otherwise the step that ends
+// same step only if it fits too, else first thing in a later step. A step may also have a budget
+// in predicted time (--step-ms): then a chunk late in a long prompt, which attends to a longer
+// prefix, counts for more than one early in it. Otherwise the step that ends
 // a long prompt would hold a whole chunk plus the decoder phase, and every decoding session
 // would see that one long gap (it set the p99 of issue 14's benchmark).
 //
@@ -22,6 +24,7 @@
 //   of it (vLLM's partial prefills; SGLang's chunked prefill is fcfs).
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -41,6 +44,8 @@ struct ChunkDemand {
   int64_t end = 0;          // the prompt's length (rows [next, end) are left)
   int priority = 0;         // lower first; demands arrive sorted by (priority, arrival)
   int64_t finish_rows = 0;  // what its decoder phase costs, in encoder rows (an estimate)
+  double ms_per_row = 0;    // predicted ms per prompt row of its chunks (0 = unknown: only rows bind)
+  double finish_ms = 0;     // its decoder phase's predicted ms (0 = unknown)
 };
 
 // What one turn runs in this step.
@@ -52,7 +57,10 @@ struct StepShare {
 
 // Per demand (same order), its share of the step. `budget`: prefill rows the step may hold (the
 // step's budget less its decode rows; may be <= 0, then only the first item runs); `chunk` >= 1.
+// `budget_ms`: the predicted ms the step's prefill items may take (--step-ms less the decode
+// rows' prediction, step_cost.h); an item after the first runs only if it fits both budgets.
 std::vector<StepShare> PlanChunks(std::span<const ChunkDemand> demands, int64_t budget, int64_t chunk,
-                                  PrefillOrder order);
+                                  PrefillOrder order,
+                                  double budget_ms = std::numeric_limits<double>::infinity());
 
 }  // namespace cedar::session

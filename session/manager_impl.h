@@ -12,6 +12,7 @@
 
 #include "cache/prefix_cache.h"
 #include "session/session_manager.h"
+#include "session/step_cost.h"
 #include "session/turn.h"
 
 namespace cedar::session {
@@ -51,6 +52,7 @@ struct SessionManager::Impl {
   // State bytes per token of the last turn that finished its prefill: admission projects a
   // prefilling turn's final size with it (scheduler.cpp).
   double state_bytes_per_token = 0;
+  StepCostModel step_cost;  // what the mixed steps' parts took (--step-ms planning)
   bool sessionless_refusal_logged = false;  // a partial insert of a turn without a session was logged
 
   void Loop();
@@ -102,9 +104,11 @@ struct SessionManager::Impl {
     ActiveTurn* t;
     std::vector<int64_t> lens;  // its chunks, in prompt order
     bool finish = false;        // then its decoder phase (PrefillFinish) in this step
+    int64_t finish_rows = 0;    // the decoder phase's cost estimate in encoder rows (ChunkDemand)
   };
-  // This step's prefill chunks (PlanChunks over the prefilling turns in priority order).
-  std::vector<TurnChunks> PlanStep(const std::vector<ActiveTurn*>& pre, int64_t budget) const;
+  // This step's prefill chunks (PlanChunks over the prefilling turns in priority order), within
+  // `budget` rows and `budget_ms` predicted ms.
+  std::vector<TurnChunks> PlanStep(const std::vector<ActiveTurn*>& pre, int64_t budget, double budget_ms) const;
   // scheduler.cpp: runs one turn's planned chunks alone, then its decoder phase if planned.
   void PrefillAlone(const TurnChunks& p);
   // batch_prefill.cpp: the planned chunks, each pass batching one chunk of every turn. With

@@ -30,6 +30,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 #include "engine/row_plan.h"
@@ -189,7 +190,10 @@ void SessionManager::Impl::StepMixed() {
     if (!t.done && t.phase == ActiveTurn::Phase::kPrefilling) pre.push_back(&t);
   std::stable_sort(pre.begin(), pre.end(), [](const ActiveTurn* a, const ActiveTurn* b) { return Before(*a, *b); });
   metrics.prefilling_turns_max = std::max(metrics.prefilling_turns_max, int64_t(pre.size()));
-  const std::vector<TurnChunks> plan = PlanStep(pre, int64_t(so.step_tokens) - int64_t(going.size()));
+  // --step-ms: what is left of it after the decode rows' predicted time (step_cost.h).
+  const double budget_ms = so.step_ms > 0 ? so.step_ms - step_cost.DecodeMs(int64_t(going.size()))
+                                          : std::numeric_limits<double>::infinity();
+  const std::vector<TurnChunks> plan = PlanStep(pre, int64_t(so.step_tokens) - int64_t(going.size()), budget_ms);
   int64_t rows = 0;
   for (const TurnChunks& p : plan)
     for (int64_t len : p.lens) rows += len;
@@ -198,11 +202,22 @@ void SessionManager::Impl::StepMixed() {
   // A speculating turn prefills on its own (below): its chunks capture its drafter's rows.
   std::vector<TurnChunks> together, solo;
   for (const TurnChunks& p : plan) (batched && !p.t->speculating ? together : solo).push_back(p);
-  if (!together.empty()) PrefillBatched(together, &going);  // may run the decode rows too
+  if (!together.empty()) {  // may run the decode rows too: its time counts as the chunks' rate
+    const auto t0 = std::chrono::steady_clock::now();
+    PrefillBatched(together, &going);
+    int64_t units = 0;
+    for (const TurnChunks& p : together) {
+      for (int64_t len : p.lens) units += len;
+      if (p.finish) units += p.finish_rows;
+    }
+    step_cost.ObserveChunks(units, Ms(t0, std::chrono::steady_clock::now()));
+  }
   for (const TurnChunks& p : solo) PrefillAlone(p);
   const int64_t decode_rows = metrics.decode_rows_in_prefill - rode + int64_t(going.size());
+  const auto t0 = std::chrono::steady_clock::now();
   for (size_t g = 0; g < going.size(); g += kDecodeGroup)
     DecodeRows(std::vector<ActiveTurn*>(going.begin() + g, going.begin() + std::min(going.size(), g + kDecodeGroup)));
+  step_cost.ObserveDecode(int64_t(going.size()), Ms(t0, std::chrono::steady_clock::now()));
   if (rows > 0 || decode_rows > 0) {
     metrics.steps++;
     metrics.step_prefill_rows += rows;
@@ -212,7 +227,7 @@ void SessionManager::Impl::StepMixed() {
 }
 
 std::vector<SessionManager::Impl::TurnChunks> SessionManager::Impl::PlanStep(const std::vector<ActiveTurn*>& pre,
-                                                                             int64_t budget) const {
+                                                                             int64_t budget, double budget_ms) const {
   const ModelConfig& c = model->config();
   std::vector<ChunkDemand> demands;
   for (const ActiveTurn* t : pre) {
@@ -222,12 +237,16 @@ std::vector<SessionManager::Impl::TurnChunks> SessionManager::Impl::PlanStep(con
     const std::vector<int64_t> a = DecoderPhaseStarts(c, t->mode, N, t->state->decoder_pos(), 0);
     int64_t units = 0;
     for (int l = c.n_encoder_layers; l < c.n_layers; ++l) units += N - a[size_t(l)];
-    demands.push_back({t->encode_next, N, t->request.priority, (units + c.n_encoder_layers - 1) / std::max(1, c.n_encoder_layers)});
+    const int64_t finish_rows = (units + c.n_encoder_layers - 1) / std::max(1, c.n_encoder_layers);
+    demands.push_back({t->encode_next, N, t->request.priority, finish_rows, step_cost.ChunkMsPerRow(),
+                       double(finish_rows) * step_cost.FinishMsPerRow()});
   }
-  const std::vector<StepShare> shares = PlanChunks(demands, budget, opt.scheduler.max_prefill_chunk, opt.scheduler.prefill_order);
+  const std::vector<StepShare> shares =
+      PlanChunks(demands, budget, opt.scheduler.max_prefill_chunk, opt.scheduler.prefill_order, budget_ms);
   std::vector<TurnChunks> plan;
   for (size_t i = 0; i < pre.size(); ++i)
-    if (!shares[i].chunks.empty() || shares[i].finish) plan.push_back({pre[i], shares[i].chunks, shares[i].finish});
+    if (!shares[i].chunks.empty() || shares[i].finish)
+      plan.push_back({pre[i], shares[i].chunks, shares[i].finish, demands[i].finish_rows});
   return plan;
 }
 
@@ -237,6 +256,8 @@ void SessionManager::Impl::PrefillAlone(const TurnChunks& p) {
   const std::vector<int32_t>& prompt = t.request.prompt;
   TurnAccounting& a = t.result.accounting;
   try {
+    const auto t0 = std::chrono::steady_clock::now();
+    int64_t rows = 0;
     for (int64_t len : p.lens) {
       const std::span<const int32_t> chunk(prompt.data() + t.encode_next, size_t(len));
       // Speculation runs on the CPU backend only (CheckSpeculation): its host state.
@@ -245,10 +266,15 @@ void SessionManager::Impl::PrefillAlone(const TurnChunks& p) {
       a.prefill_units += s.layer_token_units;
       a.layer_token_units += s.layer_token_units;
       t.encode_next += len;
+      rows += len;
     }
+    const auto t1 = std::chrono::steady_clock::now();
+    step_cost.ObserveChunks(rows, Ms(t0, t1));
     if (p.finish) {
       SequenceState* host = t.speculating ? backend->MutableHostState(*t.state) : nullptr;
-      EndPrefill(t, host ? cedar::PrefillFinish(*model, *host, t.mode, &t.spec_capture) : backend->PrefillFinish(*t.state, t.mode));
+      PrefillResult r = host ? cedar::PrefillFinish(*model, *host, t.mode, &t.spec_capture) : backend->PrefillFinish(*t.state, t.mode);
+      step_cost.ObserveFinish(p.finish_rows, Ms(t1, std::chrono::steady_clock::now()));
+      EndPrefill(t, std::move(r));
     }
   } catch (const std::exception& e) {
     Fail(t, ErrorKind::kInternal, e.what());

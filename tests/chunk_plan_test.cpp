@@ -2,6 +2,7 @@
 // turns. Pure function: exact expected plans for small cases, and invariants over random ones.
 #include <doctest/doctest.h>
 
+#include <limits>
 #include <random>
 
 #include "session/chunk_plan.h"
@@ -93,6 +94,28 @@ TEST_CASE("round-robin: a lower priority value is planned whole before the next 
   CHECK(ChunksOf(PlanChunks(d, 1000, 256, PrefillOrder::kRoundRobin)) == Chunks{{256, 256, 88}, {256}, {50}});
 }
 
+TEST_CASE("a budget in predicted ms: a costlier row (a longer prefix) takes fewer chunks per step") {
+  for (PrefillOrder o : {PrefillOrder::kFcfs, PrefillOrder::kRoundRobin}) {
+    // 2 ms a row early in a prompt, 2.5 late in it; 470 ms for the prefill items of the step.
+    std::vector<ChunkDemand> early = With({{0, 16384, 0}}, 128), late = With({{15000, 16384, 0}}, 128);
+    early[0].ms_per_row = 2.0;
+    late[0].ms_per_row = 2.5;
+    CHECK(ChunksOf(PlanChunks(early, 216, 96, o, 470.0)) == Chunks{{96, 96}});
+    CHECK(ChunksOf(PlanChunks(late, 216, 96, o, 470.0)) == Chunks{{96}});
+    CHECK(ChunksOf(PlanChunks(late, 216, 96, o)) == Chunks{{96, 96}});  // rows alone: both
+    // The first item runs whatever the budget; a rate not measured yet (0) leaves rows to bind.
+    CHECK(ChunksOf(PlanChunks(late, 216, 96, o, -5.0)) == Chunks{{96}});
+    late[0].ms_per_row = 0;
+    CHECK(ChunksOf(PlanChunks(late, 216, 96, o, 1.0)) == Chunks{{96, 96}});
+    // The decoder phase after the last chunk: its own predicted ms.
+    std::vector<ChunkDemand> end = With({{16300, 16384, 0}}, 128);
+    end[0].ms_per_row = 2.0;
+    end[0].finish_ms = 400;
+    CHECK(PlanChunks(end, 216, 96, o, 480.0) == std::vector<StepShare>{{{84}, false}});
+    CHECK(PlanChunks(end, 216, 96, o, 568.0) == std::vector<StepShare>{{{84}, true}});
+  }
+}
+
 TEST_CASE("random demands: boundaries, budget and progress hold for both orders") {
   std::mt19937_64 rng(7);
   for (int it = 0; it < 2000; ++it) {
@@ -102,38 +125,51 @@ TEST_CASE("random demands: boundaries, budget and progress hold for both orders"
     for (int i = 0; i < n; ++i) {
       prio += int(rng() % 3 == 0);
       const int64_t end = 1 + int64_t(rng() % 3000), next = int64_t(rng() % uint64_t(end + 1));
-      d.push_back({next, end, prio, 1 + int64_t(rng() % 400)});
+      d.push_back({next, end, prio, 1 + int64_t(rng() % 400), double(rng() % 4) * 0.5, double(rng() % 800)});
     }
     const int64_t chunk = 1 + int64_t(rng() % 600), budget = int64_t(rng() % 2000) - 100;
+    // Every other case has a budget in ms too (as many as the rows, up to about 4x).
+    const double budget_ms = it % 2 ? double(rng() % 6000) - 100 : std::numeric_limits<double>::infinity();
+    const auto item_ms = [&](size_t i, int64_t len) { return len > 0 ? double(len) * d[i].ms_per_row : d[i].finish_ms; };
     for (PrefillOrder o : {PrefillOrder::kFcfs, PrefillOrder::kRoundRobin}) {
       CAPTURE(it);
-      const std::vector<StepShare> p = PlanChunks(d, budget, chunk, o);
+      const std::vector<StepShare> p = PlanChunks(d, budget, chunk, o, budget_ms);
       REQUIRE(p.size() == d.size());
       int64_t rows = 0, items = 0;
+      double ms = 0;
       for (size_t i = 0; i < d.size(); ++i) {
         int64_t at = d[i].next;
         for (int64_t len : p[i].chunks) {
           CHECK(len == std::min(chunk, d[i].end - at));  // boundaries: every `chunk` rows from `next`
           at += len;
           rows += len;
+          ms += item_ms(i, len);
           items++;
         }
         CHECK(at <= d[i].end);
         if (p[i].finish) {
           CHECK(at == d[i].end);  // the decoder phase only after the last chunk
           rows += d[i].finish_rows;
+          ms += item_ms(i, 0);
           items++;
         }
       }
       if (n > 0) CHECK(items >= 1);  // a prompt always advances
-      if (items > 1) CHECK(rows <= budget);
+      if (items > 1) {
+        CHECK(rows <= budget);
+        CHECK(ms <= budget_ms + 1e-9);
+      }
       // Nothing left that would fit: every turn's next item is over what the budget has left.
       if (items >= 1)
         for (size_t i = 0; i < d.size(); ++i) {
           int64_t at = d[i].next;
           for (int64_t len : p[i].chunks) at += len;
-          if (at < d[i].end) CHECK(std::min(chunk, d[i].end - at) > budget - rows);
-          else if (!p[i].finish) CHECK(d[i].finish_rows > budget - rows);
+          if (at < d[i].end) {
+            const int64_t len = std::min(chunk, d[i].end - at);
+            CHECK((len > budget - rows || item_ms(i, len) > budget_ms - ms + 1e-9));
+          } else if (!p[i].finish) {
+            CHECK((d[i].finish_rows > budget - rows || item_ms(i, 0) > budget_ms - ms + 1e-9));
+          }
         }
     }
   }

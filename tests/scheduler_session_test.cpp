@@ -92,13 +92,17 @@ TEST_CASE("mixed scheduler: turns one at a time, all at once and shuffled give t
   for (const TurnResult& r : alone) REQUIRE(r.error == "");
   std::vector<size_t> order(jobs.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  for (int run = 0; run < 3; ++run) {
+  int64_t steps_rows_only = 0;  // run 0's steps (run 3 is the same but for --step-ms)
+  for (int run = 0; run < 4; ++run) {
     CAPTURE(run);
     if (run > 0) std::shuffle(order.begin(), order.end(), std::mt19937(uint32_t(run)));
     // A small budget and chunks so prefills span steps and interleave with decoding turns.
     ManagerOptions o = Mixed(run == 2 ? 20 : 96, run == 2 ? 8 : 16);
     o.scheduler.max_prefilling_turns = run == 1 ? 2 : 20;
     o.scheduler.prefill_order = run == 1 ? PrefillOrder::kFcfs : PrefillOrder::kRoundRobin;
+    // Run 3 plans by time as well (--step-ms): a budget smaller than most items, so how many
+    // chunks a step holds follows the measured rates (the machine's load), and must not matter.
+    if (run == 3) o.scheduler.step_ms = 0.5;
     auto sm = SessionManager::Start(Tiny(), o);
     std::vector<std::future<TurnResult>> futs(jobs.size());
     // Submitted from one callback: all arrive in the same step.
@@ -117,6 +121,8 @@ TEST_CASE("mixed scheduler: turns one at a time, all at once and shuffled give t
       CHECK(r.logits_hash == alone[i].logits_hash);
       CHECK(r.logits_hash != 0);
     }
+    if (run == 0) steps_rows_only = sm->Metrics().steps;
+    if (run == 3) CHECK(sm->Metrics().steps > steps_rows_only);  // the ms budget cut steps short
     CHECK(sm->Metrics().prefilling_turns_max >= 2);                 // prefills overlapped
     if (run < 2) CHECK(sm->Metrics().step_decode_rows_max > 16);  // steps decoded two groups of rows
   }
