@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
@@ -189,6 +190,28 @@ TEST_CASE("SinkAttention matches the reference with windows, selections and empt
         ExpectClose("SinkAttention win=" + std::to_string(n_win) + " sel=" + std::to_string(n_sel) + " dim=" + std::to_string(dim), o, orf,
                     32.0 * (1 + std::sqrt(double(dim))) * (1 + std::sqrt(double(n_win + n_sel))));
       }
+}
+
+TEST_CASE("SinkAttention: a head's result is the same bits with its row's other heads or in a group of 4 alone") {
+  // AttendRows splits a row's heads into groups of 4 when rows are fewer than threads (decode) and
+  // gives whole rows otherwise (prefill, mixed steps): a row's output must not depend on which.
+  for (int n : {0, 1, 2, 3, 4, 31, 32, 33, 100, 200})
+    for (int dim : {16, 32, 128}) {
+      const int heads = 8, pool_n = 300;
+      auto q = Random(size_t(heads) * dim, 60 + dim, 2.0f), win = Random(size_t(16) * dim, 61);
+      auto pool = Random(size_t(pool_n) * dim, 62), sink = Random(size_t(heads), 63);
+      const int n_win = std::min(n, 16), n_sel = n - n_win;
+      std::vector<int32_t> sel(static_cast<size_t>(n_sel));
+      for (int i = 0; i < n_sel; ++i) sel[size_t(i)] = (i * 7 + 3) % pool_n;
+      std::vector<float> whole(size_t(heads) * dim), split(size_t(heads) * dim);
+      const float scale = 1.0f / std::sqrt(float(dim));
+      k::SinkAttention(q.data(), heads, dim, win.data(), n_win, pool.data(), sel.data(), n_sel, sink.data(), scale, whole.data());
+      for (int h = 0; h < heads; h += 4)
+        k::SinkAttention(q.data() + size_t(h) * dim, 4, dim, win.data(), n_win, pool.data(), sel.data(), n_sel, sink.data() + h,
+                         scale, split.data() + size_t(h) * dim);
+      INFO("entries " << n << " dim " << dim);
+      CHECK(std::memcmp(whole.data(), split.data(), whole.size() * sizeof(float)) == 0);
+    }
 }
 
 TEST_CASE("IndexScores matches the reference") {

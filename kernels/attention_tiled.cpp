@@ -1,0 +1,235 @@
+// SinkAttention for one query row on AVX2 + FMA, in groups of 4 heads, with GEMM-like register
+// tiles (kernels/attention_row.cpp dispatches here when n_heads % 4 == 0 and dim % 16 == 0).
+//
+// Why: the per-entry AVX2 path spent a third of its score time in two 8x8 transposes per entry
+// and read every entry from L2 once per 16 output dims in its weighted sum (perf on the 512-token
+// `full` prefill of `small`: attention ~23% of the prefill, the weighted sum the larger half).
+// Here:
+//   scores: tiles of 4 heads x 3 entries (12 accumulators, 7 loads per 12 FMAs), each dot one
+//     8-lane FMA chain over dim, finished by one hadd tree per entry for the 4 heads;
+//   softmax: the 4 heads are the 4 lanes of one vector (p is [n, 4]), so max, exp and the sum
+//     are vector operations in entry order;
+//   weighted sum: tiles of 4 heads x 24 (or 16) dims over blocks of 32 entries (16 KiB, in L1), the
+//     accumulators carried in `out` between blocks.
+//
+// Row invariance (issue 14): every (head, entry) score, every head's softmax and every (head,
+// dim) output is a fixed chain of operations that depends only on that row, that head and the
+// row's entries in order, not on the head group's other heads (each is its own lane or its own
+// accumulator) nor on other rows, so AttendRows may split a row's heads into groups of 4 or
+// give it whole: the bits are the same.
+#include "kernels/attention_tiled.h"
+
+#include <algorithm>
+#include <vector>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
+
+namespace cedar::kernels::internal {
+
+#if defined(__AVX2__) && defined(__FMA__)
+
+namespace {
+
+constexpr int kGroup = 4;         // heads per group: one lane each in the softmax
+constexpr int kEntryBlock = 32;   // entries per weighted-sum block (32 x 128 floats = 16 KiB)
+
+// p[(e0 + j) * 4 + h] = scale * q_h . ent[e0 + j] for h < 4, j < E.
+template <int E>
+inline void ScoreTile(const float* q, int dim, const float* const* ent, int e0, float scale, float* p) {
+  __m256 acc[kGroup][E];
+  for (auto& row : acc)
+    for (auto& a : row) a = _mm256_setzero_ps();
+  for (int i = 0; i < dim; i += 8) {
+    __m256 ev[E];
+    for (int j = 0; j < E; ++j) {
+      ev[j] = _mm256_loadu_ps(ent[e0 + j] + i);
+      asm("" : "+x"(ev[j]));  // in a register: GCC otherwise reloads the entry for every head's FMA
+    }
+    for (int h = 0; h < kGroup; ++h) {
+      __m256 qv = _mm256_loadu_ps(q + size_t(h) * dim + i);
+      asm("" : "+x"(qv));  // loaded once for the E entries (as memory operands: 15 loads per 12 FMAs)
+      for (int j = 0; j < E; ++j) acc[h][j] = _mm256_fmadd_ps(qv, ev[j], acc[h][j]);
+    }
+  }
+  const __m128 vs = _mm_set1_ps(scale);
+  for (int j = 0; j < E; ++j) {
+    // Per head: ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)) of its accumulator.
+    const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(acc[0][j], acc[1][j]), _mm256_hadd_ps(acc[2][j], acc[3][j]));
+    const __m128 s = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+    _mm_storeu_ps(p + size_t(e0 + j) * kGroup, _mm_mul_ps(s, vs));
+  }
+}
+
+// e^x for x <= 0 on 4 lanes: internal::ExpNonPositive's reduction and polynomial (x clamped at -87).
+inline __m128 Exp4(__m128 x) {
+  x = _mm_max_ps(x, _mm_set1_ps(-87.0f));
+  const __m128 n = _mm_floor_ps(_mm_fmadd_ps(x, _mm_set1_ps(1.44269504088896341f), _mm_set1_ps(0.5f)));
+  __m128 r = _mm_fnmadd_ps(n, _mm_set1_ps(0.693359375f), x);
+  r = _mm_fmadd_ps(n, _mm_set1_ps(2.12194440e-4f), r);
+  __m128 p = _mm_fmadd_ps(r, _mm_set1_ps(1.9875691500e-4f), _mm_set1_ps(1.3981999507e-3f));
+  p = _mm_fmadd_ps(p, r, _mm_set1_ps(8.3334519073e-3f));
+  p = _mm_fmadd_ps(p, r, _mm_set1_ps(4.1665795894e-2f));
+  p = _mm_fmadd_ps(p, r, _mm_set1_ps(1.6666665459e-1f));
+  p = _mm_fmadd_ps(p, r, _mm_set1_ps(5.0000001201e-1f));
+  const __m128 e = _mm_add_ps(_mm_fmadd_ps(r, _mm_mul_ps(r, p), r), _mm_set1_ps(1.0f));
+  const __m128i bits = _mm_slli_epi32(_mm_add_epi32(_mm_cvttps_epi32(n), _mm_set1_epi32(127)), 23);
+  return _mm_mul_ps(e, _mm_castsi128_ps(bits));
+}
+
+// In place over p [n, 4] (logits -> unnormalised probabilities); returns 1 / denominator per head.
+inline __m128 SinkSoftmax4(float* p, int n, const float* sink) {
+  const __m128 vsink = _mm_loadu_ps(sink);
+  __m128 mx = vsink;
+  for (int e = 0; e < n; ++e) mx = _mm_max_ps(mx, _mm_loadu_ps(p + size_t(e) * kGroup));
+  __m128 sum = _mm_setzero_ps();
+  for (int e = 0; e < n; ++e) {
+    const __m128 v = Exp4(_mm_sub_ps(_mm_loadu_ps(p + size_t(e) * kGroup), mx));
+    _mm_storeu_ps(p + size_t(e) * kGroup, v);
+    sum = _mm_add_ps(sum, v);
+  }
+  return _mm_div_ps(_mm_set1_ps(1.0f), _mm_add_ps(sum, Exp4(_mm_sub_ps(vsink, mx))));
+}
+
+// WeightedPass3 / WeightedPass2: out[h, i0 .. i0 + 24 or 16) += sum_{e in [e0, e1)} p[e, h] ent[e][i0 ..]
+// for a group's 4 heads, 12 or 8 accumulators (12 leave the two FMA ports slack: with 8 the
+// chains, one FMA per accumulator and entry, ran exactly at the 4-cycle latency; 24-dim passes
+// measured ~5% faster over the whole kernel). A pass reads one or two lines of each entry, and
+// the first group's passes miss L1: each entry's ent[e + pf_skip] + pf_off and + pf_off2 are
+// prefetched on the way (pf_skip < 0: none). Named accumulators: an array of them was stored to
+// the stack on every entry by GCC 12.
+#define CEDAR_WP_PREFETCH()                                                                  \
+  if (pf_skip >= 0 && e + pf_skip < n) {                                                     \
+    _mm_prefetch(reinterpret_cast<const char*>(ent[e + pf_skip] + pf_off), _MM_HINT_T0);     \
+    _mm_prefetch(reinterpret_cast<const char*>(ent[e + pf_skip] + pf_off2), _MM_HINT_T0);    \
+  }
+
+inline void WeightedPass3(const float* p, int dim, const float* const* ent, int n, int e0, int e1, int i0, int pf_skip, int pf_off,
+                          int pf_off2, float* out) {
+  float* o0 = out + i0;
+  float* o1 = o0 + dim;
+  float* o2 = o1 + dim;
+  float* o3 = o2 + dim;
+  __m256 a00 = _mm256_loadu_ps(o0), a01 = _mm256_loadu_ps(o0 + 8), a02 = _mm256_loadu_ps(o0 + 16);
+  __m256 a10 = _mm256_loadu_ps(o1), a11 = _mm256_loadu_ps(o1 + 8), a12 = _mm256_loadu_ps(o1 + 16);
+  __m256 a20 = _mm256_loadu_ps(o2), a21 = _mm256_loadu_ps(o2 + 8), a22 = _mm256_loadu_ps(o2 + 16);
+  __m256 a30 = _mm256_loadu_ps(o3), a31 = _mm256_loadu_ps(o3 + 8), a32 = _mm256_loadu_ps(o3 + 16);
+  for (int e = e0; e < e1; ++e) {
+    const float* ev = ent[e] + i0;
+    const __m256 v0 = _mm256_loadu_ps(ev), v1 = _mm256_loadu_ps(ev + 8), v2 = _mm256_loadu_ps(ev + 16);
+    CEDAR_WP_PREFETCH()
+    const float* pe = p + size_t(e) * kGroup;
+    __m256 w = _mm256_broadcast_ss(pe);
+    a00 = _mm256_fmadd_ps(w, v0, a00), a01 = _mm256_fmadd_ps(w, v1, a01), a02 = _mm256_fmadd_ps(w, v2, a02);
+    w = _mm256_broadcast_ss(pe + 1);
+    a10 = _mm256_fmadd_ps(w, v0, a10), a11 = _mm256_fmadd_ps(w, v1, a11), a12 = _mm256_fmadd_ps(w, v2, a12);
+    w = _mm256_broadcast_ss(pe + 2);
+    a20 = _mm256_fmadd_ps(w, v0, a20), a21 = _mm256_fmadd_ps(w, v1, a21), a22 = _mm256_fmadd_ps(w, v2, a22);
+    w = _mm256_broadcast_ss(pe + 3);
+    a30 = _mm256_fmadd_ps(w, v0, a30), a31 = _mm256_fmadd_ps(w, v1, a31), a32 = _mm256_fmadd_ps(w, v2, a32);
+  }
+  _mm256_storeu_ps(o0, a00), _mm256_storeu_ps(o0 + 8, a01), _mm256_storeu_ps(o0 + 16, a02);
+  _mm256_storeu_ps(o1, a10), _mm256_storeu_ps(o1 + 8, a11), _mm256_storeu_ps(o1 + 16, a12);
+  _mm256_storeu_ps(o2, a20), _mm256_storeu_ps(o2 + 8, a21), _mm256_storeu_ps(o2 + 16, a22);
+  _mm256_storeu_ps(o3, a30), _mm256_storeu_ps(o3 + 8, a31), _mm256_storeu_ps(o3 + 16, a32);
+}
+
+inline void WeightedPass2(const float* p, int dim, const float* const* ent, int n, int e0, int e1, int i0, int pf_skip, int pf_off,
+                          int pf_off2, float* out) {
+  float* o0 = out + i0;
+  float* o1 = o0 + dim;
+  float* o2 = o1 + dim;
+  float* o3 = o2 + dim;
+  __m256 a00 = _mm256_loadu_ps(o0), a01 = _mm256_loadu_ps(o0 + 8), a10 = _mm256_loadu_ps(o1), a11 = _mm256_loadu_ps(o1 + 8);
+  __m256 a20 = _mm256_loadu_ps(o2), a21 = _mm256_loadu_ps(o2 + 8), a30 = _mm256_loadu_ps(o3), a31 = _mm256_loadu_ps(o3 + 8);
+  for (int e = e0; e < e1; ++e) {
+    const float* ev = ent[e] + i0;
+    const __m256 v0 = _mm256_loadu_ps(ev), v1 = _mm256_loadu_ps(ev + 8);
+    CEDAR_WP_PREFETCH()
+    const float* pe = p + size_t(e) * kGroup;
+    __m256 w = _mm256_broadcast_ss(pe);
+    a00 = _mm256_fmadd_ps(w, v0, a00), a01 = _mm256_fmadd_ps(w, v1, a01);
+    w = _mm256_broadcast_ss(pe + 1);
+    a10 = _mm256_fmadd_ps(w, v0, a10), a11 = _mm256_fmadd_ps(w, v1, a11);
+    w = _mm256_broadcast_ss(pe + 2);
+    a20 = _mm256_fmadd_ps(w, v0, a20), a21 = _mm256_fmadd_ps(w, v1, a21);
+    w = _mm256_broadcast_ss(pe + 3);
+    a30 = _mm256_fmadd_ps(w, v0, a30), a31 = _mm256_fmadd_ps(w, v1, a31);
+  }
+  _mm256_storeu_ps(o0, a00), _mm256_storeu_ps(o0 + 8, a01), _mm256_storeu_ps(o1, a10), _mm256_storeu_ps(o1 + 8, a11);
+  _mm256_storeu_ps(o2, a20), _mm256_storeu_ps(o2 + 8, a21), _mm256_storeu_ps(o3, a30), _mm256_storeu_ps(o3 + 8, a31);
+}
+#undef CEDAR_WP_PREFETCH
+
+// Dims per pass from i on: 24 (12 chains), except that 32 left go as 16 + 16 rather than 24 + 8
+// (4 chains would run at half rate): 128 = 4 x 24 + 2 x 16; with dim % 16 == 0 the width is
+// always 24 or 16.
+inline int PassWidth(int dim, int i) {
+  const int r = dim - i;
+  return r <= 16 || r == 32 ? std::min(r, 16) : 24;
+}
+
+// Scores and softmax of one group of 4 heads: q [4, dim], sink [4] -> p [n, 4], inv [4].
+void GroupScores(const float* q, int dim, const float* const* ent, int n, const float* sink, float scale, float* p, float* inv) {
+  int e = 0;
+  for (; e + 3 <= n; e += 3) {
+    // Selected pool entries are scattered: fetch the tiles a little ahead.
+    for (int j = e + 12; j < std::min(e + 15, n); ++j)
+      for (int i = 0; i < dim; i += 16) _mm_prefetch(reinterpret_cast<const char*>(ent[j] + i), _MM_HINT_T0);
+    ScoreTile<3>(q, dim, ent, e, scale, p);
+  }
+  if (n - e == 2) ScoreTile<2>(q, dim, ent, e, scale, p);
+  if (n - e == 1) ScoreTile<1>(q, dim, ent, e, scale, p);
+  _mm_storeu_ps(inv, SinkSoftmax4(p, n, sink));
+}
+
+}  // namespace
+
+bool SinkAttentionTiled(const float* q, int n_heads, int dim, const float* const* ent, int n, const float* sink, float scale,
+                        float* out) {
+  if (n_heads % kGroup != 0 || dim % 16 != 0) return false;
+  const int groups = n_heads / kGroup;
+  const size_t pn = size_t(std::max(n, 1)) * kGroup;
+  thread_local std::vector<float> p, inv;  // p [groups][n, 4]: logits, then unnormalised probabilities
+  p.resize(pn * groups);
+  inv.resize(size_t(n_heads));
+  for (int g = 0; g < groups; ++g)
+    GroupScores(q + size_t(g) * kGroup * dim, dim, ent, n, sink + g * kGroup, scale, p.data() + pn * g, inv.data() + g * kGroup);
+  // Each (head, dim) output is one FMA chain over the entries in order, from +0; a block of
+  // entries (16 KiB) serves every group while it is in L1.
+  std::fill(out, out + size_t(n_heads) * dim, 0.0f);
+  for (int b = 0; b < n; b += kEntryBlock)
+    for (int g = 0; g < groups; ++g)
+      for (int i = 0, w; i < dim; i += w) {
+        w = PassWidth(dim, i);
+        const int next = i + w, e1 = std::min(n, b + kEntryBlock);
+        // Prefetch the next pass's lines in the first group, the next block's first lines in the
+        // last group's last pass.
+        int pf_skip = -1, pf_off = 0, pf_off2 = 0;
+        if (next < dim && g == 0) {
+          pf_skip = 0, pf_off = next, pf_off2 = next + PassWidth(dim, next) - 1;
+        } else if (next == dim && g == groups - 1) {
+          pf_skip = kEntryBlock, pf_off = 0, pf_off2 = PassWidth(dim, 0) - 1;
+        }
+        float* og = out + size_t(g) * kGroup * dim;
+        const float* pg = p.data() + pn * g;
+        if (w == 24)
+          WeightedPass3(pg, dim, ent, n, b, e1, i, pf_skip, pf_off, pf_off2, og);
+        else
+          WeightedPass2(pg, dim, ent, n, b, e1, i, pf_skip, pf_off, pf_off2, og);
+      }
+  for (int h = 0; h < n_heads; ++h) {
+    const __m256 s = _mm256_set1_ps(inv[size_t(h)]);
+    for (int i = 0; i < dim; i += 8) _mm256_storeu_ps(out + size_t(h) * dim + i, _mm256_mul_ps(_mm256_loadu_ps(out + size_t(h) * dim + i), s));
+  }
+  return true;
+}
+
+#else
+
+bool SinkAttentionTiled(const float*, int, int, const float* const*, int, const float*, float, float*) { return false; }
+
+#endif
+
+}  // namespace cedar::kernels::internal
