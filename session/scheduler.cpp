@@ -5,7 +5,8 @@
 //   every other session's tokens for the length of its prefill (the loop before issue 14,
 //   kept for comparison: --scheduler serial).
 // mixed: each step runs the decode row of every decoding turn, then prefill chunks of the
-//   admitted turns until the step's budget (--step-tokens) is spent, shared among them by
+//   admitted turns until the step's budget (--step-tokens rows, and --step-ms of predicted time
+//   when set: step_cost.h) is spent, shared among them by
 //   --prefill-order (chunk_plan.h: fcfs by default, or round-robin among equal priorities); a
 //   step always runs at least one chunk, so a prompt always advances. Decoding
 //   sessions therefore emit a token every step, and a step's length is bounded by the budget.
