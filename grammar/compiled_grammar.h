@@ -22,9 +22,10 @@
 // from the real state. Before, each count of a maxLength 40 string was its own 2-30 ms walk.
 //
 // Compile time: Compile computes the cut groups' verdicts reachable from the start (Prewarm,
-// compiled_grammar_prewarm.cpp), so a first generation finds them cached; it costs 15-400 ms
+// compiled_grammar_prewarm.cpp), so a first generation finds them cached; it costs 12-380 ms
 // per grammar on the released vocabulary (bench_grammar's prewarm_ms), once per grammar
-// (grammar_cache.h keeps it for the next request with the same schema or tools).
+// (grammar_cache.h keeps it for the next request with the same schema or tools), and the
+// server runs it beside the prefill (MatcherOptions::prewarm_async).
 //
 // Memory: the caches hold at most MatcherOptions::max_cache_bytes (24 MiB) of masks (past it
 // the states' masks start over, at the next new state, and the top frames' verdicts too once
