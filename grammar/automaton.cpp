@@ -137,16 +137,39 @@ void Automaton::Expand(int32_t node, std::vector<int32_t>& out, int depth) {
 }
 
 StateId Automaton::Compute(StateId state, Symbol symbol) {
+  // The next state depends only on which stacks take the symbol: symbols taken by the same
+  // stacks (a string's characters) share one expansion, found by that subset (states of at
+  // most 64 stacks; the byte vocabulary's every new state computes up to 256 of these).
+  const std::vector<int32_t>& stacks = sets_[size_t(state)];
+  uint64_t takers = 0;
+  const bool memo = stacks.size() <= 64;
+  if (memo) {
+    for (size_t k = 0; k < stacks.size(); ++k) {
+      const int32_t node = stacks[k];
+      if (node == 0 || node == kContextNode) continue;
+      if (classes_[size_t(program_[size_t(nodes_[size_t(node)].pos)].index)].Matches(symbol)) takers |= uint64_t(1) << k;
+    }
+    if (takers == 0) return kDeadState;
+    if (memo_.size() <= size_t(state)) memo_.resize(sets_.size());
+    for (const auto& [m, next] : memo_[size_t(state)])
+      if (m == takers) return next;
+  }
   std::vector<int32_t> next;
   ++round_;
-  for (int32_t node : sets_[size_t(state)]) {
+  for (size_t k = 0; k < sets_[size_t(state)].size(); ++k) {
+    const int32_t node = sets_[size_t(state)][k];  // sets_ may grow below: index afresh
     if (node == 0 || node == kContextNode) continue;  // complete, or the cut: nothing to match here
+    if (memo ? !((takers >> k) & 1) : !classes_[size_t(program_[size_t(nodes_[size_t(node)].pos)].index)].Matches(symbol)) continue;
     const Node n = nodes_[size_t(node)];
-    if (!classes_[size_t(program_[size_t(n.pos)].index)].Matches(symbol)) continue;
     const int32_t after = program_[size_t(n.pos + 1)].kind == kEnd ? n.parent : Intern(n.pos + 1, n.parent);
     Expand(after, next, 0);
   }
-  return InternSet(std::move(next));
+  const StateId out = InternSet(std::move(next));
+  if (memo) {
+    if (memo_.size() <= size_t(state)) memo_.resize(sets_.size());
+    memo_[size_t(state)].emplace_back(takers, out);
+  }
+  return out;
 }
 
 int32_t Automaton::CanonRule(int32_t family, int32_t level) {

@@ -157,6 +157,8 @@ class Automaton {
   std::vector<uint32_t> stamp_;                    // per node: the Expand round that last saw it
   uint32_t round_ = 0;
   std::vector<int32_t> table_;                     // [state][symbol] -> next, -1 = not computed
+  // Per state: (the stacks taking a symbol, as a bit per stack; the next state), Compute's memo.
+  std::vector<std::vector<std::pair<uint64_t, StateId>>> memo_;
   StateId start_ = kDeadState;
 };
 

@@ -22,7 +22,7 @@
 // from the real state. Before, each count of a maxLength 40 string was its own 2-30 ms walk.
 //
 // Compile time: Compile computes the cut groups' verdicts reachable from the start (Prewarm,
-// compiled_grammar_prewarm.cpp), so a first generation finds them cached; it costs 12-380 ms
+// compiled_grammar_prewarm.cpp), so a first generation finds them cached; it costs 15-380 ms
 // per grammar on the released vocabulary (bench_grammar's prewarm_ms), once per grammar
 // (grammar_cache.h keeps it for the next request with the same schema or tools), and the
 // server runs it beside the prefill (MatcherOptions::prewarm_async).
