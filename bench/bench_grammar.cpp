@@ -7,7 +7,9 @@
 // walk when the grammar state is new (the cache's misses, counted) and the -inf fill. Each case
 // runs with the reference whole-trie walk and with the fast masks (grammar/compiled_grammar.h),
 // each in two phases: cold (every timed generation is the first of a freshly compiled grammar,
-// compile_ms = CompiledGrammar::Compile: automaton + the start state's mask) and warm (one
+// compile_ms = CompiledGrammar::Compile: automaton, the start state's mask and the prewarm of
+// the top frames' verdicts, prewarm_ms of it, which the server runs beside the request's
+// prefill (MatcherOptions::prewarm_async); here it runs before the first step) and warm (one
 // compiled grammar shared, as server/output_constraint.cpp's cache does for a repeated schema:
 // --warmup generations on other seeds fill it, then the same timed seeds).
 // Mask times are this thread's CPU time (the machine may be shared). One JSON object per line;
@@ -148,11 +150,13 @@ void MaskBench(const std::string& name, const std::function<grammar::Grammar()>&
     std::vector<double> times, compile_ms;
     RunTotals totals;
     std::shared_ptr<grammar::CompiledGrammar> shared;
+    grammar::PrewarmStats prewarm;  // the last compile's
     auto compile = [&] {
       const grammar::Grammar g = build();
       const auto t0 = std::chrono::steady_clock::now();
       auto c = grammar::CompiledGrammar::Compile(g, vocab, end_ids, options);
       compile_ms.push_back(Ms(t0));
+      prewarm = c->prewarm_stats();
       return c;
     };
     if (warm) {
@@ -181,8 +185,9 @@ void MaskBench(const std::string& name, const std::function<grammar::Grammar()>&
                 shared ? double(shared->cache_bytes()) / double(1 << 20) : 0.0, Pct(times, 0.5), p99,
                 times.empty() ? 0 : *std::max_element(times.begin(), times.end()),
                 times.empty() ? 0 : std::accumulate(times.begin(), times.end(), 0.0) / double(times.size()));
-    std::printf(",\"local_walks\":%lld,\"context_walks\":%lld", (long long)totals.work.local_walks,
-                (long long)totals.work.context_walks);
+    std::printf(",\"local_walks\":%lld,\"context_walks\":%lld,\"prewarm_states\":%lld,\"prewarm_walks\":%lld,\"prewarm_ms\":%.1f",
+                (long long)totals.work.local_walks, (long long)totals.work.context_walks, (long long)prewarm.states,
+                (long long)prewarm.local_walks, prewarm.ms);
     if (decode_ms > 0) std::printf(",\"decode_step_ms\":%.3f,\"p99_share_of_decode\":%.4f", decode_ms, p99 / decode_ms);
     std::printf("}\n");
     std::fflush(stdout);

@@ -14,7 +14,9 @@ constexpr size_t kMinTrieNodesToSplit = 16384;
 }  // namespace
 
 size_t CompiledGrammar::LocalMask::Bytes() const {
-  return certain.words.size() * 8 + uncertain.size() * 4 + context_roots.size() * 4;
+  size_t b = certain.Bytes() + uncertain.size() * 4 + context_roots.size() * 4;
+  for (const CompactMask& m : by_count) b += m.Bytes();
+  return b + (late.size() + tagged_roots.size()) * 8;
 }
 
 CompiledGrammar::CompiledGrammar(std::shared_ptr<Automaton> automaton, std::shared_ptr<const TokenVocab> vocab,
@@ -35,6 +37,8 @@ CompiledGrammar::CompiledGrammar(std::shared_ptr<Automaton> automaton, std::shar
   if (vocab_->trie_nodes() < kMinTrieNodesToSplit) options_.cut_frames = 0;
   start_ = automaton_->Start();
   walk_.resize(size_t(vocab_->max_depth_) + 1);
+  walk_tag_.resize(walk_.size());
+  horizon_ = vocab_->max_depth_ + 1;
   auto nothing = std::make_shared<TokenMask>();
   nothing->words.assign((size_t(vocab_->size()) + 63) / 64, 0);
   nothing_ = std::move(nothing);
@@ -45,16 +49,44 @@ std::shared_ptr<CompiledGrammar> CompiledGrammar::Compile(const Grammar& grammar
   auto compiled = std::make_shared<CompiledGrammar>(std::make_shared<Automaton>(grammar), std::move(vocab),
                                                     std::move(end_ids), options);
   compiled->Mask(compiled->Start(), nullptr);  // the first step's mask, part of the compile
+  if (!compiled->options_.prewarm_async) {
+    compiled->Prewarm();
+  } else {
+    // The thread holds a plain pointer: the destructor stops and joins it.
+    std::packaged_task<void()> task([raw = compiled.get()] { raw->Prewarm(); });
+    compiled->prewarmed_ = task.get_future().share();
+    compiled->prewarm_thread_ = std::thread(std::move(task));
+  }
   return compiled;
+}
+
+CompiledGrammar::~CompiledGrammar() {
+  stop_ = true;
+  if (prewarm_thread_.joinable()) prewarm_thread_.join();
+}
+
+void CompiledGrammar::WaitPrewarm() {
+  if (prewarmed_.valid()) prewarmed_.wait();
+}
+
+PrewarmStats CompiledGrammar::prewarm_stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return prewarm_;
 }
 
 std::shared_ptr<const TokenMask> CompiledGrammar::Mask(StateId s, MaskStats* stats) {
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = cache_.find(s); it != cache_.end()) return it->second;
-  if (bytes_ >= options_.max_cache_bytes) {  // start over (masks in use live on in their holders)
+  if (bytes_ >= options_.max_cache_bytes) {
+    // Start over (masks in use live on in their holders): the states' masks, and the top
+    // frames' verdicts too once they hold half the budget (they are the dear ones to
+    // recompute, and Prewarm computed most of them at compile).
     cache_.clear();
-    local_cache_.clear();
-    bytes_ = 0;
+    bytes_ = local_bytes_;
+    if (local_bytes_ >= options_.max_cache_bytes / 2) {
+      local_cache_.clear();
+      bytes_ = local_bytes_ = 0;
+    }
   }
   MaskStats scratch;
   MaskStats& st = stats ? *stats : scratch;
@@ -154,16 +186,22 @@ const CompiledGrammar::LocalMask& CompiledGrammar::Local(const Automaton::Cut& c
   if (auto it = local_cache_.find(key); it != local_cache_.end()) return it->second;
   LocalMask& lm = local_cache_[key];
   ++stats.local_walks;
+  const bool tagged = lm.tagged = cut.count >= 0;
   const int32_t n = int32_t(v.node_byte_.size());
-  lm.certain.words.assign((size_t(v.size()) + 63) / 64, 0);
+  TokenMask& certain = scratch_;
+  certain.words.assign((size_t(v.size()) + 63) / 64, 0);
+  tagged_ids_.clear();
   walk_[0] = cut.local;
+  walk_tag_[0] = 0;
   for (int32_t i = 0; i < n;) {
     const int d = v.node_depth_[size_t(i)];
     const StateId from = walk_[size_t(d - 1)];
     const uint8_t byte = v.node_byte_[size_t(i)];
     if (first && a.HasContext(from) && first->bytes.test(byte)) {
       // A path continues into the context: decided per real state.
-      (a.LocalTakes(from, byte) ? lm.uncertain : lm.context_roots).push_back(i);
+      if (a.LocalTakes(from, byte)) lm.uncertain.push_back(i);
+      else if (tagged) lm.tagged_roots.emplace_back(walk_tag_[size_t(d - 1)], i);
+      else lm.context_roots.push_back(i);
       i = v.subtree_end_[size_t(i)];
       continue;
     }
@@ -172,20 +210,46 @@ const CompiledGrammar::LocalMask& CompiledGrammar::Local(const Automaton::Cut& c
       i = v.subtree_end_[size_t(i)];
       continue;
     }
+    int32_t tag = 0;
+    if (tagged) {
+      const int32_t t = a.TakeTag(from, byte, horizon_);
+      if (t == Automaton::kMixedTake) {  // the count's stacks and others take it: walk it from the real state
+        lm.uncertain.push_back(i);
+        i = v.subtree_end_[size_t(i)];
+        continue;
+      }
+      tag = std::max(walk_tag_[size_t(d - 1)], t);
+      walk_tag_[size_t(d)] = tag;
+    }
     walk_[size_t(d)] = next;
     if (v.token_begin_[size_t(i)] < v.token_begin_[size_t(i) + 1]) {
       // A token ending here fits if a local stack is alive, or a path reached the context and
       // the context has a stack to continue on.
       const bool fits = !a.HasContext(next) || a.Stacks(next).size() > 1 || first->alive;
       if (fits)
-        for (int32_t k = v.token_begin_[size_t(i)]; k < v.token_begin_[size_t(i) + 1]; ++k)
-          lm.certain.Set(v.token_ids_[size_t(k)]);
+        for (int32_t k = v.token_begin_[size_t(i)]; k < v.token_begin_[size_t(i) + 1]; ++k) {
+          if (tagged) tagged_ids_.emplace_back(tag, v.token_ids_[size_t(k)]);
+          else certain.Set(v.token_ids_[size_t(k)]);
+        }
     }
     ++i;
+  }
+  if (tagged) {
+    // Cumulative masks by count, then the rare ids that need more.
+    std::sort(tagged_ids_.begin(), tagged_ids_.end());
+    size_t k = 0;
+    for (int32_t c = 0; c <= kTagLevels; ++c) {  // `certain` (empty so far) accumulates
+      for (; k < tagged_ids_.size() && tagged_ids_[k].first <= c; ++k) certain.Set(tagged_ids_[k].second);
+      lm.by_count.push_back(CompactMask::Of(certain));
+    }
+    lm.late.assign(tagged_ids_.begin() + std::ptrdiff_t(k), tagged_ids_.end());
+  } else {
+    lm.certain = CompactMask::Of(certain);
   }
   lm.uncertain.shrink_to_fit();
   lm.context_roots.shrink_to_fit();
   bytes_ += lm.Bytes();
+  local_bytes_ += lm.Bytes();
   return lm;
 }
 
@@ -200,9 +264,21 @@ void CompiledGrammar::ComputeFast(StateId s, TokenMask& mask, MaskStats& stats) 
   // The canonical count must be out of reach of any token (each repeat takes a byte).
   for (const Automaton::Cut& cut : a.CutState(s, options_.cut_frames, v.max_depth_ + 1)) {
     const LocalMask& lm = Local(cut, stats);
-    for (size_t w = 0; w < mask.words.size(); ++w) mask.words[w] |= lm.certain.words[w];
-    roots_.insert(roots_.end(), lm.uncertain.begin(), lm.uncertain.end());
     const StateId context = cut.context >= 0 ? a.FirstOf(cut.context).state : kDeadState;
+    roots_.insert(roots_.end(), lm.uncertain.begin(), lm.uncertain.end());
+    if (lm.tagged) {
+      // The ids and context roots whose paths the real count allows.
+      lm.by_count[size_t(std::min(cut.count, kTagLevels))].OrInto(mask);
+      for (const auto& [tag, id] : lm.late) {
+        if (tag > cut.count) break;
+        mask.Set(id);
+      }
+      if (context != kDeadState)
+        for (const auto& [tag, root] : lm.tagged_roots)
+          if (tag <= cut.count) context_roots_.emplace_back(root, context);
+      continue;
+    }
+    lm.certain.OrInto(mask);
     if (context != kDeadState)
       for (int32_t root : lm.context_roots) context_roots_.emplace_back(root, context);
   }

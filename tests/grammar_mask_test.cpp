@@ -267,6 +267,67 @@ TEST_CASE("a compiled grammar shared by generations gives each the whole-trie wa
   CHECK(states > 200);
 }
 
+// Compile's prewarm (compiled_grammar_prewarm.cpp) computes the top frames' verdicts a first
+// generation needs: seeded generations of a freshly compiled grammar (bounded strings of
+// several maxLength, so canonical counts; DSML tool calls with their specials) walk no top
+// frames of their own, and their masks are the whole-trie walk's. Without the prewarm the same
+// generations do walk (so the check can tell).
+TEST_CASE("compile's prewarm leaves a first generation no top-frame walk, with the reference masks") {
+  const Vocab& v = SharedVocab();
+  Grammar schema;
+  schema.SetRoot(CompileJsonSchema(schema, BoundedSchema()));
+  bridge::OutputConstraint c;
+  c.choice = bridge::ToolChoice::kRequired;
+  c.tools = cedar::test::RealTools();
+  const Grammar tools = bridge::AssistantGrammar(bridge::ChatFormat::kDeepseekV41, c);
+  for (const Grammar* g : std::initializer_list<const Grammar*>{&schema, &tools}) {
+    for (uint64_t seed = 1; seed <= 2; ++seed) {
+      auto compiled = CompiledGrammar::Compile(*g, v.vocab, {v.eos});
+      CHECK(compiled->prewarm_stats().local_walks > 0);
+      TokenMatcher m(compiled);
+      std::mt19937_64 rng(900 + seed);
+      std::vector<int32_t> picks;
+      std::vector<TokenMask> masks;
+      for (int step = 0; step < 40 && !m.Ended(); ++step) {
+        masks.push_back(m.Mask());
+        std::vector<int32_t> allowed;
+        for (int32_t id = 0; id < v.vocab->size(); ++id)
+          if (masks.back().Test(id)) allowed.push_back(id);
+        if (allowed.empty()) break;
+        int32_t pick = allowed[rng() % allowed.size()];
+        for (int k = 0; k < 3 && v.vocab->bytes(pick).size() < 3; ++k) pick = allowed[rng() % allowed.size()];
+        REQUIRE(m.AcceptToken(pick));
+        picks.push_back(pick);
+      }
+      CHECK_MESSAGE(m.stats().local_walks == 0, "seed " << seed << ": " << m.stats().local_walks << " top-frame walks");
+      ExpectReference(*g, Generation{masks, picks}, "prewarmed, seed " + std::to_string(seed));
+      if (seed > 1) continue;
+      // The same ids on a grammar compiled without the prewarm: its first generation walks.
+      MatcherOptions lazy;
+      lazy.prewarm_states = 0;
+      TokenMatcher cold(CompiledGrammar::Compile(*g, v.vocab, {v.eos}, lazy));
+      for (int32_t id : picks) {
+        cold.Mask();
+        REQUIRE(cold.AcceptToken(id));
+      }
+      CHECK(cold.stats().local_walks > 0);
+    }
+  }
+  // On its own thread (the server's way): once it has ended, the same; and a grammar dropped
+  // while its prewarm runs stops it (the destructor joins).
+  MatcherOptions async;
+  async.prewarm_async = true;
+  auto compiled = CompiledGrammar::Compile(tools, v.vocab, {v.eos}, async);
+  compiled->WaitPrewarm();
+  CHECK(compiled->prewarm_stats().local_walks > 0);
+  const Generation gen = Generate(compiled, 950, 30);
+  ExpectReference(tools, gen, "async prewarm");
+  CompiledGrammar::Compile(tools, v.vocab, {v.eos}, async).reset();
+  // A generation that starts while the prewarm runs gets the reference masks too.
+  auto racing = CompiledGrammar::Compile(schema, v.vocab, {v.eos}, async);
+  ExpectReference(schema, Generate(racing, 951, 30), "racing the prewarm");
+}
+
 // Four threads generate at once from one compiled grammar (CompiledGrammar's lock): every
 // mask each was handed equals the whole-trie walk along its own ids.
 TEST_CASE("concurrent generations sharing a compiled grammar get the whole-trie walk's masks") {
