@@ -202,11 +202,13 @@ struct SchedulerOptions {
                                                // with chunked prefill: the CPU; else serial)
   int step_tokens = 224;         // --step-tokens: rows per mixed step (decode rows + prefill chunks);
                                  // a step always runs its decode rows and at least one item
-  double step_ms = 0;            // --step-ms: a mixed step adds no prefill item (after its first)
+  double step_ms = 560;          // --step-ms: a mixed step adds no prefill item (after its first)
                                  // once its predicted length (decode rows plus items, at the rates
                                  // the last steps measured: session/step_cost.h) would pass this
                                  // many ms; 0 = rows only (--step-tokens). Bounds the slow steps of
-                                 // a long prompt's end, where a row attends to a longer prefix
+                                 // a long prompt's end, where a row attends to a longer prefix.
+                                 // 560: bench_scheduler 16K on `small`, quiet machine (docs/SERVER.md
+                                 // "Scheduling"); it never binds where steps are shorter (a GPU)
   int max_prefill_chunk = 96;    // --max-prefill-chunk: a turn's prompt runs in chunks of this
                                  // size from where its state starts (boundaries fixed per turn,
                                  // so its result does not depend on the other turns). Defaults
