@@ -130,6 +130,18 @@ TEST_CASE("typed-weight products match their scalar reference and the F32 produc
   k::SetPoolThreads(2);
 }
 
+// Whether every row of the n-row product x [n, in] * s [out, in]^T is, bit for bit, the one-row
+// product of that row alone (memcmp: -0.0 and +0.0 differ, NaNs compare by bits).
+static bool RowsEqualAlone(const std::vector<float>& x, const Stored& s, int n, int in, int out) {
+  std::vector<float> y(size_t(n) * out), row(static_cast<size_t>(out));
+  k::MatmulW(x.data(), s.view, y.data(), n);
+  for (int b = 0; b < n; ++b) {
+    k::MatmulW(x.data() + size_t(b) * in, s.view, row.data(), 1);
+    if (std::memcmp(row.data(), y.data() + size_t(b) * out, sizeof(float) * size_t(out)) != 0) return false;
+  }
+  return true;
+}
+
 TEST_CASE("a row of a few-row typed product equals the same row alone, bit for bit (batched decode == decode)") {
   for (int threads : {1, 2}) {
     k::SetPoolThreads(threads);
@@ -140,15 +152,8 @@ TEST_CASE("a row of a few-row typed product equals the same row alone, bit for b
             if (type == WeightType::kFP4 && in % 32 != 0) continue;
             auto x = Random(size_t(n) * in, 300 + n), w = Random(size_t(out) * in, 400 + out);
             Stored s = Convert(w, out, in, type);
-            std::vector<float> y(size_t(n) * out), row(static_cast<size_t>(out));
-            k::MatmulW(x.data(), s.view, y.data(), n);
-            bool same = true;
-            for (int b = 0; b < n; ++b) {
-              k::MatmulW(x.data() + size_t(b) * in, s.view, row.data(), 1);
-              same = same && std::equal(row.begin(), row.end(), y.begin() + size_t(b) * out);
-            }
             INFO(k::WeightTypeName(type) << " n=" << n << " in=" << in << " out=" << out << " threads=" << threads);
-            CHECK(same);
+            CHECK(RowsEqualAlone(x, s, n, in, out));
           }
   }
   k::SetPoolThreads(2);
@@ -165,15 +170,8 @@ TEST_CASE("the one-row typed product equals the few-row product at decode widths
       const int n = 3, out = 71;
       auto x = Random(size_t(n) * in, 500 + in), w = Random(size_t(out) * in, 600 + in);
       Stored s = Convert(w, out, in, type);
-      std::vector<float> y(size_t(n) * out), row(static_cast<size_t>(out));
-      k::MatmulW(x.data(), s.view, y.data(), n);
-      bool same = true;
-      for (int b = 0; b < n; ++b) {
-        k::MatmulW(x.data() + size_t(b) * in, s.view, row.data(), 1);
-        same = same && std::memcmp(row.data(), y.data() + size_t(b) * out, sizeof(float) * size_t(out)) == 0;
-      }
       INFO(k::WeightTypeName(type) << " in=" << in);
-      CHECK(same);
+      CHECK(RowsEqualAlone(x, s, n, in, out));
     }
   k::SetPoolThreads(2);
 }
