@@ -18,6 +18,7 @@
 
 #include "kernels/attention_tiled.h"
 #include "kernels/cpu_internal.h"
+#include "kernels/exp_avx2.h"
 #include "kernels/ops.h"
 #include "kernels/work_counters.h"
 
@@ -330,25 +331,6 @@ void WeightedSumPassAvx2(const float* p, int n, int dim, const float* const* ent
       _mm256_storeu_ps(out + size_t(h0 + h) * dim + i0 + 8 * c, _mm256_mul_ps(acc[h][c], _mm256_set1_ps(inv[h0 + h])));
 }
 
-// internal::ExpNonPositive on 8 lanes with the operations GCC emits for the scalar function here
-// (-O3, FMA contraction): n = floor(fma(x, log2e, 0.5)); r = fma(n, c2, fnma(n, c1, x)); the
-// polynomial as a chain of fma(p, r, c); fma(r, r * p, r) + 1; times 2^n. Lanes below -87 are not
-// handled (the caller takes those blocks to the scalar function).
-inline __m256 ExpNonPositive8(__m256 x) {
-  const __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r);
-  __m256 p = _mm256_fmadd_ps(r, _mm256_set1_ps(1.9875691500e-4f), _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  const __m256 t = _mm256_mul_ps(r, p);
-  const __m256 e = _mm256_add_ps(_mm256_fmadd_ps(r, t, r), _mm256_set1_ps(1.0f));
-  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(e, _mm256_castsi256_ps(bits));
-}
-
 // SinkSoftmax with the exponentials 8 at a time (the scalar loop does not vectorise); the
 // maximum is order free, and the sum stays one scalar chain in entry order, so the bits are
 // SinkSoftmax's.
@@ -369,7 +351,7 @@ void SinkSoftmaxAvx2(float* p, int n, int n_heads, const float* sink, float* inv
       if (_mm256_movemask_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ)) != 0) {
         for (int j = e; j < e + 8; ++j) ph[j] = internal::ExpNonPositive(ph[j] - mx);
       } else {
-        _mm256_storeu_ps(ph + e, ExpNonPositive8(x));
+        _mm256_storeu_ps(ph + e, internal::ExpNonPositive8(x));
       }
     }
     for (int e = n8; e < n; ++e) ph[e] = internal::ExpNonPositive(ph[e] - mx);

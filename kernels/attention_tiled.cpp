@@ -18,6 +18,7 @@
 // accumulator) nor on other rows, so AttendRows may split a row's heads into groups of 4 or
 // give it whole: the bits are the same.
 #include "kernels/attention_tiled.h"
+#include "kernels/exp_avx2.h"
 
 #include <algorithm>
 #include <vector>
@@ -62,22 +63,6 @@ inline void ScoreTile(const float* q, int dim, const float* const* ent, int e0, 
   }
 }
 
-// e^x for x <= 0 on 4 lanes: internal::ExpNonPositive's reduction and polynomial (x clamped at -87).
-inline __m128 Exp4(__m128 x) {
-  x = _mm_max_ps(x, _mm_set1_ps(-87.0f));
-  const __m128 n = _mm_floor_ps(_mm_fmadd_ps(x, _mm_set1_ps(1.44269504088896341f), _mm_set1_ps(0.5f)));
-  __m128 r = _mm_fnmadd_ps(n, _mm_set1_ps(0.693359375f), x);
-  r = _mm_fmadd_ps(n, _mm_set1_ps(2.12194440e-4f), r);
-  __m128 p = _mm_fmadd_ps(r, _mm_set1_ps(1.9875691500e-4f), _mm_set1_ps(1.3981999507e-3f));
-  p = _mm_fmadd_ps(p, r, _mm_set1_ps(8.3334519073e-3f));
-  p = _mm_fmadd_ps(p, r, _mm_set1_ps(4.1665795894e-2f));
-  p = _mm_fmadd_ps(p, r, _mm_set1_ps(1.6666665459e-1f));
-  p = _mm_fmadd_ps(p, r, _mm_set1_ps(5.0000001201e-1f));
-  const __m128 e = _mm_add_ps(_mm_fmadd_ps(r, _mm_mul_ps(r, p), r), _mm_set1_ps(1.0f));
-  const __m128i bits = _mm_slli_epi32(_mm_add_epi32(_mm_cvttps_epi32(n), _mm_set1_epi32(127)), 23);
-  return _mm_mul_ps(e, _mm_castsi128_ps(bits));
-}
-
 // In place over p [n, 4] (logits -> unnormalised probabilities); returns 1 / denominator per head.
 inline __m128 SinkSoftmax4(float* p, int n, const float* sink) {
   const __m128 vsink = _mm_loadu_ps(sink);
@@ -85,11 +70,11 @@ inline __m128 SinkSoftmax4(float* p, int n, const float* sink) {
   for (int e = 0; e < n; ++e) mx = _mm_max_ps(mx, _mm_loadu_ps(p + size_t(e) * kGroup));
   __m128 sum = _mm_setzero_ps();
   for (int e = 0; e < n; ++e) {
-    const __m128 v = Exp4(_mm_sub_ps(_mm_loadu_ps(p + size_t(e) * kGroup), mx));
+    const __m128 v = ExpNonPositive4(_mm_sub_ps(_mm_loadu_ps(p + size_t(e) * kGroup), mx));
     _mm_storeu_ps(p + size_t(e) * kGroup, v);
     sum = _mm_add_ps(sum, v);
   }
-  return _mm_div_ps(_mm_set1_ps(1.0f), _mm_add_ps(sum, Exp4(_mm_sub_ps(vsink, mx))));
+  return _mm_div_ps(_mm_set1_ps(1.0f), _mm_add_ps(sum, ExpNonPositive4(_mm_sub_ps(vsink, mx))));
 }
 
 // WeightedPass3 / WeightedPass2: out[h, i0 .. i0 + 24 or 16) += sum_{e in [e0, e1)} p[e, h] ent[e][i0 ..]
