@@ -1,14 +1,14 @@
 // y[b, r] = x[b, :] . w[r, :] for a few rows of x (batched decode, MoE experts with a handful of
 // routed rows): every weight is read once from memory for all rows of x, which sgemm's packing
-// does not pay back at this size (OpenBLAS ran batch-8 decode's products at ~90 GFLOP/s).
+// does not pay back at this size (OpenBLAS ran batch-8 decode's products at ~90 GFLOP/s), and
+// every row is summed in MatVec's order, so a row of a batch equals the row alone, bit for bit.
 #include <algorithm>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
 
 #include "kernels/cpu_internal.h"
-#include "kernels/gemm_rowinv.h"
 
 namespace cedar::kernels::internal {
 
@@ -60,6 +60,56 @@ void Rows(const float* x, const float* w, float* y, int rows, int in, int y_stri
 }  // namespace
 #endif
 
+#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
+namespace {
+
+constexpr int kAvx2Group = 6;             // rows of x per pass: 12 accumulators + 2 weight halves + x
+constexpr int kAvx2BlockBytes = 128 << 10;  // weight rows per block: 128 KiB, re-read from L2 by the next group
+
+// N rows of x against one weight row, in MatVec's AVX2 order (matmul_many.cpp MatVecRows: two
+// 8-lane accumulators standing for the 16 lanes, an FMA chain over i = 0, 16, 32, ..., the tail
+// as zero-padded lanes, then _mm512_reduce_add_ps's lane sum), so every row of the batch gets
+// the bits it gets alone; the weight row is loaded once for all N.
+template <int N>
+void Row2(const float* x, const float* w, float* y, int in, int y_stride) {
+  const int in16 = in / 16 * 16;
+  __m256 a[N][2];
+  for (int b = 0; b < N; ++b) a[b][0] = a[b][1] = _mm256_setzero_ps();
+  for (int i = 0; i < in16; i += 16) {
+    const __m256 w0 = _mm256_loadu_ps(w + i), w1 = _mm256_loadu_ps(w + i + 8);
+#pragma GCC unroll 8
+    for (int b = 0; b < N; ++b) {
+      a[b][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + size_t(b) * in + i), a[b][0]);
+      a[b][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + size_t(b) * in + i + 8), a[b][1]);
+    }
+  }
+  if (in16 < in) {
+    const int rem = in - in16;
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(rem), lane);
+    const __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(rem - 8), lane);
+    const __m256 w0 = _mm256_maskload_ps(w + in16, m0), w1 = _mm256_maskload_ps(w + in16 + 8, m1);
+    for (int b = 0; b < N; ++b) {
+      a[b][0] = _mm256_fmadd_ps(w0, _mm256_maskload_ps(x + size_t(b) * in + in16, m0), a[b][0]);
+      a[b][1] = _mm256_fmadd_ps(w1, _mm256_maskload_ps(x + size_t(b) * in + in16 + 8, m1), a[b][1]);
+    }
+  }
+  for (int b = 0; b < N; ++b) {
+    const __m256 t = _mm256_add_ps(a[b][0], a[b][1]);
+    const __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+    const __m128 v = _mm_add_ps(u, _mm_shuffle_ps(u, u, _MM_SHUFFLE(1, 0, 3, 2)));
+    y[size_t(b) * y_stride] = _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps(v, v, 1)));
+  }
+}
+
+template <int N>
+void Rows2(const float* x, const float* w, float* y, int rows, int in, int y_stride) {
+  for (int r = 0; r < rows; ++r) Row2<N>(x, w + size_t(r) * in, y + r, in, y_stride);
+}
+
+}  // namespace
+#endif
+
 void MatmulFewRows(const float* x, const float* w, float* y, int n, int in, int rows, int y_stride) {
 #if defined(__AVX512F__)
   // Groups of up to 8 rows of x; the weight rows a group reads stay in L1 for the next group.
@@ -84,14 +134,30 @@ void MatmulFewRows(const float* x, const float* w, float* y, int n, int in, int 
     }
   }
 #elif defined(__AVX2__) && defined(__FMA__)
-  // From 8 rows the packed GEMM (which reads each weight once for all rows) beats one MatVec per
-  // row (bench_gemm at 16 rows: 1.2-1.9x on small's shapes); both sum in the lane-16 order, so
-  // the bits are the same either way.
-  if (n >= 8) {
-    GemmRowInvariant(x, n, F32Panels(w, rows, in), y, y_stride, 0, rows);
-    return;
+  // Groups of at most kAvx2Group rows of x, near-equal in size (9 rows: 5 + 4), each over blocks
+  // of weight rows small enough to stay in L2 for the next group: the weights come from memory
+  // once per product, not once per row (MatVec per row did that: 28% of batch-8 decode's time),
+  // and no panel is copied (the packed GEMM's F32 panel copy was another 8-10%).
+  const int groups = (n + kAvx2Group - 1) / kAvx2Group;
+  const int blk = std::max(8, (kAvx2BlockBytes / int(sizeof(float))) / std::max(in, 1));
+  for (int r0 = 0; r0 < rows; r0 += blk) {
+    const int nr = std::min(blk, rows - r0);
+    for (int g = 0, b0 = 0; g < groups; ++g) {
+      const int nb = (n - b0) / (groups - g);
+      const float* xb = x + size_t(b0) * in;
+      const float* wr = w + size_t(r0) * in;
+      float* yb = y + size_t(b0) * y_stride + r0;
+      switch (nb) {
+        case 1: Rows2<1>(xb, wr, yb, nr, in, y_stride); break;
+        case 2: Rows2<2>(xb, wr, yb, nr, in, y_stride); break;
+        case 3: Rows2<3>(xb, wr, yb, nr, in, y_stride); break;
+        case 4: Rows2<4>(xb, wr, yb, nr, in, y_stride); break;
+        case 5: Rows2<5>(xb, wr, yb, nr, in, y_stride); break;
+        default: Rows2<6>(xb, wr, yb, nr, in, y_stride); break;
+      }
+      b0 += nb;
+    }
   }
-  for (int b = 0; b < n; ++b) MatVec(w, x + size_t(b) * in, y + size_t(b) * y_stride, rows, in);
 #else
   for (int b = 0; b < n; ++b) MatVec(w, x + size_t(b) * in, y + size_t(b) * y_stride, rows, in);
 #endif

@@ -87,8 +87,10 @@ TEST_CASE("the row-invariant GEMM matches the reference over a sweep of shapes")
 TEST_CASE("a row of a few-row product equals the same row alone, bit for bit (batched decode == decode)") {
   for (int threads : {1, 2}) {
     k::SetPoolThreads(threads);
-    for (int n : {2, 3, 5, 8, 9, 16})
-      for (int in : {1, 17, 64, 200})
+    // n covers every group split of the AVX2 kernel (groups of <= 6: 7 = 4 + 3, 13 = 5 + 4 + 4);
+    // in = 600 makes its weight blocks 54 rows, so out = 263 crosses several.
+    for (int n : {2, 3, 4, 5, 6, 7, 8, 9, 13, 16})
+      for (int in : {1, 17, 64, 200, 600})
         for (int out : {1, 7, 64, 263}) {
           auto x = Random(size_t(n) * in, 300 + n), w = Random(size_t(out) * in, 400 + out);
           std::vector<float> y(size_t(n) * out), row(static_cast<size_t>(out));
