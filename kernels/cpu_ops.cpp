@@ -49,6 +49,13 @@ void MatmulImpl(const float* x, const float* w, float* y, int n, int in, int out
     internal::RunMatmulJobs(&job, 1);
     return;
   }
+  if (beta == 0.0f && internal::PrefillRowsJob(MatmulJob{x, w, y, n, in, out})) {
+    // Many rows (prefill): blocks of rows on GemmPrefillRows, which writes y directly (sgemm
+    // with beta = 0 zeroed y in a pass of its own first).
+    const MatmulJob job{x, w, y, n, in, out};
+    internal::RunMatmulJobs(&job, 1);
+    return;
+  }
   if (RowInvariantMatmul() && (n > internal::kFewRowsMax || beta != 0.0f)) {
     // Column slices on the row-invariant GEMM; an accumulate adds the product afterwards (the
     // product's bits do not depend on the rows, so neither does the sum).
