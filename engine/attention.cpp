@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 
 #include "kernels/ops.h"
 #include "kernels/thread_pool.h"
+#include "kernels/work_counters.h"
 
 namespace cedar {
 
@@ -14,6 +16,9 @@ void AttendRows(const ModelConfig& c, const std::vector<AttentionRow>& rows, con
                 float scale, float* o) {
   const int n = int(rows.size()), H = c.n_heads, cd = c.head_dim;
   if (n == 0) return;
+  // The benchmark's attention_seconds (kernels/work_counters.h), when the counters are on.
+  const bool timed = k::internal::WorkCountersOn() && !k::InPoolJob();
+  const auto t0 = std::chrono::steady_clock::now();
   // Tasks are (row, part of the heads); parts > 1 only when rows alone cannot fill the pool.
   // Parts hold whole tiles of 4 heads (SinkAttention scores heads 4 at a time and the rest one
   // by one, in a different summation order), so a row's result does not depend on how many
@@ -36,6 +41,7 @@ void AttendRows(const ModelConfig& c, const std::vector<AttentionRow>& rows, con
         k::SinkAttention(q + off, h1 - h0, cd, a.win, a.n_win, a.pool, a.sel, a.n_sel, sink + h0, scale, o + off);
       }
   });
+  if (timed) k::internal::CountAttentionSeconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 }  // namespace cedar

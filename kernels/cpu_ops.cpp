@@ -124,15 +124,23 @@ float Dot(const float* a, const float* b, int n) {
   return s;
 }
 
+// Rows per part when an elementwise or per-row kernel splits over the pool: ~16K floats, so a
+// prefill's norms, RoPE and SwiGLU use both cores (a serial one leaves the other idle: they
+// were ~15% of a 512-token pass's wall time) and decode's few rows stay on the caller.
+constexpr int64_t kElementsPerPart = 1 << 14;
+int64_t RowsPerPart(int64_t floats_per_row) { return std::max<int64_t>(1, kElementsPerPart / std::max<int64_t>(1, floats_per_row)); }
+
 void RmsNorm(const float* x, const float* weight, float* y, int n, int dim, float eps) {
-  for (int r = 0; r < n; ++r) {
-    const float* xr = x + size_t(r) * dim;
-    float* yr = y + size_t(r) * dim;
-    float ss = Dot(xr, xr, dim);
-    float inv = 1.0f / std::sqrt(ss / float(std::max(dim, 1)) + eps);
+  ParallelFor(n, RowsPerPart(dim), [&](int64_t r0, int64_t r1) {  // each row on its own: same bits
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + size_t(r) * dim;
+      float* yr = y + size_t(r) * dim;
+      float ss = Dot(xr, xr, dim);
+      float inv = 1.0f / std::sqrt(ss / float(std::max(dim, 1)) + eps);
 #pragma omp simd
-    for (int i = 0; i < dim; ++i) yr[i] = xr[i] * inv * weight[i];
-  }
+      for (int i = 0; i < dim; ++i) yr[i] = xr[i] * inv * weight[i];
+    }
+  });
 }
 
 void Rope(float* x, int n_rows, int n_vecs, int vec_dim, int rope_dim, const int64_t* positions,
@@ -141,22 +149,24 @@ void Rope(float* x, int n_rows, int n_vecs, int vec_dim, int rope_dim, const int
   if (half <= 0) return;
   std::vector<double> freq(half);
   for (int i = 0; i < half; ++i) freq[i] = std::pow(double(base), -2.0 * i / rope_dim);
-  std::vector<float> cs(half), sn(half);
-  for (int r = 0; r < n_rows; ++r) {
-    for (int i = 0; i < half; ++i) {
-      double ang = double(positions[r]) * freq[i] * sign;
-      cs[i] = float(std::cos(ang));
-      sn[i] = float(std::sin(ang));
-    }
-    for (int v = 0; v < n_vecs; ++v) {
-      float* p = x + (size_t(r) * n_vecs + v) * vec_dim + (vec_dim - rope_dim);
+  ParallelFor(n_rows, RowsPerPart(int64_t(n_vecs) * rope_dim), [&](int64_t r0, int64_t r1) {  // rows apart: same bits
+    std::vector<float> cs(half), sn(half);
+    for (int64_t r = r0; r < r1; ++r) {
       for (int i = 0; i < half; ++i) {
-        float x0 = p[2 * i], x1 = p[2 * i + 1];
-        p[2 * i] = x0 * cs[i] - x1 * sn[i];
-        p[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
+        double ang = double(positions[r]) * freq[i] * sign;
+        cs[i] = float(std::cos(ang));
+        sn[i] = float(std::sin(ang));
+      }
+      for (int v = 0; v < n_vecs; ++v) {
+        float* p = x + (size_t(r) * n_vecs + v) * vec_dim + (vec_dim - rope_dim);
+        for (int i = 0; i < half; ++i) {
+          float x0 = p[2 * i], x1 = p[2 * i + 1];
+          p[2 * i] = x0 * cs[i] - x1 * sn[i];
+          p[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
+        }
       }
     }
-  }
+  });
 }
 
 void Softmax(float* x, int n) {
@@ -171,14 +181,16 @@ void Softmax(float* x, int n) {
 }
 
 void SwiGLU(const float* g, const float* u, float* out, int n, float limit) {
-  for (int i = 0; i < n; ++i) {
-    float gv = g[i], uv = u[i];
-    if (limit > 0) {
-      gv = std::min(gv, limit);
-      uv = std::clamp(uv, -limit, limit);
+  ParallelFor(n, kElementsPerPart, [&](int64_t b, int64_t e) {  // elementwise: same bits
+    for (int64_t i = b; i < e; ++i) {
+      float gv = g[i], uv = u[i];
+      if (limit > 0) {
+        gv = std::min(gv, limit);
+        uv = std::clamp(uv, -limit, limit);
+      }
+      out[i] = gv / (1.0f + std::exp(-gv)) * uv;
     }
-    out[i] = gv / (1.0f + std::exp(-gv)) * uv;
-  }
+  });
 }
 
 void IndexScores(const float* q, const float* w, const float* keys, int n_rows, int n_heads,
