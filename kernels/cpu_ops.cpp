@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/cpu_internal.h"
+#include "kernels/exp_avx2.h"
 #include "kernels/ops.h"
 #include "kernels/thread_pool.h"
 #include "kernels/work_counters.h"
@@ -180,16 +181,49 @@ void Softmax(float* x, int n) {
   for (int i = 0; i < n; ++i) x[i] *= inv;
 }
 
+#if defined(__AVX2__) && defined(__FMA__)
+namespace {
+// SwiGLU on 8 lanes: clamps as below, then g / (1 + e^-g) * u with e = e^-|g| from
+// ExpNonPositive8 (g >= 0: g / (1 + e); g < 0: g e / (1 + e), the same value as e^-g = 1 / e).
+inline void SwiGLU8(const float* g, const float* u, float* out, __m256 lim) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 gv = _mm256_loadu_ps(g), uv = _mm256_loadu_ps(u);
+  // (min_ps(a, b) is a < b ? a : b, max_ps(a, b) a > b ? a : b: std::min / std::clamp's
+  // choices, a NaN staying NaN.)
+  gv = _mm256_min_ps(lim, gv);
+  uv = _mm256_max_ps(_mm256_xor_ps(lim, sign), _mm256_min_ps(lim, uv));
+  const __m256 neg_abs = _mm256_or_ps(gv, sign);
+  const __m256 ex = internal::ExpNonPositive8(_mm256_max_ps(_mm256_set1_ps(-87.0f), neg_abs));
+  const __m256 num = _mm256_blendv_ps(gv, _mm256_mul_ps(gv, ex), gv);  // sign bit set: g e
+  _mm256_storeu_ps(out, _mm256_mul_ps(_mm256_div_ps(num, _mm256_add_ps(_mm256_set1_ps(1.0f), ex)), uv));
+}
+}  // namespace
+#endif
+
 void SwiGLU(const float* g, const float* u, float* out, int n, float limit) {
+  // No limit is a limit of +inf (the same values as no clamp).
+  const float lim = limit > 0 ? limit : std::numeric_limits<float>::infinity();
   ParallelFor(n, kElementsPerPart, [&](int64_t b, int64_t e) {  // elementwise: same bits
+#if defined(__AVX2__) && defined(__FMA__)
+    // std::exp kept this loop scalar (~3.5% of a 512-token prefill's samples). A tail of fewer
+    // than 8 runs through the same 8-lane code on a padded copy, so every element gets the
+    // same operations wherever it sits.
+    const __m256 lv = _mm256_set1_ps(lim);
+    int64_t i = b;
+    for (; i + 8 <= e; i += 8) SwiGLU8(g + i, u + i, out + i, lv);
+    if (i < e) {
+      float tg[8] = {}, tu[8] = {}, to[8];
+      std::copy(g + i, g + e, tg);
+      std::copy(u + i, u + e, tu);
+      SwiGLU8(tg, tu, to, lv);
+      std::copy(to, to + (e - i), out + i);
+    }
+#else
     for (int64_t i = b; i < e; ++i) {
-      float gv = g[i], uv = u[i];
-      if (limit > 0) {
-        gv = std::min(gv, limit);
-        uv = std::clamp(uv, -limit, limit);
-      }
+      float gv = std::min(g[i], lim), uv = std::clamp(u[i], -lim, lim);
       out[i] = gv / (1.0f + std::exp(-gv)) * uv;
     }
+#endif
   });
 }
 
