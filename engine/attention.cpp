@@ -28,8 +28,9 @@ void AttendRows(const ModelConfig& c, const std::vector<AttentionRow>& rows, con
   const int parts = std::max(1, std::min(tiles, (k::Threads() + n - 1) / n));
   const int64_t tasks = int64_t(n) * parts;
   // Rows late in a prompt see more entries than early ones, so equal contiguous shares would
-  // leave a core idle: each thread takes the next chunk of tasks.
-  const int64_t chunk = std::max<int64_t>(1, tasks / (8 * int64_t(k::Threads())));
+  // leave a core idle: each thread takes the next chunk of tasks (32 per thread: a 512-row prefill
+  // in chunks of 8 rows, so the last chunk leaves the other core waiting ~1/64 of the pass, not 1/16).
+  const int64_t chunk = std::max<int64_t>(1, tasks / (32 * int64_t(k::Threads())));
   std::atomic<int64_t> next{0};
   k::ParallelFor(std::min<int64_t>(k::Threads(), tasks), 1, [&](int64_t, int64_t) {
     for (int64_t b; (b = next.fetch_add(chunk, std::memory_order_relaxed)) < tasks;)

@@ -65,28 +65,40 @@ void FfnAdd(const Model& m, int l, const float* x, float* h, int n) {
   const int ne = c.n_routed_experts, kk = c.experts_per_token, d = c.dim;
   Scratch<float> s(size_t(n) * ne);  // [n, n_experts]
   k::Matmul(x, w.gate.data, s.data(), n, d, ne);
+  // Each row's choice (its top kk experts in order, and their weights) on its own, split over
+  // the pool (a prefill's 512+ rows were a serial stretch); then the lists in row order.
+  Scratch<int32_t> pick(size_t(n) * kk);  // [n, kk] expert ids, best first
+  Scratch<float> pick_w(size_t(n) * kk);  // [n, kk] their weights
+  k::ParallelFor(n, 64, [&](int64_t r0, int64_t r1) {
+    std::vector<float> choice(static_cast<size_t>(ne));
+    std::vector<int32_t> order(static_cast<size_t>(ne));
+    for (int64_t r = r0; r < r1; ++r) {
+      float* sr = s.data() + size_t(r) * ne;
+      Scores(c.score_func, sr, ne);
+      for (int e = 0; e < ne; ++e) choice[size_t(e)] = sr[e] + w.gate_bias.data[e];
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return choice[size_t(a)] > choice[size_t(b)]; });
+      float sum = 0.0f;
+      for (int j = 0; j < kk; ++j) sum += sr[order[size_t(j)]];
+      for (int j = 0; j < kk; ++j) {
+        const int e = order[size_t(j)];
+        pick[size_t(r) * kk + j] = e;
+        // norm_topk_prob: route_scale s_e / (sum of the chosen s + 1e-20) as moe.py (the 1e-20 only
+        // guards a zero sum: it leaves any sum above ~1e-13 unchanged in float). With k = 1 it
+        // still divides (s_e / s_e = 1: our family's spec; moe.py's V4.1 port would not divide,
+        // the V4 code would; the released model has k = 6). Without it route_scale s_e.
+        pick_w[size_t(r) * kk + j] = c.norm_topk_prob ? c.route_scale * sr[e] / (sum + 1e-20f) : c.route_scale * sr[e];
+      }
+    }
+  });
   std::vector<std::vector<int32_t>> rows_of(static_cast<size_t>(ne));
   std::vector<std::vector<float>> weight_of(static_cast<size_t>(ne));
-  std::vector<float> choice(static_cast<size_t>(ne));
-  std::vector<int32_t> order(static_cast<size_t>(ne));
-  for (int r = 0; r < n; ++r) {
-    float* sr = s.data() + size_t(r) * ne;
-    Scores(c.score_func, sr, ne);
-    for (int e = 0; e < ne; ++e) choice[size_t(e)] = sr[e] + w.gate_bias.data[e];
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return choice[size_t(a)] > choice[size_t(b)]; });
-    float sum = 0.0f;
-    for (int j = 0; j < kk; ++j) sum += sr[order[size_t(j)]];
+  for (int r = 0; r < n; ++r)
     for (int j = 0; j < kk; ++j) {
-      const int e = order[size_t(j)];
+      const int e = pick[size_t(r) * kk + j];
       rows_of[size_t(e)].push_back(r);
-      // norm_topk_prob: route_scale s_e / (sum of the chosen s + 1e-20) as moe.py (the 1e-20 only
-      // guards a zero sum: it leaves any sum above ~1e-13 unchanged in float). With k = 1 it
-      // still divides (s_e / s_e = 1: our family's spec; moe.py's V4.1 port would not divide,
-      // the V4 code would; the released model has k = 6). Without it route_scale s_e.
-      weight_of[size_t(e)].push_back(c.norm_topk_prob ? c.route_scale * sr[e] / (sum + 1e-20f) : c.route_scale * sr[e]);
+      weight_of[size_t(e)].push_back(pick_w[size_t(r) * kk + j]);
     }
-  }
   // Every expert used (and the shared one) at once: the W1 and W3 products of all of them in
   // one pass of the thread pool, then the W2 products in another (at decode a layer's expert
   // weights are streamed by both threads with two hand-offs instead of nine).
