@@ -18,6 +18,14 @@
 
 namespace cedar::kernels::internal {
 
+// True where the AVX2 kernel is compiled in; elsewhere GemmPrefillRows is the scalar reference
+// and the engine keeps OpenBLAS sgemm for these products (PrefillRowsJob, matmul_quant.cpp).
+#if defined(__AVX2__) && defined(__FMA__)
+constexpr bool kPrefillGemmFast = true;
+#else
+constexpr bool kPrefillGemmFast = false;
+#endif
+
 // Rows of x claimed as one unit of work (3 panels of 16): the 6-output weight block a tile
 // reads stays in L1 while it runs against each panel.
 constexpr int kPrefillRowBlock = 48;

@@ -156,7 +156,8 @@ void MatmulColumns(const MatmulJob& j, int col0, int col1) {
 }
 
 bool PrefillRowsJob(const MatmulJob& j) {
-  return j.n > kFewRowsMax && j.wv.type == WeightType::kF32 && !row_invariant_matmul.load(std::memory_order_relaxed);
+  return kPrefillGemmFast && j.n > kFewRowsMax && j.wv.type == WeightType::kF32 &&
+         !row_invariant_matmul.load(std::memory_order_relaxed);
 }
 
 double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {

@@ -369,7 +369,11 @@ void MatmulColumnsTyped(const MatmulJob& j, int col0, int col1) {
     const int64_t m = std::min<int64_t>(rows_per, col1 - a);
     panel.resize(size_t(m) * size_t(j.in));
     QuantDecodeRows(w, a, m, panel.data());
-    GemmPrefillRows(j.x, panel.data(), j.y + a, j.in, int(m), j.out, 0, j.n);
+    if (kPrefillGemmFast)
+      GemmPrefillRows(j.x, panel.data(), j.y + a, j.in, int(m), j.out, 0, j.n);
+    else
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j.n, int(m), j.in, 1.0f, j.x, j.in, panel.data(), j.in, 0.0f,
+                  j.y + a, j.out);
   }
 }
 
