@@ -51,6 +51,10 @@ void AddCpuWorkFigures(double sgemm, double seconds, nlohmann::json* j) {
   (*j)["indexer_gflop"] = w.index_flops / 1e9;
   (*j)["model_gflops"] = model_flops / seconds / 1e9;
   (*j)["model_fraction_of_sgemm"] = model_flops / seconds / 1e9 / sgemm;
+  // Where the rest of the time went: the attention (AttendRows, all heads and rows of a layer)
+  // and everything that is neither (norms, RoPE, SwiGLU, routing, copies, the pool's hand-offs).
+  (*j)["attention_seconds"] = w.attention_seconds;
+  (*j)["other_seconds"] = seconds - w.matmul_seconds - w.attention_seconds;
 }
 
 // The 1-minute load average (-1 when unavailable): on a shared machine figures move 2-5x with
@@ -152,7 +156,8 @@ int RunEngineBenchMain(int argc, char** argv) {
                   "bandwidth, or the GPU's BF16 GEMM and copy bandwidth), then prefill tokens/s per length in full and\n"
                   "bounded, then decode tokens/s, each with its fraction of the hardware. Every figure is timed --reps\n"
                   "times after one untimed warm-up pass and reported as min / median / max (the plain figure is the\n"
-                  "median); every line carries the 1-minute load average (load1). Decode runs --decode-batch sequences\n"
+                  "median); every line carries the 1-minute load average (load1). A prefill line's fractions divide by\n"
+                  "sgemm_gflops, the best of the machine line's OpenBLAS probe and one taken after its `full` reps. Decode runs --decode-batch sequences\n"
                   "of --decode-context prompt tokens each. Without --model the preset's random model is written under\n"
                   "$TMPDIR (a \"model\" line says where and how big) and removed at the end unless --keep-model; one\n"
                   "found there (kept by an earlier run) is reused and left.\n"
@@ -280,6 +285,7 @@ int RunEngineBenchMain(int argc, char** argv) {
     std::vector<Sequence*> one{st.get()};
     for (int i = 0; i < 4; ++i) be->DecodeBatch(one, std::vector<int32_t>{1});
   }
+  double sgemm_after = 0;  // the probe after the last `full` reps
   for (int n : lengths) {
     const std::vector<int32_t> t = random_tokens(n);
     double full_tps = 0;
@@ -301,11 +307,22 @@ int RunEngineBenchMain(int argc, char** argv) {
         tpss.push_back(n / s);
         gfs.push_back(2.0 * layer_params * double(r.stats.layer_token_units) / s / 1e9);
       }
+      // The reference rate for this line: the best of the machine line's probe and one taken
+      // right after these reps (a probe that met a busy moment would inflate every fraction;
+      // on this shared VM it read 53-88 GFLOP/s at load 1-2 where the quiet machine reads ~180).
+      if (!on_gpu && mode == PrefillMode::kFull) {
+        sgemm_after = kernels::MeasureSgemmGflops(512, c.dim, 4 * c.dim, 5);
+        sgemm = std::max(sgemm, sgemm_after);
+      }
       const Spread tps = SpreadOf(tpss), gf = SpreadOf(gfs), sec = SpreadOf(secs);
       nlohmann::json j = {{"bench", "prefill"}, {"device", be->name()}, {"model", model_name}, {"weights", WeightPrecisionName(load.weights)}, {"n_tokens", n},
                           {"mode", ModeName(mode)}, {"reps", reps}, {"row_invariant_matmul", row_invariant}, {"seconds", sec.median}, {"tokens_per_s", tps.median},
                           {"layer_token_units", r.stats.layer_token_units}, {"matmul_gflops", gf.median},
                           {on_gpu ? "fraction_of_matmul" : "fraction_of_sgemm", gf.median / sgemm}};
+      if (!on_gpu) {
+        j["sgemm_gflops"] = sgemm;  // the rate the fractions divide by (best probe so far)
+        j["sgemm_gflops_probe_after"] = sgemm_after;
+      }
       AddSpread("tokens_per_s", tps, &j);
       AddSpread(on_gpu ? "fraction_of_matmul" : "fraction_of_sgemm", {gf.min / sgemm, gf.median / sgemm, gf.max / sgemm}, &j);
       if (!on_gpu) AddCpuWorkFigures(sgemm, secs.back(), &j);  // the work counters of the last rep

@@ -9,7 +9,9 @@
 #include <string>
 
 #include "engine/layer_parts.h"
+#include "engine/scratch.h"
 #include "kernels/ops.h"
+#include "kernels/thread_pool.h"
 
 namespace cedar {
 
@@ -21,7 +23,7 @@ namespace {
 void RunFfn(const ModelConfig& c, const FfnWeights& f, const float* x, int n, const float* weight,
             const int32_t* rows, float* h) {
   const int d = c.dim, inter = c.moe_inter_dim;
-  std::vector<float> g(size_t(n) * inter), up(size_t(n) * inter), y(size_t(n) * d);
+  Scratch<float> g(size_t(n) * inter), up(size_t(n) * inter), y(size_t(n) * d);
   k::MatmulW(x, f.w1.view(), g.data(), n);
   k::MatmulW(x, f.w3.view(), up.data(), n);
   k::SwiGLU(g.data(), up.data(), g.data(), n * inter, c.swiglu_limit);
@@ -61,30 +63,42 @@ void FfnAdd(const Model& m, int l, const float* x, float* h, int n) {
     return;
   }
   const int ne = c.n_routed_experts, kk = c.experts_per_token, d = c.dim;
-  std::vector<float> s(size_t(n) * ne);  // [n, n_experts]
+  Scratch<float> s(size_t(n) * ne);  // [n, n_experts]
   k::Matmul(x, w.gate.data, s.data(), n, d, ne);
+  // Each row's choice (its top kk experts in order, and their weights) on its own, split over
+  // the pool (a prefill's 512+ rows were a serial stretch); then the lists in row order.
+  Scratch<int32_t> pick(size_t(n) * kk);  // [n, kk] expert ids, best first
+  Scratch<float> pick_w(size_t(n) * kk);  // [n, kk] their weights
+  k::ParallelFor(n, 64, [&](int64_t r0, int64_t r1) {
+    std::vector<float> choice(static_cast<size_t>(ne));
+    std::vector<int32_t> order(static_cast<size_t>(ne));
+    for (int64_t r = r0; r < r1; ++r) {
+      float* sr = s.data() + size_t(r) * ne;
+      Scores(c.score_func, sr, ne);
+      for (int e = 0; e < ne; ++e) choice[size_t(e)] = sr[e] + w.gate_bias.data[e];
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return choice[size_t(a)] > choice[size_t(b)]; });
+      float sum = 0.0f;
+      for (int j = 0; j < kk; ++j) sum += sr[order[size_t(j)]];
+      for (int j = 0; j < kk; ++j) {
+        const int e = order[size_t(j)];
+        pick[size_t(r) * kk + j] = e;
+        // norm_topk_prob: route_scale s_e / (sum of the chosen s + 1e-20) as moe.py (the 1e-20 only
+        // guards a zero sum: it leaves any sum above ~1e-13 unchanged in float). With k = 1 it
+        // still divides (s_e / s_e = 1: our family's spec; moe.py's V4.1 port would not divide,
+        // the V4 code would; the released model has k = 6). Without it route_scale s_e.
+        pick_w[size_t(r) * kk + j] = c.norm_topk_prob ? c.route_scale * sr[e] / (sum + 1e-20f) : c.route_scale * sr[e];
+      }
+    }
+  });
   std::vector<std::vector<int32_t>> rows_of(static_cast<size_t>(ne));
   std::vector<std::vector<float>> weight_of(static_cast<size_t>(ne));
-  std::vector<float> choice(static_cast<size_t>(ne));
-  std::vector<int32_t> order(static_cast<size_t>(ne));
-  for (int r = 0; r < n; ++r) {
-    float* sr = s.data() + size_t(r) * ne;
-    Scores(c.score_func, sr, ne);
-    for (int e = 0; e < ne; ++e) choice[size_t(e)] = sr[e] + w.gate_bias.data[e];
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return choice[size_t(a)] > choice[size_t(b)]; });
-    float sum = 0.0f;
-    for (int j = 0; j < kk; ++j) sum += sr[order[size_t(j)]];
+  for (int r = 0; r < n; ++r)
     for (int j = 0; j < kk; ++j) {
-      const int e = order[size_t(j)];
+      const int e = pick[size_t(r) * kk + j];
       rows_of[size_t(e)].push_back(r);
-      // norm_topk_prob: route_scale s_e / (sum of the chosen s + 1e-20) as moe.py (the 1e-20 only
-      // guards a zero sum: it leaves any sum above ~1e-13 unchanged in float). With k = 1 it
-      // still divides (s_e / s_e = 1: our family's spec; moe.py's V4.1 port would not divide,
-      // the V4 code would; the released model has k = 6). Without it route_scale s_e.
-      weight_of[size_t(e)].push_back(c.norm_topk_prob ? c.route_scale * sr[e] / (sum + 1e-20f) : c.route_scale * sr[e]);
+      weight_of[size_t(e)].push_back(pick_w[size_t(r) * kk + j]);
     }
-  }
   // Every expert used (and the shared one) at once: the W1 and W3 products of all of them in
   // one pass of the thread pool, then the W2 products in another (at decode a layer's expert
   // weights are streamed by both threads with two hand-offs instead of nine).
@@ -110,36 +124,40 @@ void FfnAdd(const Model& m, int l, const float* x, float* h, int n) {
     total_rows += size_t(n);
   }
   const int inter = c.moe_inter_dim;
-  std::vector<float> xs(total_rows * size_t(d));  // gathered rows: [sum n, d]
-  std::vector<float> g(total_rows * size_t(inter)), up(total_rows * size_t(inter)), y(total_rows * size_t(d));
+  Scratch<float> xs(total_rows * size_t(d));  // gathered rows: [sum n, d]
+  Scratch<float> g(total_rows * size_t(inter)), up(total_rows * size_t(inter)), y(total_rows * size_t(d));
   std::vector<k::MatmulJob> jobs;
+  Scratch<int32_t> src_row(total_rows);  // the row of x that row i of xs is
   size_t r0 = 0;
   for (Active& a : act) {
     a.x_off = r0 * size_t(d);
     a.a_off = r0 * size_t(inter);
-    if (a.rows) {
-      for (size_t i = 0; i < a.rows->size(); ++i)
-        std::copy(x + size_t((*a.rows)[i]) * d, x + size_t((*a.rows)[i] + 1) * d, xs.begin() + a.x_off + i * size_t(d));
-    } else {
-      std::copy(x, x + size_t(n) * d, xs.begin() + a.x_off);
-    }
+    for (int i = 0; i < a.n; ++i) src_row[r0 + size_t(i)] = a.rows ? (*a.rows)[size_t(i)] : i;
     jobs.push_back(k::JobW(xs.data() + a.x_off, a.f->w1.view(), g.data() + a.a_off, a.n));
     jobs.push_back(k::JobW(xs.data() + a.x_off, a.f->w3.view(), up.data() + a.a_off, a.n));
     r0 += size_t(a.n);
   }
+  // The gather, split over the pool for a prefill's thousands of rows.
+  k::ParallelFor(int64_t(total_rows), std::max<int64_t>(1, (1 << 15) / d), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) std::copy(x + size_t(src_row[size_t(i)]) * d, x + size_t(src_row[size_t(i)] + 1) * d, xs.begin() + i * d);
+  });
   k::MatmulMany(jobs.data(), int(jobs.size()));
   k::SwiGLU(g.data(), up.data(), g.data(), int(total_rows) * inter, c.swiglu_limit);
   jobs.clear();
   for (const Active& a : act) jobs.push_back(k::JobW(g.data() + a.a_off, a.f->w2.view(), y.data() + a.x_off, a.n));
   k::MatmulMany(jobs.data(), int(jobs.size()));
-  // Weighted adds in the order the one-expert-at-a-time loop used (experts, then shared).
-  for (const Active& a : act)
-    for (int r = 0; r < a.n; ++r) {
-      float* dst = h + size_t(a.rows ? (*a.rows)[size_t(r)] : r) * d;
-      const float wr = a.weight ? a.weight[r] : 1.0f;
-      const float* src = y.data() + a.x_off + size_t(r) * d;
-      for (int i = 0; i < d; ++i) dst[i] += wr * src[i];
-    }
+  // Weighted adds in the order the one-expert-at-a-time loop used (experts, then shared). The
+  // pool's threads take column ranges [i0, i1) of every row, so each element still gets its
+  // terms in that order (same bits) and a prefill's adds use both cores.
+  k::ParallelFor(d, total_rows * size_t(d) >= (1 << 15) ? 64 : d, [&](int64_t i0, int64_t i1) {
+    for (const Active& a : act)
+      for (int r = 0; r < a.n; ++r) {
+        float* dst = h + size_t(a.rows ? (*a.rows)[size_t(r)] : r) * d;
+        const float wr = a.weight ? a.weight[r] : 1.0f;
+        const float* src = y.data() + a.x_off + size_t(r) * d;
+        for (int64_t i = i0; i < i1; ++i) dst[i] += wr * src[i];
+      }
+  });
 }
 
 }  // namespace cedar

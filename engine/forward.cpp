@@ -11,6 +11,7 @@
 #include "engine/layer_parts.h"
 #include "engine/mhc.h"
 #include "engine/rope.h"
+#include "engine/scratch.h"
 #include "kernels/ops.h"
 #include "kernels/thread_pool.h"
 
@@ -58,7 +59,7 @@ void AppendWindowEntries(const Model& m, int l, RowStore& store, const float* u,
   if (store.size() > 0 && store.hi() >= first && store.lo() <= first) start = std::max(first, store.hi());
   if (start >= first + n) return;
   const int rows = int(first + n - start), cd = c.head_dim;
-  std::vector<float> e(size_t(rows) * cd);  // [rows, c]
+  Scratch<float> e(size_t(rows) * cd);  // [rows, c]
   k::MatmulW(u + size_t(start - first) * c.dim, w.wkv.view(), e.data(), rows);
   k::RmsNorm(e.data(), w.kv_norm.data, e.data(), rows, cd, c.norm_eps);
   std::vector<int64_t> pos(static_cast<size_t>(rows));
@@ -133,7 +134,7 @@ void RunLayerSegments(const Model& m, int l, std::vector<Segment>& segs, std::ve
     n_in += sg.n;
   }
   // u = RMSNorm_attn(h), or RMSNorm_attn(sum_i a[i] X_i) with mHC: [n_in, d]
-  std::vector<float> u(size_t(n_in) * d);
+  Scratch<float> u(size_t(n_in) * d);
   if (hc > 1) {
     HcCollapseRows(h.data(), n_in, hc, d, u.data());
     k::RmsNorm(u.data(), w.attn_norm.data, u.data(), n_in, d, c.norm_eps);
@@ -152,14 +153,23 @@ void RunLayerSegments(const Model& m, int l, std::vector<Segment>& segs, std::ve
     out_off[i] = n;
     n += sg.n - int(std::min<int64_t>(sg.out_from - sg.first, sg.n));
   }
-  std::vector<float> uo(size_t(n) * d), out(size_t(n) * rw);  // output rows: [n, d], residuals [n, rw]
-  std::vector<int64_t> pos(static_cast<size_t>(n));
-  std::vector<int32_t> seg_of(static_cast<size_t>(n));
+  // Output rows: uo [n, d] and their residuals out [n, rw]. When every input row is an output
+  // row (one segment, as a full prefill), they are u itself and h itself, not copies.
+  const bool all_rows_out = segs.size() == 1 && segs[0].out_from <= segs[0].first;
+  Scratch<float> uo_rows(all_rows_out ? 0 : size_t(n) * d);
+  const float* const uo = all_rows_out ? u.data() : uo_rows.data();
+  std::vector<float> out;  // appended segment by segment below
+  if (all_rows_out) out = std::move(h);
+  else out.reserve(size_t(n) * rw);
+  Scratch<int64_t> pos(static_cast<size_t>(n));
+  Scratch<int32_t> seg_of(static_cast<size_t>(n));
   for (size_t i = 0; i < segs.size(); ++i) {
     const Segment& sg = segs[i];
     const int off = int(std::min<int64_t>(sg.out_from - sg.first, sg.n)), cnt = sg.n - off;
-    std::copy(u.begin() + size_t(in_off[i] + off) * d, u.begin() + size_t(in_off[i] + sg.n) * d, uo.begin() + size_t(out_off[i]) * d);
-    std::copy(h.begin() + size_t(in_off[i] + off) * rw, h.begin() + size_t(in_off[i] + sg.n) * rw, out.begin() + size_t(out_off[i]) * rw);
+    if (!all_rows_out) {
+      std::copy(u.begin() + size_t(in_off[i] + off) * d, u.begin() + size_t(in_off[i] + sg.n) * d, uo_rows.begin() + size_t(out_off[i]) * d);
+      out.insert(out.end(), h.begin() + size_t(in_off[i] + off) * rw, h.begin() + size_t(in_off[i] + sg.n) * rw);  // at out_off[i] * rw
+    }
     for (int r = 0; r < cnt; ++r) {
       pos[size_t(out_off[i] + r)] = sg.out_from + r;
       seg_of[size_t(out_off[i] + r)] = int32_t(i);
@@ -167,8 +177,8 @@ void RunLayerSegments(const Model& m, int l, std::vector<Segment>& segs, std::ve
   }
   if (n > 0) {
     // Queries: cq = RMSNorm_q(Wq_a u) [n, q_rank]; q = Rot(p)(Wq_b cq) [n, H, c]
-    std::vector<float> cq(size_t(n) * qr), q(size_t(n) * H * cd);
-    k::MatmulW(uo.data(), w.wq_a.view(), cq.data(), n);
+    Scratch<float> cq(size_t(n) * qr), q(size_t(n) * H * cd);
+    k::MatmulW(uo, w.wq_a.view(), cq.data(), n);
     k::RmsNorm(cq.data(), w.q_norm.data, cq.data(), n, qr, c.norm_eps);
     k::MatmulW(cq.data(), w.wq_b.view(), q.data(), n);
     RopeLayer(c, l, q.data(), n, H, cd, pos.data(), 1);
@@ -180,14 +190,14 @@ void RunLayerSegments(const Model& m, int l, std::vector<Segment>& segs, std::ve
       const int cnt = (i + 1 < segs.size() ? out_off[i + 1] : n) - out_off[i];
       if (ratio == 0 || cnt == 0) continue;
       if (c.IsIndexSource(l))
-        SelectEntries(m, *sg.st, l, cq.data() + size_t(out_off[i]) * qr, uo.data() + size_t(out_off[i]) * d, sg.out_from, cnt, *sg.ctx);
+        SelectEntries(m, *sg.st, l, cq.data() + size_t(out_off[i]) * qr, uo + size_t(out_off[i]) * d, sg.out_from, cnt, *sg.ctx);
       auto it = sg.ctx->topk.find(c.IndexSourceOf(l));
       if (it == sg.ctx->topk.end()) throw std::logic_error("RunLayer: no top-k from the index source of layer " + std::to_string(l));
       sel[i] = &it->second;
     }
 
     // Sink attention per row, then undo the rotation of the output's RoPE part: o [n, H, c]
-    std::vector<float> o(size_t(n) * H * cd);
+    Scratch<float> o(size_t(n) * H * cd);
     std::vector<AttentionRow> rows(static_cast<size_t>(n));
     for (int r = 0; r < n; ++r) {
       const size_t i = size_t(seg_of[size_t(r)]);
@@ -207,7 +217,7 @@ void RunLayerSegments(const Model& m, int l, std::vector<Segment>& segs, std::ve
 
     // Grouped output: g_k = Wo_a[k] concat(o of group k) [n, R]; y = Wo_b concat(g) [n, d]
     const int G = c.o_groups, R = c.o_group_rank, gw = (H / G) * cd;
-    std::vector<float> grp(size_t(n) * gw), g(size_t(n) * G * R), gk(size_t(n) * R), y(size_t(n) * d);
+    Scratch<float> grp(size_t(n) * gw), g(size_t(n) * G * R), gk(size_t(n) * R), y(size_t(n) * d);
     for (int gi = 0; gi < G; ++gi) {
       for (int r = 0; r < n; ++r)
         std::copy(o.begin() + size_t(r) * H * cd + size_t(gi) * gw, o.begin() + size_t(r) * H * cd + size_t(gi + 1) * gw,
@@ -221,8 +231,10 @@ void RunLayerSegments(const Model& m, int l, std::vector<Segment>& segs, std::ve
       MhcSubLayerTails(m, l, out.data(), n, y.data());
     } else {
       // h <- h + y on the output rows; then the FFN sub-layer.
-      for (size_t i = 0; i < out.size(); ++i) out[i] += y[i];
-      std::vector<float> x(out.size());
+      k::ParallelFor(int64_t(out.size()), 1 << 15, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) out[size_t(i)] += y[size_t(i)];
+      });
+      Scratch<float> x(out.size());
       k::RmsNorm(out.data(), w.ffn_norm.data, x.data(), n, d, c.norm_eps);
       FfnAdd(m, l, x.data(), out.data(), n);
     }

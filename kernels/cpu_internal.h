@@ -32,6 +32,10 @@ void QuantFewRows(const float* x, int n, const WeightView& w, int64_t r0, int64_
 void QuantDecodeRows(const WeightView& w, int64_t r0, int64_t n, float* out);
 void MatmulColumnsTyped(const MatmulJob& j, int col0, int col1);
 
+// True for a job RunMatmulJobs runs on GemmPrefillRows (gemm_prefill.h) in blocks of rows:
+// F32 weights, more than kFewRowsMax rows, row-invariant mode off, the AVX2 kernel compiled in.
+bool PrefillRowsJob(const MatmulJob& j);
+
 // MatmulMany without the work counters (Matmul counts its own calls); returns the FLOPs.
 double RunMatmulJobs(const MatmulJob* jobs, int n_jobs);
 

@@ -3,7 +3,8 @@
 #pragma once
 
 namespace cedar::kernels {
-// GFLOP/s of Matmul on [n, k] x [m, k]^T, best of `reps` runs.
+// GFLOP/s of OpenBLAS sgemm (column slices over the pool) on [n, k] x [m, k]^T: the best of at
+// least `reps` runs and at least 0.5 s of runs, after 0.3 s of warm-up.
 double MeasureSgemmGflops(int n, int k, int m, int reps);
 // GB/s reading a buffer of `mbytes` MiB (a streaming sum split over the thread pool, 8 streams per
 // thread as decode reads its weight rows), best of `reps`.

@@ -13,6 +13,7 @@
 #endif
 
 #include "kernels/cpu_internal.h"
+#include "kernels/gemm_prefill.h"
 #include "kernels/gemm_rowinv.h"
 #include "kernels/ops.h"
 #include "kernels/thread_pool.h"
@@ -24,9 +25,12 @@ namespace {
 
 constexpr int kMinCols = 16;
 
+// Columns [col0, col1) of a job, or (rows) its rows [row0, row1) over all columns.
 struct Slice {
   int job = 0, col0 = 0, col1 = 0;
   double work = 0;
+  bool rows = false;  // a block of rows on GemmPrefillRows
+  int row0 = 0, row1 = 0;
 };
 
 }  // namespace
@@ -151,6 +155,11 @@ void MatmulColumns(const MatmulJob& j, int col0, int col1) {
   }
 }
 
+bool PrefillRowsJob(const MatmulJob& j) {
+  return kPrefillGemmFast && j.n > kFewRowsMax && j.wv.type == WeightType::kF32 &&
+         !row_invariant_matmul.load(std::memory_order_relaxed);
+}
+
 double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
   EnsureBlasSingleThreaded();
   const int threads = InPoolJob() ? 1 : Threads();
@@ -171,6 +180,25 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
   for (int j = 0; j < n_jobs; ++j) {
     const MatmulJob& m = jobs[j];
     if (m.n <= 0 || m.out <= 0) continue;
+    if (PrefillRowsJob(m)) {
+      // Many rows, F32, default mode: blocks of rows that threads claim; each packs only its
+      // own rows and reads the weights in place (gemm_prefill.h).
+      // Blocks of 48 rows (3 panels), or 32 where that splits the rows more evenly over the
+      // threads (512 rows: 11 blocks of 48 left one thread 272 rows and the other 240; 16 of
+      // 32 give each 256).
+      auto busiest = [&](int b) {
+        const int blocks = (m.n + b - 1) / b;
+        return std::min(m.n, (blocks + threads - 1) / threads * b);
+      };
+      const int block = busiest(32) < busiest(kPrefillRowBlock) ? 32 : kPrefillRowBlock;
+      for (int r = 0; r < m.n; r += block) {
+        Slice s{j, 0, m.out, 0, true, r, std::min(m.n, r + block)};
+        s.work = double(s.row1 - s.row0) * std::max(m.in, 1) * m.out;
+        total += s.work;
+        slices.push_back(s);
+      }
+      continue;
+    }
     const bool few_rows = m.n <= internal::kFewRowsMax;
     const int max_parts = threads == 1 ? 1 : m.n == 1 ? threads : few_rows ? 4 * threads : threads;
     const int parts = std::max(1, std::min(max_parts, m.out / (few_rows ? kMinCols : 4 * kMinCols)));
@@ -186,8 +214,12 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
   if (slices.empty()) return 0;
   std::atomic<size_t> next{0};
   ParallelFor(std::min<int64_t>(threads, int64_t(slices.size())), 1, [&](int64_t, int64_t) {
-    for (size_t k; (k = next.fetch_add(1, std::memory_order_relaxed)) < slices.size();)
-      MatmulColumns(jobs[slices[k].job], slices[k].col0, slices[k].col1);
+    for (size_t k; (k = next.fetch_add(1, std::memory_order_relaxed)) < slices.size();) {
+      const Slice& s = slices[k];
+      const MatmulJob& m = jobs[s.job];
+      if (s.rows) GemmPrefillRows(m.x, m.w, m.y, m.in, m.out, m.out, s.row0, s.row1);
+      else MatmulColumns(m, s.col0, s.col1);
+    }
   });
   return 2.0 * total;
 }

@@ -23,6 +23,7 @@
 #endif
 
 #include "kernels/cpu_internal.h"
+#include "kernels/gemm_prefill.h"
 #include "kernels/quant_formats.h"
 #include "kernels/weight_view.h"
 
@@ -361,15 +362,18 @@ void MatmulColumnsTyped(const MatmulJob& j, int col0, int col1) {
   }
   if (j.n <= kFewRowsMax) return QuantFewRows(j.x, j.n, w, col0, col1, j.y + col0, j.out);
   // Many rows: panels of weight rows decoded once (~1 MiB of F32, so the panel stays in L2/L3
-  // while sgemm runs over all rows of x).
+  // while the prefill GEMM (gemm_prefill.h, as for F32 weights) runs over all rows of x).
   thread_local std::vector<float> panel;
   const int64_t rows_per = std::max<int64_t>(16, (int64_t(1) << 18) / std::max(1, j.in) / 16 * 16);
   for (int64_t a = col0; a < col1; a += rows_per) {
     const int64_t m = std::min<int64_t>(rows_per, col1 - a);
     panel.resize(size_t(m) * size_t(j.in));
     QuantDecodeRows(w, a, m, panel.data());
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j.n, int(m), j.in, 1.0f, j.x, j.in, panel.data(), j.in, 0.0f,
-                j.y + a, j.out);
+    if (kPrefillGemmFast)
+      GemmPrefillRows(j.x, panel.data(), j.y + a, j.in, int(m), j.out, 0, j.n);
+    else
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j.n, int(m), j.in, 1.0f, j.x, j.in, panel.data(), j.in, 0.0f,
+                  j.y + a, j.out);
   }
 }
 

@@ -7,13 +7,13 @@ namespace cedar::kernels {
 namespace {
 std::atomic<bool> g_on{false};
 // Sums in fixed point (1 unit = 1 FLOP, or 1 ns) so that atomic adds need no CAS loop.
-std::atomic<uint64_t> g_matmul_flops{0}, g_matmul_ns{0}, g_attention_flops{0}, g_index_flops{0};
+std::atomic<uint64_t> g_matmul_flops{0}, g_matmul_ns{0}, g_attention_flops{0}, g_index_flops{0}, g_attention_ns{0};
 }  // namespace
 
 void EnableWorkCounters(bool on) { g_on.store(on, std::memory_order_relaxed); }
 
 void ResetWorkCounters() {
-  for (auto* c : {&g_matmul_flops, &g_matmul_ns, &g_attention_flops, &g_index_flops}) c->store(0);
+  for (auto* c : {&g_matmul_flops, &g_matmul_ns, &g_attention_flops, &g_index_flops, &g_attention_ns}) c->store(0);
 }
 
 WorkCounters ReadWorkCounters() {
@@ -22,6 +22,7 @@ WorkCounters ReadWorkCounters() {
   w.matmul_seconds = double(g_matmul_ns.load()) * 1e-9;
   w.attention_flops = double(g_attention_flops.load());
   w.index_flops = double(g_index_flops.load());
+  w.attention_seconds = double(g_attention_ns.load()) * 1e-9;
   return w;
 }
 
@@ -33,6 +34,7 @@ void CountMatmul(double flops, double seconds) {
 }
 void CountAttention(double flops) { g_attention_flops.fetch_add(uint64_t(flops), std::memory_order_relaxed); }
 void CountIndex(double flops) { g_index_flops.fetch_add(uint64_t(flops), std::memory_order_relaxed); }
+void CountAttentionSeconds(double seconds) { g_attention_ns.fetch_add(uint64_t(seconds * 1e9), std::memory_order_relaxed); }
 }  // namespace internal
 
 }  // namespace cedar::kernels

@@ -11,6 +11,7 @@ struct WorkCounters {
   double matmul_seconds = 0;   // wall time inside Matmul calls made outside pool jobs
   double attention_flops = 0;  // SinkAttention: 4 * heads * dim per (row, entry): scores + sum
   double index_flops = 0;      // IndexScores: 2 * heads * head_dim per (row, key)
+  double attention_seconds = 0;  // wall time inside the engine's AttendRows calls (all rows of a layer)
 };
 
 void EnableWorkCounters(bool on);
@@ -22,6 +23,7 @@ bool WorkCountersOn();
 void CountMatmul(double flops, double seconds);
 void CountAttention(double flops);
 void CountIndex(double flops);
+void CountAttentionSeconds(double seconds);
 }  // namespace internal
 
 }  // namespace cedar::kernels

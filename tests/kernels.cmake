@@ -6,3 +6,6 @@ cedar_add_test(gemm_rowinv_test kernels cedar_kernels ${CMAKE_CURRENT_SOURCE_DIR
 # Typed weights (BF16, INT8, FP8, FP4; issue 20): every product against its reference and the F32
 # product within the format's bound, and batched rows equal to one row alone.
 cedar_add_test(kernels_weights_test kernels cedar_kernels ${CMAKE_CURRENT_SOURCE_DIR}/kernels_weights_test.cpp)
+# The many-row F32 product (prefill): bitwise equal to its reference, within tolerance of a
+# double product, and row results independent of the rows beside them (chunked == whole).
+cedar_add_test(gemm_prefill_test kernels cedar_kernels ${CMAKE_CURRENT_SOURCE_DIR}/gemm_prefill_test.cpp)

@@ -159,6 +159,24 @@ TEST_CASE("RmsNorm, Softmax, Dot and SwiGLU match the reference for every size")
   }
 }
 
+TEST_CASE("SwiGLU: an element's bits do not depend on where it sits (vector body, padded tail, pool part)") {
+  // 70000 elements split over the pool in parts; every sub-range recomputed alone must give the
+  // same bits (decode's one row and a prefill's thousands run the same function).
+  const int n = 70000;
+  const auto g = Random(size_t(n), 41, 6.0f), u = Random(size_t(n), 42, 6.0f);
+  for (float limit : {0.0f, 7.0f}) {
+    std::vector<float> whole(static_cast<size_t>(n));
+    k::SwiGLU(g.data(), u.data(), whole.data(), n, limit);
+    for (int b : {0, 1, 7, 8, 13, 16389}) {
+      const int len = std::min(n - b, 37);
+      std::vector<float> part(static_cast<size_t>(len));
+      k::SwiGLU(g.data() + b, u.data() + b, part.data(), len, limit);
+      INFO("b=" << b << " limit=" << limit);
+      CHECK(std::memcmp(part.data(), whole.data() + b, size_t(len) * sizeof(float)) == 0);
+    }
+  }
+}
+
 TEST_CASE("Rope matches the reference, and the inverse rotation undoes it") {
   for (int rows : {0, 1, 3, 9})
     for (int rope : {0, 2, 8, 16}) {

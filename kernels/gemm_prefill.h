@@ -1,0 +1,42 @@
+// The many-row F32 product (prefill): y[n, out] = x[n, in] * W[out, in]^T for n above
+// kFewRowsMax, where OpenBLAS's sgemm ran at ~0.7 of its own rate on this model's small
+// shapes (out 128-1024, in 256-512, experts of ~128 rows): every call re-packed the weights,
+// every thread's call re-packed all of x, and beta = 0 made it zero y in a pass of its own.
+//
+// This kernel packs nothing but x, once per block of rows, and reads W in place: a register
+// tile of 6 outputs x 16 rows (12 AVX2 accumulators, the weights broadcast from their rows,
+// x from a packed panel [in][16]) runs over all of K and writes y directly. Threads claim
+// blocks of rows (MatmulMany), so each packs only its own rows.
+//
+// Summation order: every output is one FMA chain over k = 0, 1, ..., in - 1 starting from
+// +0.0f. It does not depend on n, on the row's position, or on which rows or columns a call
+// computes, so chunked prefill equals whole prefill here too (it is not MatVec's lane-16
+// order: decode rows do not equal prefill rows bit for bit, as with sgemm before;
+// --row-invariant-matmul is the mode where they do). ref::GemmPrefillRows is the scalar twin,
+// bitwise equal.
+#pragma once
+
+namespace cedar::kernels::internal {
+
+// True where the AVX2 kernel is compiled in; elsewhere GemmPrefillRows is the scalar reference
+// and the engine keeps OpenBLAS sgemm for these products (PrefillRowsJob, matmul_quant.cpp).
+#if defined(__AVX2__) && defined(__FMA__)
+constexpr bool kPrefillGemmFast = true;
+#else
+constexpr bool kPrefillGemmFast = false;
+#endif
+
+// Rows of x claimed as one unit of work (3 panels of 16): the 6-output weight block a tile
+// reads stays in L1 while it runs against each panel.
+constexpr int kPrefillRowBlock = 48;
+
+// Rows [r0, r1) of y[n, out] (row stride y_stride) = x[n, in] . W[out, in]^T, all out columns,
+// on the calling thread. in == 0 writes zeros.
+void GemmPrefillRows(const float* x, const float* w, float* y, int in, int out, int y_stride, int r0, int r1);
+
+namespace ref {
+// GemmPrefillRows' scalar twin (the same FMA chain per output): bitwise equal to it.
+void GemmPrefillRows(const float* x, const float* w, float* y, int in, int out, int y_stride, int r0, int r1);
+}  // namespace ref
+
+}  // namespace cedar::kernels::internal
