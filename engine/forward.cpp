@@ -19,6 +19,11 @@ namespace cedar {
 
 namespace k = kernels;
 
+// Up to this many output rows a layer is a decode step (one row per sequence): its products run
+// on the kernels' few-row path (kernels/cpu_internal.h kFewRowsMax), whose every output is the
+// same dot product however the products are grouped into pool passes.
+constexpr int kDecodeRows = 16;
+
 void EmbedRow(const Model& m, int32_t token, float* row) {
   const ModelConfig& c = m.config();
   const float* e = m.embed().data + size_t(token) * c.dim;
@@ -51,16 +56,23 @@ std::vector<float> ComputeLogits(const Model& m, const float* h_row) {
 
 namespace {
 
-// Window entries e_t = Rot(t)(RMSNorm_kv(Wkv u_t)) for rows >= the store's end.
-void AppendWindowEntries(const Model& m, int l, RowStore& store, const float* u, int64_t first, int n) {
+// The first row of [first, ...) that the window store does not hold yet.
+int64_t WindowStart(const RowStore& store, int64_t first) {
+  if (store.size() > 0 && store.hi() >= first && store.lo() <= first) return std::max(first, store.hi());
+  return first;
+}
+
+// Window entries e_t = Rot(t)(RMSNorm_kv(Wkv u_t)) for rows >= the store's end. wkv_u: Wkv u of
+// all n rows when the caller computed it already (decode, with the queries' product), or null.
+void AppendWindowEntries(const Model& m, int l, RowStore& store, const float* u, int64_t first, int n, const float* wkv_u) {
   const ModelConfig& c = m.config();
   const LayerWeights& w = m.layer(l);
-  int64_t start = first;
-  if (store.size() > 0 && store.hi() >= first && store.lo() <= first) start = std::max(first, store.hi());
+  const int64_t start = WindowStart(store, first);
   if (start >= first + n) return;
   const int rows = int(first + n - start), cd = c.head_dim;
   Scratch<float> e(size_t(rows) * cd);  // [rows, c]
-  k::MatmulW(u + size_t(start - first) * c.dim, w.wkv.view(), e.data(), rows);
+  if (wkv_u) std::copy(wkv_u + size_t(start - first) * cd, wkv_u + size_t(n) * cd, e.begin());
+  else k::MatmulW(u + size_t(start - first) * c.dim, w.wkv.view(), e.data(), rows);
   k::RmsNorm(e.data(), w.kv_norm.data, e.data(), rows, cd, c.norm_eps);
   std::vector<int64_t> pos(static_cast<size_t>(rows));
   for (int r = 0; r < rows; ++r) pos[size_t(r)] = start + r;
@@ -141,13 +153,26 @@ void RunLayerSegments(const Model& m, int l, std::vector<Segment>& segs, std::ve
   } else {
     k::RmsNorm(h.data(), w.attn_norm.data, u.data(), n_in, d, c.norm_eps);
   }
+  // Decode (every row new to its window and an output row, a few rows): Wkv u and the queries'
+  // Wq_a u in one pass of the thread pool (one hand-off instead of two; each output is the same
+  // dot product either way). wkv_u [n_in, c], cq_pre [n_in, q_rank]; empty otherwise.
+  Scratch<float> wkv_u, cq_pre;
+  bool fuse = n_in > 0 && n_in <= kDecodeRows;
+  for (const Segment& sg : segs)
+    fuse = fuse && sg.out_from <= sg.first && WindowStart(sg.st->windows[size_t(l)], sg.first) == sg.first;
+  if (fuse) {
+    wkv_u.resize(size_t(n_in) * cd);
+    cq_pre.resize(size_t(n_in) * qr);
+    const k::MatmulJob jobs[2] = {k::JobW(u.data(), w.wq_a.view(), cq_pre.data(), n_in), k::JobW(u.data(), w.wkv.view(), wkv_u.data(), n_in)};
+    k::MatmulMany(jobs, 2);
+  }
   // Per segment: window entries, compressor; and where each segment's output rows start.
   std::vector<int> in_off(segs.size()), out_off(segs.size());
   int n = 0;  // output rows over all segments
   for (size_t i = 0, r = 0; i < segs.size(); r += size_t(segs[i].n), ++i) {
     Segment& sg = segs[i];
     const float* us = u.data() + r * d;
-    AppendWindowEntries(m, l, sg.st->windows[size_t(l)], us, sg.first, sg.n);
+    AppendWindowEntries(m, l, sg.st->windows[size_t(l)], us, sg.first, sg.n, fuse ? wkv_u.data() + r * cd : nullptr);
     if (c.IsKvSource(l)) CompressRows(m, l, sg.st->PoolOfLayer(c, l), us, sg.first, sg.n);
     in_off[i] = int(r);
     out_off[i] = n;
@@ -177,8 +202,9 @@ void RunLayerSegments(const Model& m, int l, std::vector<Segment>& segs, std::ve
   }
   if (n > 0) {
     // Queries: cq = RMSNorm_q(Wq_a u) [n, q_rank]; q = Rot(p)(Wq_b cq) [n, H, c]
-    Scratch<float> cq(size_t(n) * qr), q(size_t(n) * H * cd);
-    k::MatmulW(uo, w.wq_a.view(), cq.data(), n);
+    Scratch<float> cq(fuse ? 0 : size_t(n) * qr), q(size_t(n) * H * cd);
+    if (fuse) cq.swap(cq_pre);  // n == n_in: every row is an output row
+    else k::MatmulW(uo, w.wq_a.view(), cq.data(), n);
     k::RmsNorm(cq.data(), w.q_norm.data, cq.data(), n, qr, c.norm_eps);
     k::MatmulW(cq.data(), w.wq_b.view(), q.data(), n);
     RopeLayer(c, l, q.data(), n, H, cd, pos.data(), 1);
@@ -217,13 +243,37 @@ void RunLayerSegments(const Model& m, int l, std::vector<Segment>& segs, std::ve
 
     // Grouped output: g_k = Wo_a[k] concat(o of group k) [n, R]; y = Wo_b concat(g) [n, d]
     const int G = c.o_groups, R = c.o_group_rank, gw = (H / G) * cd;
-    Scratch<float> grp(size_t(n) * gw), g(size_t(n) * G * R), gk(size_t(n) * R), y(size_t(n) * d);
-    for (int gi = 0; gi < G; ++gi) {
-      for (int r = 0; r < n; ++r)
-        std::copy(o.begin() + size_t(r) * H * cd + size_t(gi) * gw, o.begin() + size_t(r) * H * cd + size_t(gi + 1) * gw,
-                  grp.begin() + size_t(r) * gw);
-      k::MatmulW(grp.data(), w.wo_a.view().Rows(int64_t(gi) * R, R), gk.data(), n);  // group gi: [R, gw]
-      for (int r = 0; r < n; ++r) std::copy(gk.begin() + size_t(r) * R, gk.begin() + size_t(r + 1) * R, g.begin() + size_t(r) * G * R + size_t(gi) * R);
+    Scratch<float> g(size_t(n) * G * R), y(size_t(n) * d);
+    if (n <= kDecodeRows) {
+      // Decode: the G products in one pass of the thread pool (one hand-off per layer instead of
+      // G; every output is the same one-row dot product either way, so the bits do not change).
+      // One row reads its groups in place; a few rows gather them: grp [G, n, gw] -> gk [G, n, R].
+      Scratch<float> grp(n > 1 ? size_t(G) * n * gw : 0), gk(n > 1 ? size_t(G) * n * R : 0);
+      std::vector<k::MatmulJob> jobs;
+      for (int gi = 0; gi < G; ++gi) {
+        float* xg = o.data() + size_t(gi) * gw;
+        float* yg = g.data() + size_t(gi) * R;
+        if (n > 1) {
+          xg = grp.data() + size_t(gi) * n * gw;
+          yg = gk.data() + size_t(gi) * n * R;
+          for (int r = 0; r < n; ++r)
+            std::copy(o.begin() + size_t(r) * H * cd + size_t(gi) * gw, o.begin() + size_t(r) * H * cd + size_t(gi + 1) * gw, xg + size_t(r) * gw);
+        }
+        jobs.push_back(k::JobW(xg, w.wo_a.view().Rows(int64_t(gi) * R, R), yg, n));
+      }
+      k::MatmulMany(jobs.data(), G);
+      for (int gi = 0; gi < G && n > 1; ++gi)
+        for (int r = 0; r < n; ++r)
+          std::copy(gk.begin() + (size_t(gi) * n + r) * R, gk.begin() + (size_t(gi) * n + r + 1) * R, g.begin() + size_t(r) * G * R + size_t(gi) * R);
+    } else {
+      Scratch<float> grp(size_t(n) * gw), gk(size_t(n) * R);
+      for (int gi = 0; gi < G; ++gi) {
+        for (int r = 0; r < n; ++r)
+          std::copy(o.begin() + size_t(r) * H * cd + size_t(gi) * gw, o.begin() + size_t(r) * H * cd + size_t(gi + 1) * gw,
+                    grp.begin() + size_t(r) * gw);
+        k::MatmulW(grp.data(), w.wo_a.view().Rows(int64_t(gi) * R, R), gk.data(), n);  // group gi: [R, gw]
+        for (int r = 0; r < n; ++r) std::copy(gk.begin() + size_t(r) * R, gk.begin() + size_t(r + 1) * R, g.begin() + size_t(r) * G * R + size_t(gi) * R);
+      }
     }
     k::MatmulW(g.data(), w.wo_b.view(), y.data(), n);
 

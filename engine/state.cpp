@@ -5,16 +5,19 @@
 namespace cedar {
 
 float* RowStore::Append(int64_t pos) {
-  if (pos > hi_ || data_.empty()) {
-    data_.clear();
+  if (pos > hi_ || size() == 0) {
+    Clear();
     lo_ = hi_ = pos;
   } else if (pos < hi_) {
     DropFrom(pos);
-    if (data_.empty()) lo_ = hi_ = pos;
+    if (size() == 0) {
+      Clear();
+      lo_ = hi_ = pos;
+    }
   }
   data_.resize(data_.size() + size_t(dim_));
   ++hi_;
-  return data_.data() + size_t(pos - lo_) * dim_;
+  return MutableRow(pos);
 }
 
 void RowStore::DropFrom(int64_t pos) {
@@ -23,7 +26,7 @@ void RowStore::DropFrom(int64_t pos) {
     Clear();
     return;
   }
-  data_.resize(size_t(pos - lo_) * dim_);
+  data_.resize(size_t(skip_ + pos - lo_) * dim_);
   hi_ = pos;
 }
 
@@ -31,18 +34,26 @@ void RowStore::DropBefore(int64_t pos) {
   if (pos <= lo_) return;
   if (pos >= hi_) {
     data_.clear();
+    skip_ = 0;
     lo_ = hi_;
     return;
   }
-  data_.erase(data_.begin(), data_.begin() + (pos - lo_) * dim_);
+  skip_ += pos - lo_;
   lo_ = pos;
+  if (skip_ >= size()) Compact();
+}
+
+void RowStore::Compact() const {
+  if (skip_ == 0) return;
+  data_.erase(data_.begin(), data_.begin() + skip_ * dim_);
+  skip_ = 0;
 }
 
 RowStore RowStore::Copy() const {
   RowStore r(dim_);
   r.lo_ = lo_;
   r.hi_ = hi_;
-  r.data_ = data_;
+  r.data_.assign(data_.begin() + skip_ * dim_, data_.end());
   return r;
 }
 
@@ -51,6 +62,7 @@ void RowStore::Assign(int64_t lo, std::vector<float> rows) {
   lo_ = lo;
   hi_ = lo + int64_t(rows.size() / size_t(dim_));
   data_ = std::move(rows);
+  skip_ = 0;
 }
 
 SequenceState::SequenceState(const ModelConfig& c) : h_e(c.ResidualWidth()) {

@@ -11,7 +11,9 @@ void EnsureBlasSingleThreaded();
 // y[r] = w[r, :] . x for r in [0, rows): the one-row product (decode). OpenBLAS's sgemv takes
 // a lock per call to allocate its buffer, which two threads slicing one layer's products into
 // dozens of calls contend on (~4% of decode time).
-void MatVec(const float* w, const float* x, float* y, int rows, int in);
+// read_once: nobody reads these weights again soon (decode's one-row products), so they are
+// prefetched non-temporally; MatmulFewRows' row-by-row loop re-reads them from L2 and passes false.
+void MatVec(const float* w, const float* x, float* y, int rows, int in, bool read_once = false);
 
 // Products of x with at most this many rows run on MatmulFewRows, not sgemm.
 constexpr int kFewRowsMax = 16;

@@ -222,8 +222,8 @@ __attribute__((noinline)) void TailBlock(const D& d, const float* x, const Weigh
   }
 }
 
-template <class D, int N, int R>
-void Block(const D& d, const float* x, const WeightView& w, int64_t r, float* y, int64_t ys) {
+template <class D, int N, int R, _mm_hint kHint>
+void Block(const D& d, const float* x, const WeightView& w, int64_t r, float* y, int64_t ys, const uint8_t* pf_end) {
   const int64_t in = w.cols, nb = in / B;
   __m256 acc[N][R];
   const void* sc[R];
@@ -236,10 +236,15 @@ void Block(const D& d, const float* x, const WeightView& w, int64_t r, float* y,
     for (int k = 0; k < R; ++k) acc[n][k] = _mm256_setzero_ps();
   // Software prefetch D::kPrefetch bytes ahead in each weight stream (with R = 1, at decode, that is
   // the next row when a row ends: memory is read in address order): decode's rows are 0.25-2 KiB,
-  // too short for the hardware prefetchers to ramp up per stream (see kOneRowR).
+  // too short for the hardware prefetchers to ramp up per stream (see kOneRowR). Never past pf_end,
+  // the end of this call's slice: the bytes there are another thread's (or nobody's next), and at
+  // decode's 32-300 KiB slices the 4 KiB past the end were ~10% more bytes from memory.
   for (int64_t b = 0; b < nb; ++b) {
 #pragma GCC unroll 4
-    for (int k = 0; k < R; ++k) _mm_prefetch(reinterpret_cast<const char*>(row[k] + b * D::kBlockBytes + D::kPrefetch), _MM_HINT_T0);
+    for (int k = 0; k < R; ++k) {
+      const uint8_t* pf = row[k] + b * D::kBlockBytes + D::kPrefetch;
+      if (pf < pf_end) _mm_prefetch(reinterpret_cast<const char*>(pf), kHint);
+    }
 #pragma GCC unroll 4
     for (int k = 0; k < R; ++k) {
       __m256 v[4];
@@ -256,13 +261,13 @@ void Block(const D& d, const float* x, const WeightView& w, int64_t r, float* y,
 
 // Weight rows [r0, r1) for N rows of x: R rows side by side (several weight streams in flight,
 // accumulators within the 16 registers).
-template <class D, int N>
-void Rows(const float* x, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
+template <class D, int N, _mm_hint kHint>
+void Rows(const float* x, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys, const uint8_t* pf_end) {
   constexpr int R = N == 1 ? kOneRowR : N <= 2 ? 4 : N <= 4 ? 2 : 1;
   const D d;
   int64_t r = r0;
-  for (; r + R <= r1; r += R) Block<D, N, R>(d, x, w, r, y + (r - r0), ys);
-  for (; r < r1; ++r) Block<D, N, 1>(d, x, w, r, y + (r - r0), ys);
+  for (; r + R <= r1; r += R) Block<D, N, R, kHint>(d, x, w, r, y + (r - r0), ys, pf_end);
+  for (; r < r1; ++r) Block<D, N, 1, kHint>(d, x, w, r, y + (r - r0), ys, pf_end);
 }
 
 template <class D>
@@ -270,20 +275,42 @@ void FewRowsT(const float* x, int n, const WeightView& w, int64_t r0, int64_t r1
   constexpr int kGroup = 8;
   const int64_t blk = 64;  // weight rows per block: re-read from L2 by the next group of x rows
   const int64_t in = w.cols;
+  if (r0 >= r1) return;
+  // The slice's stored bytes are [start, end). Its first D::kPrefetch bytes are requested at once
+  // (the loop's prefetches only run ahead of the loop, so without this the first 1-4 KiB of every
+  // slice, i.e. of every thread's share of every product, arrived one demand miss at a time).
+  const uint8_t* start = D::Row(w, r0);
+  const uint8_t* end = D::Row(w, r1);
+  for (const uint8_t* p = start; p < std::min(end, start + D::kPrefetch); p += 64) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+  // Up to 8 rows of x read each weight once: the prefetches are non-temporal (NTA), so the
+  // streamed weights do not evict what decode reuses (activations, the attention's entries) from
+  // the caches. More rows re-read each block of 64 weight rows from L2 for the next group: T0.
+  if (n <= kGroup) {
+    switch (n) {
+      case 1: return Rows<D, 1, _MM_HINT_NTA>(x, w, r0, r1, y, ys, end);
+      case 2: return Rows<D, 2, _MM_HINT_NTA>(x, w, r0, r1, y, ys, end);
+      case 3: return Rows<D, 3, _MM_HINT_NTA>(x, w, r0, r1, y, ys, end);
+      case 4: return Rows<D, 4, _MM_HINT_NTA>(x, w, r0, r1, y, ys, end);
+      case 5: return Rows<D, 5, _MM_HINT_NTA>(x, w, r0, r1, y, ys, end);
+      case 6: return Rows<D, 6, _MM_HINT_NTA>(x, w, r0, r1, y, ys, end);
+      case 7: return Rows<D, 7, _MM_HINT_NTA>(x, w, r0, r1, y, ys, end);
+      default: return Rows<D, 8, _MM_HINT_NTA>(x, w, r0, r1, y, ys, end);
+    }
+  }
   for (int64_t a = r0; a < r1; a += blk) {
     const int64_t e = std::min(r1, a + blk);
     for (int b0 = 0; b0 < n; b0 += kGroup) {
       const float* xb = x + int64_t(b0) * in;
       float* yb = y + int64_t(b0) * ys + (a - r0);
       switch (std::min(kGroup, n - b0)) {
-        case 1: Rows<D, 1>(xb, w, a, e, yb, ys); break;
-        case 2: Rows<D, 2>(xb, w, a, e, yb, ys); break;
-        case 3: Rows<D, 3>(xb, w, a, e, yb, ys); break;
-        case 4: Rows<D, 4>(xb, w, a, e, yb, ys); break;
-        case 5: Rows<D, 5>(xb, w, a, e, yb, ys); break;
-        case 6: Rows<D, 6>(xb, w, a, e, yb, ys); break;
-        case 7: Rows<D, 7>(xb, w, a, e, yb, ys); break;
-        default: Rows<D, 8>(xb, w, a, e, yb, ys); break;
+        case 1: Rows<D, 1, _MM_HINT_T0>(xb, w, a, e, yb, ys, end); break;
+        case 2: Rows<D, 2, _MM_HINT_T0>(xb, w, a, e, yb, ys, end); break;
+        case 3: Rows<D, 3, _MM_HINT_T0>(xb, w, a, e, yb, ys, end); break;
+        case 4: Rows<D, 4, _MM_HINT_T0>(xb, w, a, e, yb, ys, end); break;
+        case 5: Rows<D, 5, _MM_HINT_T0>(xb, w, a, e, yb, ys, end); break;
+        case 6: Rows<D, 6, _MM_HINT_T0>(xb, w, a, e, yb, ys, end); break;
+        case 7: Rows<D, 7, _MM_HINT_T0>(xb, w, a, e, yb, ys, end); break;
+        default: Rows<D, 8, _MM_HINT_T0>(xb, w, a, e, yb, ys, end); break;
       }
     }
   }

@@ -235,18 +235,20 @@ TEST_CASE("SinkAttention: a head's result is the same bits with its row's other 
 }
 
 TEST_CASE("IndexScores matches the reference") {
-  for (int rows : {0, 1, 4, 13})
+  // heads 4 and 8 with hd 8 and 64 (the model's): the one- and two-row (decode) path's 4-head tiles.
+  for (int rows : {0, 1, 2, 4, 13})
     for (int keys : {0, 1, 9, 100})
-      for (int hd : {1, 8, 20}) {
-        const int heads = 3;
-        auto q = Random(size_t(rows) * heads * hd, 50 + rows), w = Random(size_t(rows) * heads, 51);
-        auto kv = Random(size_t(keys) * hd, 52 + keys);
-        std::vector<float> s(size_t(rows) * keys), sr(size_t(rows) * keys);
-        k::IndexScores(q.data(), w.data(), kv.data(), rows, heads, hd, keys, s.data());
-        k::ref::IndexScores(q.data(), w.data(), kv.data(), rows, heads, hd, keys, sr.data());
-        ExpectClose("IndexScores rows=" + std::to_string(rows) + " keys=" + std::to_string(keys) + " hd=" + std::to_string(hd), s, sr,
-                    16.0 * heads * (1 + std::sqrt(double(hd))) * 4);
-      }
+      for (int hd : {1, 8, 20, 64})
+        for (int heads : {3, 4, 8}) {
+          auto q = Random(size_t(rows) * heads * hd, 50 + rows), w = Random(size_t(rows) * heads, 51);
+          auto kv = Random(size_t(keys) * hd, 52 + keys);
+          std::vector<float> s(size_t(rows) * keys), sr(size_t(rows) * keys);
+          k::IndexScores(q.data(), w.data(), kv.data(), rows, heads, hd, keys, s.data());
+          k::ref::IndexScores(q.data(), w.data(), kv.data(), rows, heads, hd, keys, sr.data());
+          ExpectClose("IndexScores rows=" + std::to_string(rows) + " keys=" + std::to_string(keys) + " hd=" + std::to_string(hd) +
+                          " heads=" + std::to_string(heads),
+                      s, sr, 16.0 * heads * (1 + std::sqrt(double(hd))) * 4);
+        }
 }
 
 TEST_CASE("TopK matches the reference, breaks ties toward the lower index and skips -inf") {
