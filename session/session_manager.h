@@ -200,22 +200,24 @@ enum class SchedulerKind {
 struct SchedulerOptions {
   SchedulerKind kind = SchedulerKind::kMixed;  // --scheduler serial|mixed (mixed needs a backend
                                                // with chunked prefill: the CPU; else serial)
-  int step_tokens = 224;         // --step-tokens: rows per mixed step (decode rows + prefill chunks);
+  int step_tokens = 160;         // --step-tokens: rows per mixed step (decode rows + prefill chunks);
                                  // a step always runs its decode rows and at least one item
   double step_ms = 560;          // --step-ms: a mixed step adds no prefill item (after its first)
                                  // once its predicted length (decode rows plus items, at the rates
                                  // the last steps measured: session/step_cost.h) would pass this
                                  // many ms; 0 = rows only (--step-tokens). Bounds the slow steps of
                                  // a long prompt's end, where a row attends to a longer prefix.
-                                 // 560: bench_scheduler 16K on `small`, quiet machine (docs/SERVER.md
+                                 // 560: chosen on `small` when a 2-chunk step took ~450 ms; with
+                                 // the faster kernels of session 10 such steps take ~150-180 ms
+                                 // and it binds only on a machine ~3x slower or loaded (docs/SERVER.md
                                  // "Scheduling"); it never binds where steps are shorter (a GPU)
-  int max_prefill_chunk = 96;    // --max-prefill-chunk: a turn's prompt runs in chunks of this
+  int max_prefill_chunk = 64;    // --max-prefill-chunk: a turn's prompt runs in chunks of this
                                  // size from where its state starts (boundaries fixed per turn,
                                  // so its result does not depend on the other turns). Defaults
-                                 // chosen by bench_scheduler on `small` (docs/SERVER.md
+                                 // chosen by bench_scheduler 16K on `small` (docs/SERVER.md
                                  // "Scheduling"): two chunks per step while up to 32 turns decode,
-                                 // a step ~0.5 s here; on an idle machine the encoder's cost per
-                                 // row barely depends on the chunk (2.5 ms at 96, 2.2 at 384)
+                                 // a step ~150-180 ms here (160 / 64: ITL ratio 1.46-1.54x, TTFT
+                                 // 1.01-1.10x; 224 / 96 gave 2.08-3.07x and 1.13-1.26x)
   bool batch_prefill = false;    // --batch-prefill: a step's prefill chunks of different turns run
                                  // as one engine pass (engine/batch_prefill.h), as do their decoder
                                  // phases. Needs kernels::RowInvariantMatmul() on (Start refuses
