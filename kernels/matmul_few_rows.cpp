@@ -9,6 +9,7 @@
 #endif
 
 #include "kernels/cpu_internal.h"
+#include "kernels/lane16_avx2.h"
 
 namespace cedar::kernels::internal {
 
@@ -84,22 +85,15 @@ void Row2(const float* x, const float* w, float* y, int in, int y_stride) {
     }
   }
   if (in16 < in) {
-    const int rem = in - in16;
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(rem), lane);
-    const __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(rem - 8), lane);
+    __m256i m0, m1;
+    Lane16TailMasks(in - in16, &m0, &m1);
     const __m256 w0 = _mm256_maskload_ps(w + in16, m0), w1 = _mm256_maskload_ps(w + in16 + 8, m1);
     for (int b = 0; b < N; ++b) {
       a[b][0] = _mm256_fmadd_ps(w0, _mm256_maskload_ps(x + size_t(b) * in + in16, m0), a[b][0]);
       a[b][1] = _mm256_fmadd_ps(w1, _mm256_maskload_ps(x + size_t(b) * in + in16 + 8, m1), a[b][1]);
     }
   }
-  for (int b = 0; b < N; ++b) {
-    const __m256 t = _mm256_add_ps(a[b][0], a[b][1]);
-    const __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-    const __m128 v = _mm_add_ps(u, _mm_shuffle_ps(u, u, _MM_SHUFFLE(1, 0, 3, 2)));
-    y[size_t(b) * y_stride] = _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps(v, v, 1)));
-  }
+  for (int b = 0; b < N; ++b) y[size_t(b) * y_stride] = Lane16Sum(a[b][0], a[b][1]);
 }
 
 template <int N>

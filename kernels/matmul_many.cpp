@@ -13,6 +13,7 @@
 #endif
 
 #include "kernels/cpu_internal.h"
+#include "kernels/lane16_avx2.h"
 #include "kernels/gemm_prefill.h"
 #include "kernels/gemm_rowinv.h"
 #include "kernels/ops.h"
@@ -97,22 +98,15 @@ void MatVecRows(const float* w, const float* x, float* y, int in, const float* p
     }
   }
   if (in16 < in) {  // the tail as zero-padded lanes, as the AVX-512 path's masked loads do
-    const int rem = in - in16;
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(rem), lane);
-    const __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(rem - 8), lane);
+    __m256i m0, m1;
+    Lane16TailMasks(in - in16, &m0, &m1);
     const __m256 x0 = _mm256_maskload_ps(x + in16, m0), x1 = _mm256_maskload_ps(x + in16 + 8, m1);
     for (int k = 0; k < R; ++k) {
       a[k][0] = _mm256_fmadd_ps(_mm256_maskload_ps(w + size_t(k) * in + in16, m0), x0, a[k][0]);
       a[k][1] = _mm256_fmadd_ps(_mm256_maskload_ps(w + size_t(k) * in + in16 + 8, m1), x1, a[k][1]);
     }
   }
-  for (int k = 0; k < R; ++k) {
-    const __m256 t = _mm256_add_ps(a[k][0], a[k][1]);
-    const __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-    const __m128 v = _mm_add_ps(u, _mm_shuffle_ps(u, u, _MM_SHUFFLE(1, 0, 3, 2)));
-    y[k] = _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps(v, v, 1)));
-  }
+  for (int k = 0; k < R; ++k) y[k] = Lane16Sum(a[k][0], a[k][1]);
 }
 
 }  // namespace

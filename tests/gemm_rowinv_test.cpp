@@ -17,20 +17,14 @@
 #include "kernels/gemm_rowinv.h"
 #include "kernels/ops.h"
 #include "kernels/thread_pool.h"
+#include "tests/kernel_test_util.h"
 
 namespace k = cedar::kernels;
 
 namespace {
 
-std::vector<float> Random(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-bool SameBits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+std::vector<float> Random(size_t n, uint64_t seed) { return cedar::test::RandomNormal(n, seed); }
+using cedar::test::SameBits;
 
 // A non-F32 storage through the panel interface: int8 codes times one scale per row.
 struct Int8Rows {
