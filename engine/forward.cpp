@@ -244,10 +244,11 @@ void RunLayerSegments(const Model& m, int l, std::vector<Segment>& segs, std::ve
     // Grouped output: g_k = Wo_a[k] concat(o of group k) [n, R]; y = Wo_b concat(g) [n, d]
     const int G = c.o_groups, R = c.o_group_rank, gw = (H / G) * cd;
     Scratch<float> g(size_t(n) * G * R), y(size_t(n) * d);
-    if (n <= kDecodeRows) {
-      // Decode: the G products in one pass of the thread pool (one hand-off per layer instead of
-      // G; every output is the same one-row dot product either way, so the bits do not change).
-      // One row reads its groups in place; a few rows gather them: grp [G, n, gw] -> gk [G, n, R].
+    {
+      // The G products in one pass of the thread pool (one hand-off per layer instead of G; every
+      // output is the same dot product however the products are grouped into passes, so the bits
+      // do not change). One row reads its groups in place; more rows gather them:
+      // grp [G, n, gw] -> gk [G, n, R].
       Scratch<float> grp(n > 1 ? size_t(G) * n * gw : 0), gk(n > 1 ? size_t(G) * n * R : 0);
       std::vector<k::MatmulJob> jobs;
       for (int gi = 0; gi < G; ++gi) {
@@ -259,21 +260,12 @@ void RunLayerSegments(const Model& m, int l, std::vector<Segment>& segs, std::ve
           for (int r = 0; r < n; ++r)
             std::copy(o.begin() + size_t(r) * H * cd + size_t(gi) * gw, o.begin() + size_t(r) * H * cd + size_t(gi + 1) * gw, xg + size_t(r) * gw);
         }
-        jobs.push_back(k::JobW(xg, w.wo_a.view().Rows(int64_t(gi) * R, R), yg, n));
+        jobs.push_back(k::JobW(xg, w.wo_a.view().Rows(int64_t(gi) * R, R), yg, n));  // group gi: [R, gw]
       }
       k::MatmulMany(jobs.data(), G);
       for (int gi = 0; gi < G && n > 1; ++gi)
         for (int r = 0; r < n; ++r)
           std::copy(gk.begin() + (size_t(gi) * n + r) * R, gk.begin() + (size_t(gi) * n + r + 1) * R, g.begin() + size_t(r) * G * R + size_t(gi) * R);
-    } else {
-      Scratch<float> grp(size_t(n) * gw), gk(size_t(n) * R);
-      for (int gi = 0; gi < G; ++gi) {
-        for (int r = 0; r < n; ++r)
-          std::copy(o.begin() + size_t(r) * H * cd + size_t(gi) * gw, o.begin() + size_t(r) * H * cd + size_t(gi + 1) * gw,
-                    grp.begin() + size_t(r) * gw);
-        k::MatmulW(grp.data(), w.wo_a.view().Rows(int64_t(gi) * R, R), gk.data(), n);  // group gi: [R, gw]
-        for (int r = 0; r < n; ++r) std::copy(gk.begin() + size_t(r) * R, gk.begin() + size_t(r + 1) * R, g.begin() + size_t(r) * G * R + size_t(gi) * R);
-      }
     }
     k::MatmulW(g.data(), w.wo_b.view(), y.data(), n);
 

@@ -11,9 +11,8 @@ void EnsureBlasSingleThreaded();
 // y[r] = w[r, :] . x for r in [0, rows): the one-row product (decode). OpenBLAS's sgemv takes
 // a lock per call to allocate its buffer, which two threads slicing one layer's products into
 // dozens of calls contend on (~4% of decode time).
-// read_once: nobody reads these weights again soon (decode's one-row products), so they are
-// prefetched non-temporally; MatmulFewRows' row-by-row loop re-reads them from L2 and passes false.
-void MatVec(const float* w, const float* x, float* y, int rows, int in, bool read_once = false);
+// Its weights are read once (decode), so the AVX2 path prefetches them non-temporally.
+void MatVec(const float* w, const float* x, float* y, int rows, int in);
 
 // Products of x with at most this many rows run on MatmulFewRows, not sgemm.
 constexpr int kFewRowsMax = 16;

@@ -73,7 +73,7 @@ constexpr int kPrefetchFloats = 256;  // 1 KiB ahead per weight stream
 // _mm512_reduce_add_ps's. So decode gives the same bits here as on AVX-512 machines, and the
 // row-invariant GEMM reproduces it for any number of rows. 6 rows side by side: 12
 // accumulators and the 2 halves of x in 14 of the 16 registers (MatVec now runs R = 1).
-template <int R, _mm_hint kHint>
+template <int R>
 void MatVecRows(const float* w, const float* x, float* y, int in, const float* pf_end) {
   const int in16 = in / 16 * 16;
   __m256 a[R][2];
@@ -81,7 +81,7 @@ void MatVecRows(const float* w, const float* x, float* y, int in, const float* p
   // Software prefetch kPrefetchFloats ahead in each of the R row streams, continuing into the
   // next R rows when a row ends (a read-only loop over 1-2 KiB rows in this pattern ran 10-30%
   // faster with it on this VM; decode's rows are that short, so the hardware prefetchers, which
-  // ramp up per stream, never reach full speed on their own). kHint NTA (non-temporal) for weights
+  // ramp up per stream, never reach full speed on their own). Non-temporal (NTA): the weights are
   // read once, so they do not evict what decode reuses (activations, attention entries) from the
   // caches. Never at or past pf_end, the end of the caller's slice (another thread's bytes).
   for (int i = 0; i < in16; i += 16) {
@@ -89,7 +89,7 @@ void MatVecRows(const float* w, const float* x, float* y, int in, const float* p
     const float* pf = pi < in16 ? w + pi : w + size_t(R) * in + (pi - in16);
 #pragma GCC unroll 8
     for (int k = 0; k < R; ++k)
-      if (pf + size_t(k) * in < pf_end) _mm_prefetch(reinterpret_cast<const char*>(pf + size_t(k) * in), kHint);
+      if (pf + size_t(k) * in < pf_end) _mm_prefetch(reinterpret_cast<const char*>(pf + size_t(k) * in), _MM_HINT_NTA);
     const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
 #pragma GCC unroll 8
     for (int k = 0; k < R; ++k) {
@@ -112,7 +112,7 @@ void MatVecRows(const float* w, const float* x, float* y, int in, const float* p
 }  // namespace
 #endif
 
-void MatVec(const float* w, const float* x, float* y, int rows, int in, bool read_once) {
+void MatVec(const float* w, const float* x, float* y, int rows, int in) {
 #if defined(__AVX512F__)
   int r = 0;
   for (; r + 8 <= rows; r += 8) MatVecRows<8>(w + size_t(r) * in, x, y + r, in);
@@ -130,10 +130,7 @@ void MatVec(const float* w, const float* x, float* y, int rows, int in, bool rea
   // demand misses one at a time).
   const float* end = w + size_t(rows) * in;
   for (const float* p = w; p < std::min(end, w + kPrefetchFloats); p += 16) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
-  if (read_once)
-    for (int r = 0; r < rows; ++r) MatVecRows<1, _MM_HINT_NTA>(w + size_t(r) * in, x, y + r, in, end);
-  else
-    for (int r = 0; r < rows; ++r) MatVecRows<1, _MM_HINT_T0>(w + size_t(r) * in, x, y + r, in, end);
+  for (int r = 0; r < rows; ++r) MatVecRows<1>(w + size_t(r) * in, x, y + r, in, end);
 #else
   cblas_sgemv(CblasRowMajor, CblasNoTrans, rows, in, 1.0f, w, in, x, 1, 0.0f, y, 1);
 #endif
@@ -149,7 +146,7 @@ void MatmulColumns(const MatmulJob& j, int col0, int col1) {
   if (j.in <= 0) {
     for (int r = 0; r < j.n; ++r) std::fill(j.y + size_t(r) * j.out + col0, j.y + size_t(r) * j.out + col1, 0.0f);
   } else if (j.n == 1) {
-    MatVec(j.w + size_t(col0) * j.in, j.x, j.y + col0, cols, j.in, /*read_once=*/true);
+    MatVec(j.w + size_t(col0) * j.in, j.x, j.y + col0, cols, j.in);
   } else if (j.n <= kFewRowsMax) {
     MatmulFewRows(j.x, j.w + size_t(col0) * j.in, j.y + col0, j.n, j.in, cols, j.out);
   } else if (row_invariant_matmul.load(std::memory_order_relaxed)) {
