@@ -9,8 +9,12 @@
 // once over the odd ones (lanes 8-15), because two accumulator sets at once would need 24 of
 // AVX2's 16 registers. Per 16 floats of K a tile does 12 FMAs per half for 7 loads; the
 // accumulators live in a small buffer between K steps and are reduced to the output (the
-// lane-16 add tree) as soon as a tile's K is done. AVX-512 builds run the same AVX2 kernel (the
-// order is what matters; a 16-lane version would need the same two-pass structure).
+// lane-16 add tree) as soon as a tile's K is done.
+//
+// AVX-512 builds run a one-pass kernel instead: one 16-lane accumulator per output holds the
+// whole lane-16 order, a 4 x 4 tile (16 accumulators, 4 weight vectors, 1 x vector) per 16
+// floats of K, tiles packed [K step][16-float block][rows][16], and the add tree run on four
+// outputs at once (Reduce4x16). The same bits as the AVX2 kernel and the scalar twin.
 #include "kernels/gemm_rowinv.h"
 
 #include <algorithm>
@@ -24,6 +28,10 @@
 #define CEDAR_GEMM_AVX2 1
 #endif
 
+#if defined(CEDAR_GEMM_AVX2) && defined(__AVX512F__)
+#define CEDAR_GEMM_AVX512 1
+#endif
+
 #include "kernels/thread_pool.h"
 
 namespace cedar::kernels {
@@ -35,8 +43,13 @@ constexpr int kKStep = 512;     // floats of K per pass over the tiles (multiple
 constexpr size_t kGroupFloats = size_t(2) << 20;  // packed W per column group (8 MB, L3)
 constexpr size_t kXBlockFloats = 32 << 10;        // packed x per row block (128 KB, in L2)
 constexpr int kMr = 4;          // rows of x per register tile
+#if defined(CEDAR_GEMM_AVX512)
+constexpr int kNr = 4;          // rows of W per register tile
+constexpr int kTileAcc = kMr * kNr * 16;     // floats of accumulator per tile (one 16-lane vector each)
+#else
 constexpr int kNr = 3;          // rows of W per register tile
 constexpr int kTileAcc = 2 * kMr * kNr * 8;  // floats of accumulator per tile (two 8-lane halves)
+#endif
 
 int RoundUp16(int k) { return (k + 15) / 16 * 16; }
 
@@ -82,7 +95,84 @@ void DecodePanel(const WeightPanelSource& w, int row0, int nrows, int kp, std::v
   std::fill(panel.data() + size_t(nrows) * kp, panel.data() + size_t(prow) * kp, 0.0f);
 }
 
-#if defined(CEDAR_GEMM_AVX2)
+#if defined(CEDAR_GEMM_AVX512)
+
+// MR rows of x against kNr rows of W over nblk16 blocks of 16 floats of K, from packed tiles
+// xp[nblk16][MR][16] and wp[nblk16][kNr][16]. acc[MR][kNr][16] is loaded (or zeroed when init)
+// and stored back.
+template <int MR>
+void Tile(const float* xp, const float* wp, int nblk16, float* acc, bool init) {
+  __m512 a[MR][kNr];
+  for (int b = 0; b < MR; ++b)
+    for (int r = 0; r < kNr; ++r) a[b][r] = init ? _mm512_setzero_ps() : _mm512_load_ps(acc + (b * kNr + r) * 16);
+#pragma GCC unroll 2
+  for (int c = 0; c < nblk16; ++c) {
+    __m512 w[kNr];
+    for (int r = 0; r < kNr; ++r) w[r] = _mm512_load_ps(wp + (c * kNr + r) * 16);
+#pragma GCC unroll 4
+    for (int b = 0; b < MR; ++b) {
+      const __m512 xv = _mm512_load_ps(xp + (c * MR + b) * 16);
+      for (int r = 0; r < kNr; ++r) a[b][r] = _mm512_fmadd_ps(w[r], xv, a[b][r]);
+    }
+  }
+  for (int b = 0; b < MR; ++b)
+    for (int r = 0; r < kNr; ++r) _mm512_store_ps(acc + (b * kNr + r) * 16, a[b][r]);
+}
+
+// Reduce16 of four 16-lane accumulators at once: the same adds in the same pairing, the four
+// side by side. Returns [y(a), y(b), y(c), y(d)].
+inline __m128 Reduce4x16(__m512 a, __m512 b, __m512 c, __m512 d) {
+  // t = lo8 + hi8: tab = [t(a)[0:4], t(a)[4:8], t(b)[0:4], t(b)[4:8]], tcd likewise.
+  const __m512 tab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 tcd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 2, 3, 2)));
+  // u = t[0:4] + t[4:8]: one output's u per 128-bit lane, in the order a, b, c, d.
+  const __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(tab, tcd, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(tab, tcd, _MM_SHUFFLE(3, 1, 3, 1)));
+  // v = [u0 + u2, u1 + u3, ...] per lane, then y = v0 + v1 in each lane's first float.
+  const __m512 v = _mm512_add_ps(u, _mm512_permute_ps(u, _MM_SHUFFLE(1, 0, 3, 2)));
+  const __m512 y = _mm512_add_ps(v, _mm512_permute_ps(v, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), y));
+}
+
+void RunTile(int mr, const float* xp, const float* wp, int nblk16, float* acc, bool init) {
+  switch (mr) {
+    case 1: Tile<1>(xp, wp, nblk16, acc, init); break;
+    case 2: Tile<2>(xp, wp, nblk16, acc, init); break;
+    case 3: Tile<3>(xp, wp, nblk16, acc, init); break;
+    default: Tile<4>(xp, wp, nblk16, acc, init); break;
+  }
+}
+
+// `rows` rows of src (leading dimension ld, `in` valid floats each, zeros past them) into the
+// packed tile layout: for each K step of kKStep floats, [blocks of 16][rows][16].
+void PackRows(const float* src, size_t ld, int rows, int in, int kp, float* dst) {
+  for (int k0 = 0; k0 < kp; k0 += kKStep) {
+    const int nblk16 = std::min(kKStep, kp - k0) / 16;
+    for (int c = 0; c < nblk16; ++c)
+      for (int b = 0; b < rows; ++b) {
+        const int k = k0 + 16 * c;
+        const float* s = src + b * ld + k;
+        if (k + 16 <= in) {
+          std::memcpy(dst, s, 16 * sizeof(float));
+        } else {
+          for (int i = 0; i < 16; ++i) dst[i] = k + i < in ? s[i] : 0.0f;
+        }
+        dst += 16;
+      }
+  }
+}
+
+// A finished tile's accumulators (acc[mr][kNr][16]) reduced into y: row b0 + b, column col + r
+// for r < nc (the tile's valid W rows).
+void StoreTile(const float* acc, int mr, float* y, int y_stride, int b0, int col, int nc) {
+  for (int b = 0; b < mr; ++b) {
+    const float* a = acc + b * kNr * 16;
+    alignas(16) float res[4];
+    _mm_store_ps(res, Reduce4x16(_mm512_load_ps(a), _mm512_load_ps(a + 16), _mm512_load_ps(a + 32), _mm512_load_ps(a + 48)));
+    for (int r = 0; r < std::min(nc, kNr); ++r) y[size_t(b0 + b) * y_stride + col + r] = res[r];
+  }
+}
+
+#elif defined(CEDAR_GEMM_AVX2)
 
 // MR rows of x against 3 rows of W over nblk16 blocks of 16 floats of K, from packed tiles:
 // xp[2][nblk16][MR][8] and wp[2][nblk16][3][8] (half 0: floats 0-7 of each block, half 1:
@@ -174,6 +264,33 @@ void PackRows(const float* src, size_t ld, int rows, int in, int kp, float* dst)
   }
 }
 
+// A finished tile's accumulators (acc[2][mr][kNr][8]) reduced into y: row b0 + b, column col + r
+// for r < nc (the tile's valid W rows); four outputs (o = b * kNr + r) at a time while they are in
+// L1, the rest one by one.
+void StoreTile(const float* acc, int mr, float* y, int y_stride, int b0, int col, int nc) {
+  const int outs = mr * kNr;
+  int o = 0;
+  for (; o + 4 <= outs; o += 4) {
+    const float* lo[4];
+    const float* hi[4];
+    float res[4];
+    for (int q = 0; q < 4; ++q) {
+      lo[q] = acc + (o + q) * 8;
+      hi[q] = lo[q] + outs * 8;
+    }
+    ReduceHalves4(lo, hi, res);
+    for (int q = 0; q < 4; ++q) {
+      const int b = (o + q) / kNr, r = (o + q) % kNr;
+      if (r < nc) y[size_t(b0 + b) * y_stride + col + r] = res[q];
+    }
+  }
+  for (; o < outs; ++o) {
+    const int b = o / kNr, r = o % kNr;
+    const float* lo = acc + o * 8;
+    if (r < nc) y[size_t(b0 + b) * y_stride + col + r] = ReduceHalves(lo, lo + outs * 8);
+  }
+}
+
 #endif
 
 }  // namespace
@@ -239,30 +356,7 @@ void GemmRowInvariant(const float* x, int n, const WeightPanelSource& w, float* 
             for (int jt = 0; jt < njt; ++jt) {
               float* acc = acc0 + (size_t(it) * njt + jt) * kTileAcc;
               RunTile(mr, xp, wp + size_t(jt) * kNr * kp + size_t(k0) * kNr, nblk16, acc, k0 == 0);
-              if (!last) continue;
-              // K is done for this tile: reduce while its accumulators are in L1, four outputs
-              // (o = b * kNr + r) at a time, the rest one by one.
-              const int outs = mr * kNr;
-              int o = 0;
-              for (; o + 4 <= outs; o += 4) {
-                const float* lo[4];
-                const float* hi[4];
-                float res[4];
-                for (int q = 0; q < 4; ++q) {
-                  lo[q] = acc + (o + q) * 8;
-                  hi[q] = lo[q] + outs * 8;
-                }
-                ReduceHalves4(lo, hi, res);
-                for (int q = 0; q < 4; ++q) {
-                  const int b = (o + q) / kNr, r = (o + q) % kNr;
-                  if (jt * kNr + r < nc) y[size_t(b0 + b) * y_stride + jc + jt * kNr + r] = res[q];
-                }
-              }
-              for (; o < outs; ++o) {
-                const int b = o / kNr, r = o % kNr;
-                const float* lo = acc + o * 8;
-                if (jt * kNr + r < nc) y[size_t(b0 + b) * y_stride + jc + jt * kNr + r] = ReduceHalves(lo, lo + outs * 8);
-              }
+              if (last) StoreTile(acc, mr, y, y_stride, b0, jc + jt * kNr, nc - jt * kNr);
             }
           }
         }

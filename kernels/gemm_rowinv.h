@@ -11,7 +11,8 @@
 //   t[i] = acc[i] + acc[i + 8] (i < 8); u[i] = t[i] + t[i + 4] (i < 4);
 //   y = (u[0] + u[2]) + (u[1] + u[3])
 // (the last three lines are GCC's _mm512_reduce_add_ps). ref::DotLane16 is the scalar
-// definition; the AVX2 kernel (also used on AVX-512 machines) reproduces it exactly.
+// definition; the AVX2 kernel (two 8-lane passes) and the AVX-512 one (one 16-lane pass, built
+// where the compiler targets AVX-512) reproduce it exactly.
 //
 // Weights come through a panel decoder, so quantised storage (BF16, INT8, FP8, FP4) converts
 // each weight panel to F32 once per panel and reuses it for all n rows.
