@@ -26,7 +26,7 @@ namespace {
 
 constexpr int kMinCols = 16;
 
-// Columns [col0, col1) of a job, or (rows) its rows [row0, row1) over all columns.
+// Columns [col0, col1) of a job, or (rows) its rows [row0, row1) over columns [col0, col1).
 struct Slice {
   int job = 0, col0 = 0, col1 = 0;
   double work = 0;
@@ -192,7 +192,9 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
         const int blocks = (m.n + b - 1) / b;
         return std::min(m.n, (blocks + threads - 1) / threads * b);
       };
-      const int block = busiest(32) < busiest(kPrefillRowBlock) ? 32 : kPrefillRowBlock;
+      // Up to 48 rows: one block (three panels per tile), which the column cut below shares out
+      // when there are fewer blocks than threads.
+      const int block = m.n <= kPrefillRowBlock ? m.n : busiest(32) < busiest(kPrefillRowBlock) ? 32 : kPrefillRowBlock;
       for (int r = 0; r < m.n; r += block) {
         Slice s{j, 0, m.out, 0, true, r, std::min(m.n, r + block)};
         s.work = double(s.row1 - s.row0) * std::max(m.in, 1) * m.out;
@@ -214,12 +216,31 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
     }
   }
   if (slices.empty()) return 0;
+  if (threads > 1 && slices.size() < size_t(threads)) {
+    // Fewer row blocks than threads (a product of 17-48 rows, e.g. a chunk's projections):
+    // cut each block into column parts too, so no thread idles. Every output is its own FMA
+    // chain, so the bits do not depend on the cut.
+    std::vector<Slice> split;
+    for (const Slice& s : slices) {
+      const MatmulJob& m = jobs[s.job];
+      const int parts = s.rows ? std::max(1, std::min(threads, m.out / 48)) : 1;
+      for (int p = 0; p < parts; ++p) {
+        Slice t = s;
+        t.col0 = p == 0 ? 0 : int(int64_t(m.out) * p / parts / 6 * 6);  // whole 6-output tiles
+        t.col1 = p + 1 == parts ? m.out : int(int64_t(m.out) * (p + 1) / parts / 6 * 6);
+        if (s.rows) t.work = double(t.row1 - t.row0) * std::max(m.in, 1) * (t.col1 - t.col0);
+        split.push_back(t);
+      }
+    }
+    slices.swap(split);
+  }
   std::atomic<size_t> next{0};
   ParallelFor(std::min<int64_t>(threads, int64_t(slices.size())), 1, [&](int64_t, int64_t) {
     for (size_t k; (k = next.fetch_add(1, std::memory_order_relaxed)) < slices.size();) {
       const Slice& s = slices[k];
       const MatmulJob& m = jobs[s.job];
-      if (s.rows) GemmPrefillRows(m.x, m.w, m.y, m.in, m.out, m.out, s.row0, s.row1);
+      if (s.rows)
+        GemmPrefillRows(m.x, m.w + size_t(s.col0) * m.in, m.y + s.col0, m.in, s.col1 - s.col0, m.out, s.row0, s.row1);
       else MatmulColumns(m, s.col0, s.col1);
     }
   });
