@@ -74,6 +74,7 @@ constexpr Config kConfigs[] = {{"mixed", session::SchedulerKind::kMixed, false, 
                                {"mixed-rowinv", session::SchedulerKind::kMixed, true, false, false},
                                {"mixed-batched", session::SchedulerKind::kMixed, true, true, true},
                                {"mixed-batched-sep", session::SchedulerKind::kMixed, true, true, false},
+                               {"mixed-riding", session::SchedulerKind::kMixed, false, true, true},
                                {"serial", session::SchedulerKind::kSerial, false, false, false}};
 
 session::ManagerOptions Options(const Args& a, const Config& cf) {

@@ -110,6 +110,7 @@ int RunServe(int argc, char** argv) {
   double read_timeout = 60, drain_timeout = 10, auth_timeout = 5, sse_keepalive = 5;
   session::SchedulerOptions sched;  // defaults: session/session_manager.h
   std::string scheduler = session::SchedulerName(sched.kind);
+  std::string batch_prefill = sched.batch_prefill ? "on" : "off";  // --batch-prefill on|off
   std::string prefill_order = session::PrefillOrderName(sched.prefill_order);
   desc.add_options()("model", po::value(&model_dir)->required(), "model directory (config.json + model.safetensors)")(
       "socket", po::value(&socket_path),
@@ -168,10 +169,14 @@ int RunServe(int argc, char** argv) {
       "mixed: how a step's budget is shared among prefilling turns: fcfs (each turn, by priority then arrival, takes all "
       "the chunks that fit before the next gets any) | round-robin (one chunk each per round among equal priorities: a "
       "short prompt shares a step with a long one's chunk)")(
-      "batch-prefill",
-      "mixed: a step's prefill chunks of different turns (and their decoder phases) run as one engine pass; turns on "
-      "row-invariant matmul (every row bit for bit what it is alone, products ~0.8x sgemm's rate) so outputs do not "
-      "depend on the other turns")(
+      "batch-prefill", po::value(&batch_prefill)->default_value(batch_prefill)->implicit_value("on"),
+      "mixed: on (a step's decode rows ride in its first prefill pass through the encoder layers, and its prefill "
+      "chunks of different turns, and their decoder phases, run as one engine pass each; every turn's rows keep "
+      "their own products, so outputs do not depend on the other turns) | off (each chunk, then the decode rows, "
+      "in passes of their own)")(
+      "row-invariant-matmul",
+      "every product sums each row in the decode kernels' order (kernels/gemm_rowinv.h), so rows of different turns "
+      "share one product (and a prompt's rows equal its decode rows bit for bit); ~0.7x the prefill GEMM's rate")(
       "max-prefilling-turns", IntOption("--max-prefilling-turns", &sched.max_prefilling_turns, 1, 1 << 16),
       "mixed: turns prefilling at once at most (the others wait in the queue)")(
       "max-queued-turns", IntOption("--max-queued-turns", &sched.max_queued_turns, 0, 1 << 24),
@@ -233,12 +238,12 @@ int RunServe(int argc, char** argv) {
   if (!session::ParsePrefillOrder(prefill_order, &sched.prefill_order)) {
     throw std::invalid_argument("--prefill-order: expected round-robin or fcfs, found '" + prefill_order + "'");
   }
-  if (vm.count("batch-prefill")) {
-    if (sched.kind != session::SchedulerKind::kMixed)
-      throw std::invalid_argument("--batch-prefill: expected --scheduler mixed, found '" + scheduler + "'");
-    sched.batch_prefill = true;
-    kernels::SetRowInvariantMatmul(true);  // what keeps batched rows exact (SessionManager::Start checks it)
-  }
+  if (batch_prefill != "on" && batch_prefill != "off")
+    throw std::invalid_argument("--batch-prefill: expected on or off, found '" + batch_prefill + "'");
+  sched.batch_prefill = batch_prefill == "on";
+  if (sched.batch_prefill && !vm["batch-prefill"].defaulted() && sched.kind != session::SchedulerKind::kMixed)
+    throw std::invalid_argument("--batch-prefill: expected --scheduler mixed, found '" + scheduler + "'");
+  if (vm.count("row-invariant-matmul")) kernels::SetRowInvariantMatmul(true);
   // Keys: --api-key (repeatable), --api-key-file, CEDAR_API_KEY; all of them count.
   if (!api_key_file.empty()) {
     for (std::string& k : server::ReadApiKeyFile(api_key_file)) api_keys.push_back(std::move(k));

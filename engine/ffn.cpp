@@ -9,6 +9,7 @@
 #include <string>
 
 #include "engine/layer_parts.h"
+#include "engine/row_groups.h"
 #include "engine/scratch.h"
 #include "kernels/ops.h"
 #include "kernels/thread_pool.h"
@@ -19,15 +20,16 @@ namespace k = kernels;
 
 namespace {
 
-// y[n, d] += weight[r] * FFN(x[n, d]) for the given FFN; weight == nullptr means 1.
+// y[n, d] += weight[r] * FFN(x[n, d]) for the given FFN; weight == nullptr means 1. groups: the
+// row groups whose products run apart.
 void RunFfn(const ModelConfig& c, const FfnWeights& f, const float* x, int n, const float* weight,
-            const int32_t* rows, float* h) {
+            const int32_t* rows, float* h, std::span<const int> groups) {
   const int d = c.dim, inter = c.moe_inter_dim;
   Scratch<float> g(size_t(n) * inter), up(size_t(n) * inter), y(size_t(n) * d);
-  k::MatmulW(x, f.w1.view(), g.data(), n);
-  k::MatmulW(x, f.w3.view(), up.data(), n);
+  MatmulGroups(x, f.w1.view(), g.data(), groups);
+  MatmulGroups(x, f.w3.view(), up.data(), groups);
   k::SwiGLU(g.data(), up.data(), g.data(), n * inter, c.swiglu_limit);
-  k::MatmulW(g.data(), f.w2.view(), y.data(), n);
+  MatmulGroups(g.data(), f.w2.view(), y.data(), groups);
   for (int r = 0; r < n; ++r) {
     float* dst = h + size_t(rows ? rows[r] : r) * d;
     const float wr = weight ? weight[r] : 1.0f;
@@ -54,17 +56,19 @@ void Scores(const std::string& func, float* s, int ne) {
 
 }  // namespace
 
-void FfnAdd(const Model& m, int l, const float* x, float* h, int n) {
+void FfnAdd(const Model& m, int l, const float* x, float* h, int n, std::span<const int> groups_in) {
   const ModelConfig& c = m.config();
   const LayerWeights& w = m.layer(l);
   if (n <= 0) return;
+  const int one[2] = {0, n};
+  const std::span<const int> groups = groups_in.empty() ? std::span<const int>(one) : groups_in;
   if (c.n_routed_experts == 0) {
-    RunFfn(c, w.dense, x, n, nullptr, nullptr, h);
+    RunFfn(c, w.dense, x, n, nullptr, nullptr, h, groups);
     return;
   }
   const int ne = c.n_routed_experts, kk = c.experts_per_token, d = c.dim;
   Scratch<float> s(size_t(n) * ne);  // [n, n_experts]
-  k::Matmul(x, w.gate.data, s.data(), n, d, ne);
+  MatmulGroups(x, w.gate.data, s.data(), d, ne, groups);
   // Each row's choice (its top kk experts in order, and their weights) on its own, split over
   // the pool (a prefill's 512+ rows were a serial stretch); then the lists in row order.
   Scratch<int32_t> pick(size_t(n) * kk);  // [n, kk] expert ids, best first
@@ -102,11 +106,13 @@ void FfnAdd(const Model& m, int l, const float* x, float* h, int n) {
   // Every expert used (and the shared one) at once: the W1 and W3 products of all of them in
   // one pass of the thread pool, then the W2 products in another (at decode a layer's expert
   // weights are streamed by both threads with two hand-offs instead of nine).
+  // One entry per expert and row group with rows (an expert's rows ascend, so each group's are
+  // a run of them); a row is in one group, so its adds keep the order experts, then shared.
   struct Active {
     const FfnWeights* f;
-    const std::vector<int32_t>* rows;  // nullptr: every row (the shared expert)
+    const int32_t* rows;               // nullptr: rows [row0, row0 + n) (the shared expert)
     const float* weight;               // nullptr: 1
-    int n;
+    int n, row0;
     size_t x_off, a_off;               // into xs [sum n, d] and g / up / y [sum n, inter or d]
     std::shared_ptr<const void> pin;   // keeps an on-demand expert alive while it is used
   };
@@ -116,11 +122,17 @@ void FfnAdd(const Model& m, int l, const float* x, float* h, int n) {
     const auto& rows = rows_of[size_t(e)];
     if (rows.empty()) continue;
     ExpertRef ref = m.expert(l, e);  // resident, or dequantised on demand (released layout, --max-ram)
-    act.push_back({ref.f, &rows, weight_of[size_t(e)].data(), int(rows.size()), 0, 0, std::move(ref.pin)});
+    size_t i = 0;
+    for (size_t b = 0; b + 1 < groups.size(); ++b) {
+      const size_t i0 = i;
+      while (i < rows.size() && rows[i] < groups[b + 1]) ++i;
+      if (i > i0) act.push_back({ref.f, rows.data() + i0, weight_of[size_t(e)].data() + i0, int(i - i0), 0, 0, 0, ref.pin});
+    }
     total_rows += rows.size();
   }
   if (c.n_shared_experts == 1) {
-    act.push_back({&w.shared, nullptr, nullptr, n, 0, 0, nullptr});
+    for (size_t b = 0; b + 1 < groups.size(); ++b)
+      act.push_back({&w.shared, nullptr, nullptr, groups[b + 1] - groups[b], groups[b], 0, 0, nullptr});
     total_rows += size_t(n);
   }
   const int inter = c.moe_inter_dim;
@@ -132,7 +144,7 @@ void FfnAdd(const Model& m, int l, const float* x, float* h, int n) {
   for (Active& a : act) {
     a.x_off = r0 * size_t(d);
     a.a_off = r0 * size_t(inter);
-    for (int i = 0; i < a.n; ++i) src_row[r0 + size_t(i)] = a.rows ? (*a.rows)[size_t(i)] : i;
+    for (int i = 0; i < a.n; ++i) src_row[r0 + size_t(i)] = a.rows ? a.rows[i] : a.row0 + i;
     jobs.push_back(k::JobW(xs.data() + a.x_off, a.f->w1.view(), g.data() + a.a_off, a.n));
     jobs.push_back(k::JobW(xs.data() + a.x_off, a.f->w3.view(), up.data() + a.a_off, a.n));
     r0 += size_t(a.n);
@@ -152,7 +164,7 @@ void FfnAdd(const Model& m, int l, const float* x, float* h, int n) {
   k::ParallelFor(d, total_rows * size_t(d) >= (1 << 15) ? 64 : d, [&](int64_t i0, int64_t i1) {
     for (const Active& a : act)
       for (int r = 0; r < a.n; ++r) {
-        float* dst = h + size_t(a.rows ? (*a.rows)[size_t(r)] : r) * d;
+        float* dst = h + size_t(a.rows ? a.rows[r] : a.row0 + r) * d;
         const float wr = a.weight ? a.weight[r] : 1.0f;
         const float* src = y.data() + a.x_off + size_t(r) * d;
         for (int64_t i = i0; i < i1; ++i) dst[i] += wr * src[i];

@@ -11,6 +11,7 @@
 #include "engine/layer_parts.h"
 #include "engine/mhc.h"
 #include "engine/rope.h"
+#include "engine/row_groups.h"
 #include "engine/scratch.h"
 #include "kernels/ops.h"
 #include "kernels/thread_pool.h"
@@ -83,20 +84,21 @@ void AppendWindowEntries(const Model& m, int l, RowStore& store, const float* u,
 
 // With mHC (hc_mult > 1), from the attention output y [n, d] on: the attention sub-layer's
 // stream update, then the whole FFN sub-layer, on residual rows [n, hc*d + hc] (notes §2.1).
-void MhcSubLayerTails(const Model& m, int l, float* rows, int n, const float* y) {
+// groups: ProductGroups over the n rows.
+void MhcSubLayerTails(const Model& m, int l, float* rows, int n, const float* y, std::span<const int> groups) {
   const ModelConfig& c = m.config();
   const LayerWeights& w = m.layer(l);
   const int hc = c.hc_mult, d = c.dim;
   HcCoeffs k_attn, k_ffn;
   // Coefficients from X as it entered the layer, then X' = post y + comb^T X, a' = pre_attn.
-  HcCoefficients(c, HcParams{w.hc_attn_fn, w.hc_attn_base, w.hc_attn_scale}, rows, n, &k_attn);
+  HcCoefficients(c, HcParams{w.hc_attn_fn, w.hc_attn_base, w.hc_attn_scale}, rows, n, &k_attn, groups);
   HcUpdateRows(rows, n, hc, d, y, k_attn);
   // FFN: coefficients from X'; input RMSNorm_ffn(sum_i pre_attn[i] X'_i); X'' and a'' = pre_ffn.
-  HcCoefficients(c, HcParams{w.hc_ffn_fn, w.hc_ffn_base, w.hc_ffn_scale}, rows, n, &k_ffn);
+  HcCoefficients(c, HcParams{w.hc_ffn_fn, w.hc_ffn_base, w.hc_ffn_scale}, rows, n, &k_ffn, groups);
   std::vector<float> x(size_t(n) * d), f(size_t(n) * d, 0.0f);
   HcCollapseRows(rows, n, hc, d, x.data());
   k::RmsNorm(x.data(), w.ffn_norm.data, x.data(), n, d, c.norm_eps);
-  FfnAdd(m, l, x.data(), f.data(), n);
+  FfnAdd(m, l, x.data(), f.data(), n, groups);
   HcUpdateRows(rows, n, hc, d, f.data(), k_ffn);
 }
 
@@ -201,12 +203,17 @@ void RunLayerSegments(const Model& m, int l, std::vector<Segment>& segs, std::ve
     }
   }
   if (n > 0) {
+    // Which output rows share a product (engine/row_groups.h): one group unless rows of
+    // several segments would change each other's summation order.
+    std::vector<int> seg_rows(segs.size());
+    for (size_t i = 0; i < segs.size(); ++i) seg_rows[i] = (i + 1 < segs.size() ? out_off[i + 1] : n) - out_off[i];
+    const std::vector<int> groups = ProductGroups(seg_rows);
     // Queries: cq = RMSNorm_q(Wq_a u) [n, q_rank]; q = Rot(p)(Wq_b cq) [n, H, c]
     Scratch<float> cq(fuse ? 0 : size_t(n) * qr), q(size_t(n) * H * cd);
-    if (fuse) cq.swap(cq_pre);  // n == n_in: every row is an output row
-    else k::MatmulW(uo, w.wq_a.view(), cq.data(), n);
+    if (fuse) cq.swap(cq_pre);  // n == n_in <= 16: every row is an output row, summed alone
+    else MatmulGroups(uo, w.wq_a.view(), cq.data(), groups);
     k::RmsNorm(cq.data(), w.q_norm.data, cq.data(), n, qr, c.norm_eps);
-    k::MatmulW(cq.data(), w.wq_b.view(), q.data(), n);
+    MatmulGroups(cq.data(), w.wq_b.view(), q.data(), groups);
     RopeLayer(c, l, q.data(), n, H, cd, pos.data(), 1);
 
     const int ratio = c.RatioOf(l);
@@ -260,17 +267,19 @@ void RunLayerSegments(const Model& m, int l, std::vector<Segment>& segs, std::ve
           for (int r = 0; r < n; ++r)
             std::copy(o.begin() + size_t(r) * H * cd + size_t(gi) * gw, o.begin() + size_t(r) * H * cd + size_t(gi + 1) * gw, xg + size_t(r) * gw);
         }
-        jobs.push_back(k::JobW(xg, w.wo_a.view().Rows(int64_t(gi) * R, R), yg, n));  // group gi: [R, gw]
+        for (size_t b = 0; b + 1 < groups.size(); ++b)  // group gi's weight [R, gw], per row group
+          jobs.push_back(k::JobW(xg + size_t(groups[b]) * gw, w.wo_a.view().Rows(int64_t(gi) * R, R), yg + size_t(groups[b]) * R,
+                                 groups[b + 1] - groups[b]));
       }
-      k::MatmulMany(jobs.data(), G);
+      k::MatmulMany(jobs.data(), int(jobs.size()));
       for (int gi = 0; gi < G && n > 1; ++gi)
         for (int r = 0; r < n; ++r)
           std::copy(gk.begin() + (size_t(gi) * n + r) * R, gk.begin() + (size_t(gi) * n + r + 1) * R, g.begin() + size_t(r) * G * R + size_t(gi) * R);
     }
-    k::MatmulW(g.data(), w.wo_b.view(), y.data(), n);
+    MatmulGroups(g.data(), w.wo_b.view(), y.data(), groups);
 
     if (hc > 1) {
-      MhcSubLayerTails(m, l, out.data(), n, y.data());
+      MhcSubLayerTails(m, l, out.data(), n, y.data(), groups);
     } else {
       // h <- h + y on the output rows; then the FFN sub-layer.
       k::ParallelFor(int64_t(out.size()), 1 << 15, [&](int64_t b, int64_t e) {
@@ -278,7 +287,7 @@ void RunLayerSegments(const Model& m, int l, std::vector<Segment>& segs, std::ve
       });
       Scratch<float> x(out.size());
       k::RmsNorm(out.data(), w.ffn_norm.data, x.data(), n, d, c.norm_eps);
-      FfnAdd(m, l, x.data(), out.data(), n);
+      FfnAdd(m, l, x.data(), out.data(), n, groups);
     }
   }
   for (size_t i = 0; i < segs.size(); ++i) {

@@ -1,5 +1,6 @@
 // Single-pass mHC (engine/mhc.h; notes §2.1; tools/reference/v41/mhc.py).
 #include "engine/mhc.h"
+#include "engine/row_groups.h"
 
 #include <algorithm>
 #include <cmath>
@@ -60,13 +61,15 @@ void HcSinkhorn(double* m, int hc, int iters, double eps) {
   }
 }
 
-void HcCoefficients(const ModelConfig& c, const HcParams& p, const float* rows, int n, HcCoeffs* out) {
+void HcCoefficients(const ModelConfig& c, const HcParams& p, const float* rows, int n, HcCoeffs* out,
+                    std::span<const int> groups) {
   const int hc = c.hc_mult, d = c.dim, flat = hc * d, nmix = (2 + hc) * hc;
   const size_t rw = size_t(c.ResidualWidth());
   // mixes [n, nmix] = flat(X) · fn^T, then scaled per row by rsqrt(mean(flat(X)^2) + norm_eps)
   std::vector<float> xs(size_t(n) * flat), mu(size_t(n) * nmix);
   for (int r = 0; r < n; ++r) std::copy(rows + size_t(r) * rw, rows + size_t(r) * rw + flat, xs.begin() + size_t(r) * flat);
-  kernels::Matmul(xs.data(), p.fn.data, mu.data(), n, flat, nmix);
+  const int one[2] = {0, n};
+  MatmulGroups(xs.data(), p.fn.data, mu.data(), flat, nmix, groups.empty() ? std::span<const int>(one) : groups);
   out->pre.resize(size_t(n) * hc);
   out->post.resize(size_t(n) * hc);
   out->comb.resize(size_t(n) * hc * hc);

@@ -11,6 +11,7 @@
 //   X'_j = post[j] y + sum_i comb[i, j] X_i with y = F_s(u); a' = pre.
 // Plain scalar code except the mixes' product (one Matmul); coefficients in double.
 #pragma once
+#include <span>
 #include <vector>
 
 #include "engine/model.h"
@@ -41,8 +42,10 @@ void HcCollapseRows(const float* rows, int n, int hc, int d, float* out);
 // iters - 1 rounds of rows then columns, every division by (sum + eps) (notes §2.1, mhc.py).
 void HcSinkhorn(double* m, int hc, int iters, double eps);
 
-// The coefficients of every row [n, hc*d + hc] from its X.
-void HcCoefficients(const ModelConfig& c, const HcParams& p, const float* rows, int n, HcCoeffs* out);
+// The coefficients of every row [n, hc*d + hc] from its X. groups: the row groups whose
+// products run apart (engine/row_groups.h ProductGroups; empty = one group).
+void HcCoefficients(const ModelConfig& c, const HcParams& p, const float* rows, int n, HcCoeffs* out,
+                    std::span<const int> groups = {});
 
 // rows [n, hc*d + hc] <- [post y + comb^T X | pre] with y [n, d] the sub-layer's output.
 void HcUpdateRows(float* rows, int n, int hc, int d, const float* y, const HcCoeffs& k);

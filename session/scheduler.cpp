@@ -199,7 +199,7 @@ void SessionManager::Impl::StepMixed() {
   for (const TurnChunks& p : plan)
     for (int64_t len : p.lens) rows += len;
   const int64_t rode = metrics.decode_rows_in_prefill;
-  const bool batched = so.batch_prefill && kernels::RowInvariantMatmul() && backend->SupportsBatchedPrefill();
+  const bool batched = so.batch_prefill && backend->SupportsBatchedPrefill();
   // A speculating turn prefills on its own (below): its chunks capture its drafter's rows.
   std::vector<TurnChunks> together, solo;
   for (const TurnChunks& p : plan) (batched && !p.t->speculating ? together : solo).push_back(p);

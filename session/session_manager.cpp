@@ -123,10 +123,6 @@ void SessionManager::Impl::PublishStats() {
 }
 
 std::unique_ptr<SessionManager> SessionManager::Start(std::shared_ptr<const Model> model, ManagerOptions options) {
-  if (options.scheduler.batch_prefill && !kernels::RowInvariantMatmul())
-    throw std::invalid_argument(
-        "batch_prefill needs row-invariant matmul (kernels::SetRowInvariantMatmul(true); cedar serve --batch-prefill "
-        "sets it): without it a batched row's result would depend on the other turns' rows");
   auto impl = std::make_unique<Impl>();
   impl->model = model;
   impl->opt = options;

@@ -218,15 +218,20 @@ struct SchedulerOptions {
                                  // "Scheduling"): two chunks per step while up to 32 turns decode,
                                  // a step ~150-180 ms here (160 / 64: ITL ratio 1.46-1.54x, TTFT
                                  // 1.01-1.10x; 224 / 96 gave 2.08-3.07x and 1.13-1.26x)
-  bool batch_prefill = false;    // --batch-prefill: a step's prefill chunks of different turns run
-                                 // as one engine pass (engine/batch_prefill.h), as do their decoder
-                                 // phases. Needs kernels::RowInvariantMatmul() on (Start refuses
-                                 // it otherwise), which keeps every row bit for bit what it is alone;
-                                 // ignored by the serial scheduler and on a backend without it
+  bool batch_prefill = true;     // --batch-prefill on|off: a step's prefill chunks of different
+                                 // turns run as one engine pass (engine/batch_prefill.h), as do
+                                 // their decoder phases, and its decode rows ride in the first
+                                 // (decode_in_prefill_pass). Exact either way: each turn's rows keep
+                                 // products of their own (engine/row_groups.h) unless
+                                 // kernels::RowInvariantMatmul() lets them share one. On by default:
+                                 // riding saves most of the decode rows' encoder half, measured
+                                 // on `small` 16K (docs/SERVER.md "Scheduling"); ignored by the
+                                 // serial scheduler and on a backend without batched prefill
   bool decode_in_prefill_pass = true;  // with batch_prefill: the step's decode rows ride in its first
-                                       // prefill pass (through the encoder layers in the chunks'
-                                       // products, engine/batch_prefill.h EncodeDecodeBatch) instead
-                                       // of a decode pass of their own; same bits either way
+                                       // prefill pass (through the encoder layers beside the chunks,
+                                       // engine/batch_prefill.h EncodeDecodeBatch: the layer's weights
+                                       // come from cache for them) instead of a decode pass of their
+                                       // own; same bits either way
   PrefillOrder prefill_order = PrefillOrder::kFcfs;  // --prefill-order: how a step's budget is
                                  // shared among prefilling turns (session/chunk_plan.h); fcfs by
                                  // default (issue 14), round-robin for short turns beside long ones

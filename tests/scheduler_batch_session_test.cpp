@@ -1,7 +1,9 @@
 // The mixed scheduler with --batch-prefill (issue 14, session/batch_prefill.cpp): the prefill
 // chunks of different turns in one engine pass leave every turn's output, prompt logits and
 // logits hash bit for bit what the turn gets alone (chunked, unbatched), whether the turns are
-// submitted one at a time, all at once, or in shuffled orders. No timing: the turns are
+// submitted one at a time, all at once, or in shuffled orders; with row-invariant matmul (rows
+// of different turns share products) and without it (each turn's rows keep products of their
+// own: engine/row_groups.h), chunks of 16 rows (the few-row kernels) and of 40 (the GEMM). No timing: the turns are
 // submitted from a running turn's on_token callback (engine thread), so they arrive together.
 #include <doctest/doctest.h>
 
@@ -20,7 +22,7 @@ using cedar::test::RandomTokens;
 namespace {
 
 struct RowInvariant {
-  RowInvariant() { kernels::SetRowInvariantMatmul(true); }
+  explicit RowInvariant(bool on) { kernels::SetRowInvariantMatmul(on); }
   ~RowInvariant() { kernels::SetRowInvariantMatmul(false); }
 };
 
@@ -72,62 +74,58 @@ void ExpectSame(const std::vector<TurnResult>& got, const std::vector<TurnResult
 }  // namespace
 
 TEST_CASE("batched prefill: one at a time, all at once and shuffled give the bits of unbatched chunked prefill") {
-  RowInvariant on;
-  auto model = cedar::test::SharedPresetModel("tiny");
-  const auto reqs = Requests();
-  // The reference: chunked prefill, unbatched, each turn alone.
-  std::vector<TurnResult> alone;
-  {
-    auto sm = SessionManager::Start(model, Mixed(false, 96, 16));
-    for (const TurnRequest& rq : reqs) alone.push_back(sm->Submit(TurnRequest(rq)).get());
-    CHECK(sm->Metrics().prefill_batches == 0);
-  }
-  // Batched, one at a time (a pass of one turn).
-  {
-    auto sm = SessionManager::Start(model, Mixed(true, 96, 16));
-    std::vector<TurnResult> got;
-    for (const TurnRequest& rq : reqs) got.push_back(sm->Submit(TurnRequest(rq)).get());
-    ExpectSame(got, alone);
-  }
-  std::vector<size_t> order(reqs.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  for (int run = 0; run < 4; ++run) {
-    CAPTURE(run);
-    if (run > 0) std::shuffle(order.begin(), order.end(), std::mt19937(uint32_t(run)));
-    // Budgets that give several chunks per turn per step (run 0), one (run 2), a cap of 3 turns
-    // (run 1); decode rows in a pass of their own (run 3).
-    auto sm = SessionManager::Start(model, Mixed(true, run == 2 ? 24 : 200, 16, run == 1 ? 3 : 20, run != 3));
-    std::vector<std::future<TurnResult>> futs(reqs.size());
-    TurnRequest driver;
-    driver.prompt = RandomTokens(12, 512, 99);
-    driver.prompt[0] = 500;
-    driver.max_tokens = 2;
-    auto first = std::make_shared<bool>(true);
-    driver.on_token = [&, first](int32_t) {
-      if (*first)
-        for (size_t i : order) futs[i] = sm->Submit(TurnRequest(reqs[i]));
-      *first = false;
-      return true;
-    };
-    REQUIRE(sm->Submit(std::move(driver)).get().error == "");
-    std::vector<TurnResult> got;
-    for (auto& f : futs) got.push_back(f.get());
-    ExpectSame(got, alone);
-    const EngineMetrics mt = sm->Metrics();
-    CHECK(mt.prefill_batches > 0);
-    CHECK(mt.prefill_batch_turns_max >= 2);  // chunks of different turns did share a pass
-    if (run == 1) CHECK(mt.prefill_batch_turns_max <= 3);
-    if (run == 3) CHECK(mt.decode_rows_in_prefill == 0);
-    else CHECK(mt.decode_rows_in_prefill > 0);  // decode rows did ride in prefill passes
-  }
+  for (const bool rowinv : {true, false})
+    for (const int chunk : {16, 40}) {
+      CAPTURE(rowinv);
+      CAPTURE(chunk);
+      RowInvariant on(rowinv);
+      auto model = cedar::test::SharedPresetModel("tiny");
+      const auto reqs = Requests();
+      // The reference: chunked prefill, unbatched, each turn alone.
+      std::vector<TurnResult> alone;
+      {
+        auto sm = SessionManager::Start(model, Mixed(false, 96, chunk));
+        for (const TurnRequest& rq : reqs) alone.push_back(sm->Submit(TurnRequest(rq)).get());
+        CHECK(sm->Metrics().prefill_batches == 0);
+      }
+      // Batched, one at a time (a pass of one turn).
+      {
+        auto sm = SessionManager::Start(model, Mixed(true, 96, chunk));
+        std::vector<TurnResult> got;
+        for (const TurnRequest& rq : reqs) got.push_back(sm->Submit(TurnRequest(rq)).get());
+        ExpectSame(got, alone);
+      }
+      std::vector<size_t> order(reqs.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+      for (int run = 0; run < 4; ++run) {
+        CAPTURE(run);
+        if (run > 0) std::shuffle(order.begin(), order.end(), std::mt19937(uint32_t(run)));
+        // Budgets that give several chunks per turn per step (run 0), one (run 2), a cap of 3 turns
+        // (run 1); decode rows in a pass of their own (run 3).
+        auto sm = SessionManager::Start(model, Mixed(true, run == 2 ? chunk + 8 : 200, chunk, run == 1 ? 3 : 20, run != 3));
+        std::vector<std::future<TurnResult>> futs(reqs.size());
+        TurnRequest driver;
+        driver.prompt = RandomTokens(12, 512, 99);
+        driver.prompt[0] = 500;
+        driver.max_tokens = 2;
+        auto first = std::make_shared<bool>(true);
+        driver.on_token = [&, first](int32_t) {
+          if (*first)
+            for (size_t i : order) futs[i] = sm->Submit(TurnRequest(reqs[i]));
+          *first = false;
+          return true;
+        };
+        REQUIRE(sm->Submit(std::move(driver)).get().error == "");
+        std::vector<TurnResult> got;
+        for (auto& f : futs) got.push_back(f.get());
+        ExpectSame(got, alone);
+        const EngineMetrics mt = sm->Metrics();
+        CHECK(mt.prefill_batches > 0);
+        CHECK(mt.prefill_batch_turns_max >= 2);  // chunks of different turns did share a pass
+        if (run == 1) CHECK(mt.prefill_batch_turns_max <= 3);
+        if (run == 3) CHECK(mt.decode_rows_in_prefill == 0);
+        else CHECK(mt.decode_rows_in_prefill > 0);  // decode rows did ride in prefill passes
+      }
+    }
 }
 
-TEST_CASE("batch_prefill without row-invariant matmul is refused at Start, naming the switch") {
-  kernels::SetRowInvariantMatmul(false);
-  try {
-    SessionManager::Start(cedar::test::SharedPresetModel("tiny"), Mixed(true, 96, 16));
-    FAIL("Start accepted batch_prefill with row-invariant matmul off");
-  } catch (const std::invalid_argument& e) {
-    CHECK(std::string(e.what()).find("row-invariant") != std::string::npos);
-  }
-}

@@ -1,8 +1,9 @@
 // Batched prefill (issue 14, engine/batch_prefill.h): the chunks of several sequences in one
-// engine pass, with kernels::SetRowInvariantMatmul(true), leave every sequence bit for bit
-// where its own PrefillEncode / PrefillFinish calls would (logits, StateHash, layer-token
-// units), on our family and on the released architecture's switches (mHC, softmax router,
-// released KV precision).
+// engine pass leave every sequence bit for bit where its own PrefillEncode / PrefillFinish
+// calls would (logits, StateHash, layer-token units), on our family and on the released
+// architecture's switches (mHC, softmax router, released KV precision); with
+// kernels::SetRowInvariantMatmul(true) (rows share products) and without it (each chunk's rows
+// get products of their own, decode rows theirs: engine/row_groups.h).
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -23,144 +24,150 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// Row invariance on for one test case, off again after it (it is a process-wide switch).
+// Row invariance set for one run of a test body, off again after it (a process-wide switch).
 struct RowInvariant {
-  RowInvariant() { kernels::SetRowInvariantMatmul(true); }
+  explicit RowInvariant(bool on) { kernels::SetRowInvariantMatmul(on); }
   ~RowInvariant() { kernels::SetRowInvariantMatmul(false); }
 };
 
 }  // namespace
 
 TEST_CASE_TEMPLATE("batched encode and finish equal each sequence's own calls, bit for bit", T, CEDAR_MODEL_VARIANTS) {
-  RowInvariant on;
-  const Model& m = cedar::test::PresetModel(T::kName);
-  const ModelConfig& c = m.config();
-  // Six sequences: some with a live prefix (a decoder state below the new rows), prompts of
-  // different lengths cut into different chunk sizes, both decoder modes.
-  constexpr int S = 6;
-  const int heads[S] = {0, 20, 0, 33, 5, 70};
-  const int lens[S] = {150, 7, 97, 64, 30, 121};
-  const int chunks[S] = {64, 13, 40, 64, 8, 50};
-  std::vector<SequenceState> alone, batched;
-  std::vector<std::vector<int32_t>> prompt(S);
-  for (int i = 0; i < S; ++i) {
-    alone.emplace_back(c);
-    batched.emplace_back(c);
-    prompt[size_t(i)] = RandomTokens(lens[i], c.vocab_size, 500 + uint64_t(i));
-    if (heads[i] > 0) {
-      PrefillOptions o;
-      o.mode = PrefillMode::kExact;
-      auto head = RandomTokens(heads[i], c.vocab_size, 40 + uint64_t(i));
-      Prefill(m, alone.back(), head, o);
-      Prefill(m, batched.back(), head, o);
-    }
-  }
-  auto mode_of = [](int i) { return i % 2 ? PrefillMode::kBounded : PrefillMode::kExact; };
-  // Alone: each sequence's chunks then its finish.
-  std::vector<PrefillResult> want(S);
-  std::vector<int64_t> want_units(S, 0);
-  for (int i = 0; i < S; ++i) {
-    for (int c0 = 0; c0 < lens[i]; c0 += chunks[i]) {
-      const int len = std::min(chunks[i], lens[i] - c0);
-      want_units[size_t(i)] +=
-          PrefillEncode(m, alone[size_t(i)], std::span<const int32_t>(prompt[size_t(i)].data() + c0, size_t(len))).layer_token_units;
-    }
-    want[size_t(i)] = PrefillFinish(m, alone[size_t(i)], mode_of(i));
-  }
-  // Batched: pass k holds the k-th chunk of every sequence that has one; a sequence finishes
-  // in the pass after its last chunk, together with the others finishing then.
-  std::vector<int64_t> next(S, 0), units(S, 0);
-  std::vector<PrefillResult> got(S);
-  std::vector<bool> finished(S, false);
-  int passes = 0;
-  for (bool any = true; any; ++passes) {
-    any = false;
-    std::vector<EncodeChunk> enc;
-    std::vector<int> who;
+  for (const bool rowinv : {true, false}) {
+    CAPTURE(rowinv);
+    RowInvariant on(rowinv);
+    const Model& m = cedar::test::PresetModel(T::kName);
+    const ModelConfig& c = m.config();
+    // Six sequences: some with a live prefix (a decoder state below the new rows), prompts of
+    // different lengths cut into different chunk sizes, both decoder modes.
+    constexpr int S = 6;
+    const int heads[S] = {0, 20, 0, 33, 5, 70};
+    const int lens[S] = {150, 7, 97, 64, 30, 121};
+    const int chunks[S] = {64, 13, 40, 64, 8, 50};
+    std::vector<SequenceState> alone, batched;
+    std::vector<std::vector<int32_t>> prompt(S);
     for (int i = 0; i < S; ++i) {
-      if (next[size_t(i)] >= lens[i]) continue;
-      const int len = int(std::min<int64_t>(chunks[i], lens[i] - next[size_t(i)]));
-      enc.push_back(EncodeChunk{&batched[size_t(i)], std::span<const int32_t>(prompt[size_t(i)].data() + next[size_t(i)], size_t(len))});
-      who.push_back(i);
-      next[size_t(i)] += len;
-      any = true;
-    }
-    auto st = PrefillEncodeBatch(m, enc);
-    REQUIRE(st.size() == enc.size());
-    for (size_t j = 0; j < who.size(); ++j) units[size_t(who[j])] += st[j].layer_token_units;
-    std::vector<FinishJob> fin;
-    std::vector<int> fwho;
-    for (int i = 0; i < S; ++i)
-      if (!finished[size_t(i)] && next[size_t(i)] >= lens[i]) {
-        fin.push_back(FinishJob{&batched[size_t(i)], mode_of(i)});
-        fwho.push_back(i);
-        finished[size_t(i)] = true;
+      alone.emplace_back(c);
+      batched.emplace_back(c);
+      prompt[size_t(i)] = RandomTokens(lens[i], c.vocab_size, 500 + uint64_t(i));
+      if (heads[i] > 0) {
+        PrefillOptions o;
+        o.mode = PrefillMode::kExact;
+        auto head = RandomTokens(heads[i], c.vocab_size, 40 + uint64_t(i));
+        Prefill(m, alone.back(), head, o);
+        Prefill(m, batched.back(), head, o);
       }
-    auto res = PrefillFinishBatch(m, fin);
-    for (size_t j = 0; j < fwho.size(); ++j) got[size_t(fwho[j])] = std::move(res[j]);
+    }
+    auto mode_of = [](int i) { return i % 2 ? PrefillMode::kBounded : PrefillMode::kExact; };
+    // Alone: each sequence's chunks then its finish.
+    std::vector<PrefillResult> want(S);
+    std::vector<int64_t> want_units(S, 0);
+    for (int i = 0; i < S; ++i) {
+      for (int c0 = 0; c0 < lens[i]; c0 += chunks[i]) {
+        const int len = std::min(chunks[i], lens[i] - c0);
+        want_units[size_t(i)] +=
+            PrefillEncode(m, alone[size_t(i)], std::span<const int32_t>(prompt[size_t(i)].data() + c0, size_t(len))).layer_token_units;
+      }
+      want[size_t(i)] = PrefillFinish(m, alone[size_t(i)], mode_of(i));
+    }
+    // Batched: pass k holds the k-th chunk of every sequence that has one; a sequence finishes
+    // in the pass after its last chunk, together with the others finishing then.
+    std::vector<int64_t> next(S, 0), units(S, 0);
+    std::vector<PrefillResult> got(S);
+    std::vector<bool> finished(S, false);
+    int passes = 0;
+    for (bool any = true; any; ++passes) {
+      any = false;
+      std::vector<EncodeChunk> enc;
+      std::vector<int> who;
+      for (int i = 0; i < S; ++i) {
+        if (next[size_t(i)] >= lens[i]) continue;
+        const int len = int(std::min<int64_t>(chunks[i], lens[i] - next[size_t(i)]));
+        enc.push_back(EncodeChunk{&batched[size_t(i)], std::span<const int32_t>(prompt[size_t(i)].data() + next[size_t(i)], size_t(len))});
+        who.push_back(i);
+        next[size_t(i)] += len;
+        any = true;
+      }
+      auto st = PrefillEncodeBatch(m, enc);
+      REQUIRE(st.size() == enc.size());
+      for (size_t j = 0; j < who.size(); ++j) units[size_t(who[j])] += st[j].layer_token_units;
+      std::vector<FinishJob> fin;
+      std::vector<int> fwho;
+      for (int i = 0; i < S; ++i)
+        if (!finished[size_t(i)] && next[size_t(i)] >= lens[i]) {
+          fin.push_back(FinishJob{&batched[size_t(i)], mode_of(i)});
+          fwho.push_back(i);
+          finished[size_t(i)] = true;
+        }
+      auto res = PrefillFinishBatch(m, fin);
+      for (size_t j = 0; j < fwho.size(); ++j) got[size_t(fwho[j])] = std::move(res[j]);
+    }
+    CHECK(passes > 2);
+    for (int i = 0; i < S; ++i) {
+      CAPTURE(i);
+      CHECK(SameBits(got[size_t(i)].logits, want[size_t(i)].logits));
+      CHECK(units[size_t(i)] == want_units[size_t(i)]);
+      CHECK(got[size_t(i)].stats.layer_token_units == want[size_t(i)].stats.layer_token_units);
+      CHECK(got[size_t(i)].stats.decoder_rows == want[size_t(i)].stats.decoder_rows);
+      CHECK(StateHash(batched[size_t(i)]) == StateHash(alone[size_t(i)]));
+      ExpectStatesMatch(c, batched[size_t(i)], alone[size_t(i)], 0.0);
+    }
+    // And decoding on from there agrees too (the states are the same, bit for bit).
+    for (int i = 0; i < S; ++i) CHECK(SameBits(DecodeStep(m, batched[size_t(i)], 3), DecodeStep(m, alone[size_t(i)], 3)));
   }
-  CHECK(passes > 2);
-  for (int i = 0; i < S; ++i) {
-    CAPTURE(i);
-    CHECK(SameBits(got[size_t(i)].logits, want[size_t(i)].logits));
-    CHECK(units[size_t(i)] == want_units[size_t(i)]);
-    CHECK(got[size_t(i)].stats.layer_token_units == want[size_t(i)].stats.layer_token_units);
-    CHECK(got[size_t(i)].stats.decoder_rows == want[size_t(i)].stats.decoder_rows);
-    CHECK(StateHash(batched[size_t(i)]) == StateHash(alone[size_t(i)]));
-    ExpectStatesMatch(c, batched[size_t(i)], alone[size_t(i)], 0.0);
-  }
-  // And decoding on from there agrees too (the states are the same, bit for bit).
-  for (int i = 0; i < S; ++i) CHECK(SameBits(DecodeStep(m, batched[size_t(i)], 3), DecodeStep(m, alone[size_t(i)], 3)));
 }
 
 TEST_CASE_TEMPLATE("decode rows riding in a batched encode equal DecodeStep, and the chunks PrefillEncode, bit for bit", T,
                    CEDAR_MODEL_VARIANTS) {
-  RowInvariant on;
-  const Model& m = cedar::test::PresetModel(T::kName);
-  const ModelConfig& c = m.config();
-  // Four decoding sequences (prefilled, both decoder modes) and three prefilling ones.
-  constexpr int D = 4, P = 3;
-  std::vector<SequenceState> da, db, pa, pb;
-  for (int i = 0; i < D; ++i) {
-    PrefillOptions o;
-    o.mode = i % 2 ? PrefillMode::kBounded : PrefillMode::kExact;
-    auto t = RandomTokens(9 + 17 * i, c.vocab_size, 60 + uint64_t(i));
-    da.emplace_back(c);
-    db.emplace_back(c);
-    Prefill(m, da.back(), t, o);
-    Prefill(m, db.back(), t, o);
-  }
-  for (int i = 0; i < P; ++i) {
-    pa.emplace_back(c);
-    pb.emplace_back(c);
-  }
-  for (int step = 0; step < 3; ++step) {
-    CAPTURE(step);
-    std::vector<std::vector<int32_t>> ch(P);
-    std::vector<EncodeChunk> enc;
-    for (int i = 0; i < P; ++i) {
-      ch[size_t(i)] = RandomTokens(5 + 23 * i + step, c.vocab_size, 700 + uint64_t(10 * step + i));
-      enc.push_back(EncodeChunk{&pb[size_t(i)], ch[size_t(i)]});
-    }
-    std::vector<DecodeRow> rows;
-    for (int i = 0; i < D; ++i) rows.push_back(DecodeRow{&db[size_t(i)], int32_t((step * 31 + i * 7) % c.vocab_size)});
-    const EncodeDecodeResult r = EncodeDecodeBatch(m, enc, rows);
-    for (int i = 0; i < P; ++i) {
-      CAPTURE(i);
-      CHECK(r.encode[size_t(i)].layer_token_units == PrefillEncode(m, pa[size_t(i)], ch[size_t(i)]).layer_token_units);
-      CHECK(StateHash(pb[size_t(i)]) == StateHash(pa[size_t(i)]));
-    }
+  for (const bool rowinv : {true, false}) {
+    CAPTURE(rowinv);
+    RowInvariant on(rowinv);
+    const Model& m = cedar::test::PresetModel(T::kName);
+    const ModelConfig& c = m.config();
+    // Four decoding sequences (prefilled, both decoder modes) and three prefilling ones.
+    constexpr int D = 4, P = 3;
+    std::vector<SequenceState> da, db, pa, pb;
     for (int i = 0; i < D; ++i) {
-      CAPTURE(i);
-      StepStats s;
-      CHECK(SameBits(r.logits[size_t(i)], DecodeStep(m, da[size_t(i)], rows[size_t(i)].token, &s)));
-      CHECK(r.decode[size_t(i)].layer_token_units == s.layer_token_units);
-      CHECK(StateHash(db[size_t(i)]) == StateHash(da[size_t(i)]));
+      PrefillOptions o;
+      o.mode = i % 2 ? PrefillMode::kBounded : PrefillMode::kExact;
+      auto t = RandomTokens(9 + 17 * i, c.vocab_size, 60 + uint64_t(i));
+      da.emplace_back(c);
+      db.emplace_back(c);
+      Prefill(m, da.back(), t, o);
+      Prefill(m, db.back(), t, o);
     }
+    for (int i = 0; i < P; ++i) {
+      pa.emplace_back(c);
+      pb.emplace_back(c);
+    }
+    for (int step = 0; step < 3; ++step) {
+      CAPTURE(step);
+      std::vector<std::vector<int32_t>> ch(P);
+      std::vector<EncodeChunk> enc;
+      for (int i = 0; i < P; ++i) {
+        ch[size_t(i)] = RandomTokens(5 + 23 * i + step, c.vocab_size, 700 + uint64_t(10 * step + i));
+        enc.push_back(EncodeChunk{&pb[size_t(i)], ch[size_t(i)]});
+      }
+      std::vector<DecodeRow> rows;
+      for (int i = 0; i < D; ++i) rows.push_back(DecodeRow{&db[size_t(i)], int32_t((step * 31 + i * 7) % c.vocab_size)});
+      const EncodeDecodeResult r = EncodeDecodeBatch(m, enc, rows);
+      for (int i = 0; i < P; ++i) {
+        CAPTURE(i);
+        CHECK(r.encode[size_t(i)].layer_token_units == PrefillEncode(m, pa[size_t(i)], ch[size_t(i)]).layer_token_units);
+        CHECK(StateHash(pb[size_t(i)]) == StateHash(pa[size_t(i)]));
+      }
+      for (int i = 0; i < D; ++i) {
+        CAPTURE(i);
+        StepStats s;
+        CHECK(SameBits(r.logits[size_t(i)], DecodeStep(m, da[size_t(i)], rows[size_t(i)].token, &s)));
+        CHECK(r.decode[size_t(i)].layer_token_units == s.layer_token_units);
+        CHECK(StateHash(db[size_t(i)]) == StateHash(da[size_t(i)]));
+      }
+    }
+    // The prefilling sequences finish as they would have alone.
+    for (int i = 0; i < P; ++i)
+      CHECK(SameBits(PrefillFinish(m, pb[size_t(i)], PrefillMode::kBounded).logits, PrefillFinish(m, pa[size_t(i)], PrefillMode::kBounded).logits));
   }
-  // The prefilling sequences finish as they would have alone.
-  for (int i = 0; i < P; ++i)
-    CHECK(SameBits(PrefillFinish(m, pb[size_t(i)], PrefillMode::kBounded).logits, PrefillFinish(m, pa[size_t(i)], PrefillMode::kBounded).logits));
 }
 
 TEST_CASE("batched prefill refuses the same state twice, bad tokens and full mode, touching nothing") {
@@ -187,7 +194,7 @@ TEST_CASE("batched prefill refuses the same state twice, bad tokens and full mod
 }
 
 TEST_CASE("the CPU backend offers batched prefill; its default loops over the single calls") {
-  RowInvariant on;
+  RowInvariant on(false);
   const Model& m = cedar::test::TinyModel();
   auto be = MakeBackend(m, BackendOptions{});
   CHECK(be->SupportsBatchedPrefill());

@@ -60,6 +60,7 @@ expect_refused --default-max-tokens 0 -- "${S[@]}" --default-max-tokens 0
 expect_refused "API key #1" empty -- "${S[@]}" --api-key ""
 expect_refused --server-id "a b" -- "${S[@]}" --server-id "a b"
 expect_refused --batch-prefill serial -- "${S[@]}" --batch-prefill --scheduler serial
+expect_refused --batch-prefill maybe -- "${S[@]}" --batch-prefill maybe
 
 G=(generate "${M[@]}" --prompt hi)
 expect_refused --max-tokens -1 -- "${G[@]}" --max-tokens -1
