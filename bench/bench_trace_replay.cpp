@@ -1,6 +1,8 @@
 // Issue 14's second benchmark (not a test; prints JSON lines): the shared Claude Code traces
 // replayed with their sub-agents concurrent, against
-//   mixed          SessionManager, the mixed step loop (chunked prefill inside decode steps)
+//   mixed          SessionManager, the mixed step loop with its defaults (chunked prefill inside
+//                  decode steps, --batch-prefill on: decode rows riding in the prefill pass)
+//   mixed-unbatched  mixed with --batch-prefill off (each chunk, then the decode rows, apart)
 //   serial         SessionManager, one turn's whole prefill at a time (the old loop)
 //   decoder-only   the same engine run as a decoder-only model with an exact prefix cache: one
 //                  live SequenceState per conversation, new tokens through all L layers
@@ -8,7 +10,8 @@
 //                  prefill, then one batched decode step of every decoding turn)
 //   mixed-rowinv   mixed with kernels::SetRowInvariantMatmul(true) (bit-exact rows)
 //   mixed-batched  mixed-rowinv with --batch-prefill: a step's prefill chunks of different turns,
-//                  and their decoder phases, in one engine pass (engine/batch_prefill.h)
+//                  and their decoder phases, in one engine pass (engine/batch_prefill.h), their
+//                  rows sharing products
 //
 // Workload: each trace file is a conversation (claude-code format, profile/trace.h); each nested
 // sub-agent is its own conversation, starting at its recorded time, concurrent with its parent.
@@ -306,13 +309,13 @@ int main(int argc, char** argv) {
   a.sched.Add(desc);
   if (const int rc = cedar::bench::ParseFlags("bench_trace_replay", desc, argc, argv); rc >= 0) return rc;
   if (const int rc = a.sched.Check("bench_trace_replay"); rc >= 0) return rc;
-  const std::set<std::string> known = {"serial", "mixed", "decoder-only", "mixed-rowinv", "mixed-batched"};
+  const std::set<std::string> known = {"serial", "mixed", "decoder-only", "mixed-unbatched", "mixed-rowinv", "mixed-batched"};
   for (size_t p = 0; p <= a.configs.size();) {
     const size_t q = std::min(a.configs.find(',', p), a.configs.size());
     const std::string item = a.configs.substr(p, q - p);
     if (!item.empty() && !known.count(item))
       return cedar::bench::FlagError("bench_trace_replay",
-                                     "--configs: expected serial, mixed, decoder-only, mixed-rowinv or mixed-batched, found '" + item + "'");
+                                     "--configs: expected serial, mixed, decoder-only, mixed-unbatched, mixed-rowinv or mixed-batched, found '" + item + "'");
     p = q + 1;
   }
   if (a.model_dir.empty()) {
@@ -347,7 +350,7 @@ int main(int argc, char** argv) {
                           .c_str());
   std::fflush(stdout);
   std::vector<nlohmann::json> rows;
-  for (const char* name : {"serial", "mixed", "decoder-only", "mixed-rowinv", "mixed-batched"}) {
+  for (const char* name : {"serial", "mixed", "decoder-only", "mixed-unbatched", "mixed-rowinv", "mixed-batched"}) {
     // "mixed" must not match inside "mixed-rowinv": compare comma-separated items.
     bool want = false;
     for (size_t p = 0; p <= a.configs.size();) {
@@ -369,7 +372,7 @@ int main(int argc, char** argv) {
       session::ManagerOptions o;
       o.cache_ram_bytes = 4ull << 30;
       o.scheduler.kind = n == "serial" ? session::SchedulerKind::kSerial : session::SchedulerKind::kMixed;
-      o.scheduler.batch_prefill = n == "mixed-batched";
+      o.scheduler.batch_prefill = n == "mixed" || n == "mixed-batched";  // mixed-rowinv, mixed-unbatched: off
       a.sched.Apply(&o.scheduler);
       auto sm = session::SessionManager::Start(m, o);
       std::vector<std::string> sids;

@@ -133,15 +133,6 @@ inline __m128 Reduce4x16(__m512 a, __m512 b, __m512 c, __m512 d) {
   return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), y));
 }
 
-void RunTile(int mr, const float* xp, const float* wp, int nblk16, float* acc, bool init) {
-  switch (mr) {
-    case 1: Tile<1>(xp, wp, nblk16, acc, init); break;
-    case 2: Tile<2>(xp, wp, nblk16, acc, init); break;
-    case 3: Tile<3>(xp, wp, nblk16, acc, init); break;
-    default: Tile<4>(xp, wp, nblk16, acc, init); break;
-  }
-}
-
 // `rows` rows of src (leading dimension ld, `in` valid floats each, zeros past them) into the
 // packed tile layout: for each K step of kKStep floats, [blocks of 16][rows][16].
 void PackRows(const float* src, size_t ld, int rows, int in, int kp, float* dst) {
@@ -234,15 +225,6 @@ inline void ReduceHalves4(const float* const lo[4], const float* const hi[4], fl
   out[3] = lanes[5];
 }
 
-void RunTile(int mr, const float* xp, const float* wp, int nblk16, float* acc, bool init) {
-  switch (mr) {
-    case 1: Tile<1>(xp, wp, nblk16, acc, init); break;
-    case 2: Tile<2>(xp, wp, nblk16, acc, init); break;
-    case 3: Tile<3>(xp, wp, nblk16, acc, init); break;
-    default: Tile<4>(xp, wp, nblk16, acc, init); break;
-  }
-}
-
 // `rows` rows of src (leading dimension ld, `in` valid floats each, zeros past them) into the
 // packed tile layout: for each K step of kKStep floats, [2][blocks of 16][rows][8]. A tile of
 // `rows` rows over all of K takes rows * kp floats.
@@ -291,6 +273,18 @@ void StoreTile(const float* acc, int mr, float* y, int y_stride, int b0, int col
   }
 }
 
+#endif
+
+#if defined(CEDAR_GEMM_AVX2)
+// The ISA's Tile for a tile of mr (1-4) rows of x.
+void RunTile(int mr, const float* xp, const float* wp, int nblk16, float* acc, bool init) {
+  switch (mr) {
+    case 1: Tile<1>(xp, wp, nblk16, acc, init); break;
+    case 2: Tile<2>(xp, wp, nblk16, acc, init); break;
+    case 3: Tile<3>(xp, wp, nblk16, acc, init); break;
+    default: Tile<4>(xp, wp, nblk16, acc, init); break;
+  }
+}
 #endif
 
 }  // namespace
