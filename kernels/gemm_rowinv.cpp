@@ -133,25 +133,6 @@ inline __m128 Reduce4x16(__m512 a, __m512 b, __m512 c, __m512 d) {
   return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), y));
 }
 
-// `rows` rows of src (leading dimension ld, `in` valid floats each, zeros past them) into the
-// packed tile layout: for each K step of kKStep floats, [blocks of 16][rows][16].
-void PackRows(const float* src, size_t ld, int rows, int in, int kp, float* dst) {
-  for (int k0 = 0; k0 < kp; k0 += kKStep) {
-    const int nblk16 = std::min(kKStep, kp - k0) / 16;
-    for (int c = 0; c < nblk16; ++c)
-      for (int b = 0; b < rows; ++b) {
-        const int k = k0 + 16 * c;
-        const float* s = src + b * ld + k;
-        if (k + 16 <= in) {
-          std::memcpy(dst, s, 16 * sizeof(float));
-        } else {
-          for (int i = 0; i < 16; ++i) dst[i] = k + i < in ? s[i] : 0.0f;
-        }
-        dst += 16;
-      }
-  }
-}
-
 // A finished tile's accumulators (acc[mr][kNr][16]) reduced into y: row b0 + b, column col + r
 // for r < nc (the tile's valid W rows).
 void StoreTile(const float* acc, int mr, float* y, int y_stride, int b0, int col, int nc) {
@@ -225,27 +206,6 @@ inline void ReduceHalves4(const float* const lo[4], const float* const hi[4], fl
   out[3] = lanes[5];
 }
 
-// `rows` rows of src (leading dimension ld, `in` valid floats each, zeros past them) into the
-// packed tile layout: for each K step of kKStep floats, [2][blocks of 16][rows][8]. A tile of
-// `rows` rows over all of K takes rows * kp floats.
-void PackRows(const float* src, size_t ld, int rows, int in, int kp, float* dst) {
-  for (int k0 = 0; k0 < kp; k0 += kKStep) {
-    const int nblk16 = std::min(kKStep, kp - k0) / 16;
-    for (int h = 0; h < 2; ++h)
-      for (int c = 0; c < nblk16; ++c)
-        for (int b = 0; b < rows; ++b) {
-          const int k = k0 + 16 * c + 8 * h;
-          const float* s = src + b * ld + k;
-          if (k + 8 <= in) {
-            std::memcpy(dst, s, 8 * sizeof(float));
-          } else {
-            for (int i = 0; i < 8; ++i) dst[i] = k + i < in ? s[i] : 0.0f;
-          }
-          dst += 8;
-        }
-  }
-}
-
 // A finished tile's accumulators (acc[2][mr][kNr][8]) reduced into y: row b0 + b, column col + r
 // for r < nc (the tile's valid W rows); four outputs (o = b * kNr + r) at a time while they are in
 // L1, the rest one by one.
@@ -276,6 +236,35 @@ void StoreTile(const float* acc, int mr, float* y, int y_stride, int b0, int col
 #endif
 
 #if defined(CEDAR_GEMM_AVX2)
+// Floats of one packed vector: 16 (AVX-512: one accumulator holds the 16 lanes) or 8 (AVX2: the
+// lanes in two halves, each packed as a pass of its own).
+#if defined(CEDAR_GEMM_AVX512)
+constexpr int kLaneW = 16;
+#else
+constexpr int kLaneW = 8;
+#endif
+
+// `rows` rows of src (leading dimension ld, `in` valid floats each, zeros past them) into the
+// packed tile layout: for each K step of kKStep floats, [16 / kLaneW][blocks of 16][rows][kLaneW].
+// A tile of `rows` rows over all of K takes rows * kp floats.
+void PackRows(const float* src, size_t ld, int rows, int in, int kp, float* dst) {
+  for (int k0 = 0; k0 < kp; k0 += kKStep) {
+    const int nblk16 = std::min(kKStep, kp - k0) / 16;
+    for (int h = 0; h < 16 / kLaneW; ++h)
+      for (int c = 0; c < nblk16; ++c)
+        for (int b = 0; b < rows; ++b) {
+          const int k = k0 + 16 * c + kLaneW * h;
+          const float* s = src + b * ld + k;
+          if (k + kLaneW <= in) {
+            std::memcpy(dst, s, kLaneW * sizeof(float));
+          } else {
+            for (int i = 0; i < kLaneW; ++i) dst[i] = k + i < in ? s[i] : 0.0f;
+          }
+          dst += kLaneW;
+        }
+  }
+}
+
 // The ISA's Tile for a tile of mr (1-4) rows of x.
 void RunTile(int mr, const float* xp, const float* wp, int nblk16, float* acc, bool init) {
   switch (mr) {
