@@ -1,14 +1,14 @@
 // Ragged multi-sequence prefill (issue 14): the prefill chunks of several sequences in one
 // engine pass. Each sequence brings its own rows (any number, at its own position); the weight
-// products (attention projections, grouped output, router, experts, shared expert) run once
-// over the rows of all of them, while windows, compressor pools, the indexer and attention
-// stay per sequence (engine/forward.h RunLayerSegments).
+// products (attention projections, grouped output, router, experts, shared expert) run in one
+// pool pass per site over the rows of all of them, while windows, compressor pools, the indexer
+// and attention stay per sequence (engine/forward.h RunLayerSegments).
 //
-// Exactness: with kernels::SetRowInvariantMatmul(true), a row of a product does not depend on
-// the other rows in it (kernels/gemm_rowinv.h), so every sequence ends bit for bit where
-// PrefillEncode / PrefillFinish on it alone would leave it (tests/scheduler_batch_test.cpp).
-// With the switch off, products of more than 16 rows run on sgemm, whose row results change
-// with the row count: the calls still work, within float tolerance of the separate ones.
+// Exactness: every sequence ends bit for bit where PrefillEncode / PrefillFinish on it alone
+// would leave it (tests/scheduler_batch_test.cpp). With kernels::SetRowInvariantMatmul(true) a
+// row of a product does not depend on the other rows in it (kernels/gemm_rowinv.h), so all rows
+// share each product; with it off, each sequence's rows get products of their own within the
+// pass (engine/row_groups.h: a chunk's rows apart, one-row segments in groups of at most 16).
 #pragma once
 #include <cstdint>
 #include <span>
@@ -40,9 +40,9 @@ struct EncodeDecodeResult {
   std::vector<StepStats> decode;             // per decode row
 };
 // PrefillEncodeBatch(chunks) and DecodeBatch(rows) in one pass: the decode rows go through the
-// encoder layers [0, E] in the same products as the chunks' rows (the weights streamed once for
-// both), then on alone through the decoder layers (E, L). With row-invariant matmul every
-// result is the bits of the separate calls. REQUIRES: distinct states over chunks and rows.
+// encoder layers [0, E] beside the chunks' rows (in the same pool passes: the weights are
+// streamed once for both), then on alone through the decoder layers (E, L). Every result is the
+// bits of the separate calls. REQUIRES: distinct states over chunks and rows.
 EncodeDecodeResult EncodeDecodeBatch(const Model& m, std::span<const EncodeChunk> chunks, std::span<const DecodeRow> rows);
 
 // One sequence's decoder phase in a batched finish.

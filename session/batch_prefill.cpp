@@ -4,14 +4,14 @@
 //
 // The chunks are chosen exactly as for the unbatched loop (scheduler.cpp, PlanChunks in
 // chunk_plan.h): the same boundaries, the same budget. Only how they run differs: pass k holds the k-th chunk of every turn
-// that has one (a turn's own chunks depend on each other, so they stay in order). With
-// kernels::RowInvariantMatmul() on (SessionManager::Start requires it), every row of a batched
-// product is what it is alone, so a turn's result is the same bits as unbatched.
+// that has one (a turn's own chunks depend on each other, so they stay in order). Each turn's
+// rows keep products of their own within the pass (engine/row_groups.h), or share them with
+// kernels::RowInvariantMatmul() on; either way a turn's result is the same bits as unbatched.
 //
 // With decode_in_prefill_pass (the default), the step's decode rows ride in the first pass: they
-// go through the encoder layers in the same products as the chunks (the weights are streamed
-// once for both), then alone through the decoder layers. A step then costs about its prefill
-// plus the decode rows' decoder half, instead of prefill plus a whole decode pass.
+// go through the encoder layers beside the chunks (the layer's weights, streamed for the chunks,
+// come from cache for them), then alone through the decoder layers. A step then costs about its
+// prefill plus the decode rows' decoder half, instead of prefill plus a whole decode pass.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>

@@ -13,21 +13,22 @@
 //
 // Exactness: a turn's result never depends on the other turns of a step. Its prompt is cut
 // into chunks of --max-prefill-chunk from where its state starts, whatever the load (the
-// budget only decides how many chunks run in a step). Unbatched (the default), each chunk runs
+// budget only decides how many chunks run in a step). With --batch-prefill off, each chunk runs
 // alone through the engine (PrefillEncode), then its decoder phase (PrefillFinish): the same
-// products, rows and order as when the turn is alone. Prefill rows of different turns are then
-// not put into one product: above 16 rows the products run on OpenBLAS sgemm, whose row results
-// change with the number of rows (measured: a row of a 64-, 700- or 2048-row product differs
-// from the same row alone). With --batch-prefill (batch_prefill.cpp) they are: a step's chunks
-// of different turns run as one engine pass (engine/batch_prefill.h: projections, router and
-// experts over all their rows, attention per turn), and so do the decoder phases of the turns
-// whose prompt ends in the step; that needs kernels::RowInvariantMatmul() on (every product sums
-// each output in MatVec's lane-16 order: a row is the same bits in any batch; ~0.8x sgemm's
-// rate), which SessionManager::Start checks, and then a turn gets the same bits batched or not
-// (tests/scheduler_batch_session_test.cpp). Decode rows are batched in groups of at most 16
-// (MatmulFewRows and MatVec sum every row in the same order: bit for bit what the row gets
-// alone; tests/scheduler_engine_test.cpp), as a separate pass after the prefill. The serial
-// scheduler batches all decode rows into one product, as before.
+// products, rows and order as when the turn is alone. With --batch-prefill on (the default,
+// batch_prefill.cpp) a step's chunks of different turns run as one engine pass
+// (engine/batch_prefill.h: attention per turn), as do the decoder phases of the turns whose
+// prompt ends in the step, and the step's decode rows ride in the first pass through the encoder
+// layers. Rows of different turns still do not share a product (engine/row_groups.h): above 16
+// rows the products run on the prefill GEMM (one FMA chain per output), at 16 or fewer on the
+// few-row kernels (MatVec's lane-16 order), so a chunk's rows would change bits if another
+// turn's rows took its product over 16; each multi-row chunk gets products of its own and the
+// decode rows share them in groups of at most 16, where every row is summed alone. With
+// kernels::RowInvariantMatmul() on (every product in the lane-16 order) all rows share one
+// product. Tests: tests/scheduler_batch_session_test.cpp, tests/scheduler_session_test.cpp.
+// Without riding, decode rows run in groups of at most 16 (tests/scheduler_engine_test.cpp), as
+// a separate pass after the prefill; the serial scheduler passes all of them to one DecodeBatch,
+// which groups them by 16 the same way.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
