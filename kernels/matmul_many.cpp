@@ -216,7 +216,8 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
     }
   }
   if (slices.empty()) return 0;
-  if (threads > 1 && slices.size() < size_t(threads)) {
+  if (threads > 1 && slices.size() < size_t(threads) &&
+      std::any_of(slices.begin(), slices.end(), [](const Slice& s) { return s.rows; })) {
     // Fewer row blocks than threads (a product of 17-48 rows, e.g. a chunk's projections):
     // cut each block into column parts too, so no thread idles. Every output is its own FMA
     // chain, so the bits do not depend on the cut.
