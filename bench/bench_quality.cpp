@@ -191,9 +191,11 @@ int Main(int argc, char** argv) {
       "threads", cedar::cli::IntOption("--threads", &threads, 0, 4096), "BLAS threads (0: the library's default)")(
       "weights", po::value(&weights)->default_value(weights),
       "matmul weights' precision for every scenario: f32|bf16|int8|as-stored (docs/WEIGHTS.md)")(
+      "int8-activations", "INT8 weights: decode products on 8-bit activations (kernels::SetInt8Activations; the --kl-ref F32 run is unaffected)")(
       "kl-ref", po::value(&kl_ref),
       "also run every scenario at this precision and print kl_ref / nll_ref per row (bench/quality/weights_kl.py)");
-  if (const int rc = cedar::bench::ParseFlags("bench_quality", desc, argc, argv); rc >= 0) return rc;
+  po::variables_map vm;
+  if (const int rc = cedar::bench::ParseFlags("bench_quality", desc, argc, argv, &vm); rc >= 0) return rc;
   if (model_dir.empty() || tokens_file.empty()) return cedar::bench::FlagError("bench_quality", "--model and --tokens are required");
   std::vector<std::pair<int64_t, int64_t>> replays;
   {
@@ -213,6 +215,7 @@ int Main(int argc, char** argv) {
       }
   }
   cedar::kernels::SetThreads(threads);
+  cedar::kernels::SetInt8Activations(vm.count("int8-activations") > 0);
   cedar::LoadOptions load;
   load.weights = cedar::ParseWeightPrecision(weights);
   auto m = Model::Load(model_dir, load);

@@ -112,7 +112,11 @@ int main(int argc, char** argv) {
   std::printf("%s\n", nlohmann::json{{"bench", "bandwidth"}, {"read_gbs", bw}}.dump().c_str());
   for (int th : threads) {
     k::SetPoolThreads(th);
-    for (k::WeightType t : {k::WeightType::kF32, k::WeightType::kBF16, k::WeightType::kI8, k::WeightType::kFP8, k::WeightType::kFP4}) {
+    // int8-a8: INT8 weights with kernels::SetInt8Activations (8-bit activations, VNNI).
+    const std::pair<k::WeightType, bool> kinds[] = {{k::WeightType::kF32, false}, {k::WeightType::kBF16, false}, {k::WeightType::kI8, false},
+                                                    {k::WeightType::kI8, true},   {k::WeightType::kFP8, false}, {k::WeightType::kFP4, false}};
+    for (const auto& [t, a8] : kinds) {
+      k::SetInt8Activations(a8);
       Stored s = Make(w, rows, cols, t);
       const double bytes = double(rows) * k::WeightRowBytes(t, cols);
       k::MatmulW(x.data(), s.view, y.data(), 1);  // warm-up
@@ -126,7 +130,8 @@ int main(int argc, char** argv) {
       std::sort(secs.begin(), secs.end());
       std::sort(cpu.begin(), cpu.end());
       const double med = secs[secs.size() / 2];
-      std::printf("%s\n", nlohmann::json{{"bench", "matvec"}, {"weights", k::WeightTypeName(t)}, {"threads", th}, {"rows", rows},
+      k::SetInt8Activations(false);
+      std::printf("%s\n", nlohmann::json{{"bench", "matvec"}, {"weights", a8 ? "int8-a8" : k::WeightTypeName(t)}, {"threads", th}, {"rows", rows},
                                          {"cols", cols}, {"bytes", bytes}, {"seconds_min", secs.front()}, {"seconds_median", med},
                                          {"gbs_median", bytes / med / 1e9}, {"fraction_of_read_bandwidth", bytes / med / 1e9 / bw},
                                          {"cpu_seconds_median", cpu[cpu.size() / 2]},

@@ -279,7 +279,8 @@ int RunGenerate(int argc, char** argv) {
       "f32-weights", "CUDA: keep F32 weights on the device (default BF16)")(
       "mmap-weights", "read F32 weights in place from the file (less RAM, slower decode)")(
       "weights", po::value(&weights)->default_value("f32"), "matmul weights in memory: f32 | bf16 | int8 (block 32) | as-stored (BF16, released FP8/FP4 kept)")(
-      "max-ram", BytesOption("--max-ram", &max_ram, "0"), "released layout: most bytes of dequantised weights to hold (0 = no limit)")("json", "print JSON");
+      "max-ram", BytesOption("--max-ram", &max_ram, "0"), "released layout: most bytes of dequantised weights to hold (0 = no limit)")(
+      "int8-activations", "INT8 weights: decode's products (up to 16 rows) on 8-bit activations, quantised per row and block of 32 (AVX-512 VNNI; ~1.4-2x the INT8 decode product rate, at the accuracy cost docs/WEIGHTS.md measures); prefill keeps F32 activations")("json", "print JSON");
   po::variables_map vm;
   if (!Parse(argc, argv, "usage: cedar generate --model DIR --prompt TEXT|--tokens IDS --mode M --max-tokens N [--spec-tokens K] [--json]", desc, vm)) return 0;
   kernels::SetThreads(threads);
@@ -292,6 +293,7 @@ int RunGenerate(int argc, char** argv) {
   lo.mmap_weights = vm.count("mmap-weights") > 0;
   lo.max_ram_bytes = int64_t(max_ram);
   lo.weights = ParseWeightPrecision(weights);
+  kernels::SetInt8Activations(vm.count("int8-activations") > 0);
   auto m = Model::Load(model, lo);
   // Text goes through the tokenizer config.json declares (model_tokenizer.h; byte by default).
   const std::unique_ptr<bridge::Tokenizer> tok = bridge::LoadModelTokenizer(model, m->config().vocab_size);

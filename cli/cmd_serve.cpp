@@ -174,6 +174,7 @@ int RunServe(int argc, char** argv) {
       "chunks of different turns, and their decoder phases, run as one engine pass each; every turn's rows keep "
       "their own products, so outputs do not depend on the other turns) | off (each chunk, then the decode rows, "
       "in passes of their own)")(
+      "int8-activations", "INT8 weights: decode's products (up to 16 rows) on 8-bit activations, quantised per row and block of 32 (AVX-512 VNNI; ~1.4-2x the INT8 decode product rate, at the accuracy cost docs/WEIGHTS.md measures); prefill keeps F32 activations")(
       "row-invariant-matmul",
       "every product sums each row in the decode kernels' order (kernels/gemm_rowinv.h), so rows of different turns "
       "share one product (and a prompt's rows equal its decode rows bit for bit); ~0.7x the prefill GEMM's rate")(
@@ -244,6 +245,7 @@ int RunServe(int argc, char** argv) {
   if (sched.batch_prefill && !vm["batch-prefill"].defaulted() && sched.kind != session::SchedulerKind::kMixed)
     throw std::invalid_argument("--batch-prefill: expected --scheduler mixed, found '" + scheduler + "'");
   if (vm.count("row-invariant-matmul")) kernels::SetRowInvariantMatmul(true);
+  if (vm.count("int8-activations")) kernels::SetInt8Activations(true);
   // Keys: --api-key (repeatable), --api-key-file, CEDAR_API_KEY; all of them count.
   if (!api_key_file.empty()) {
     for (std::string& k : server::ReadApiKeyFile(api_key_file)) api_keys.push_back(std::move(k));

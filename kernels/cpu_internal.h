@@ -33,6 +33,11 @@ void QuantFewRows(const float* x, int n, const WeightView& w, int64_t r0, int64_
 void QuantDecodeRows(const WeightView& w, int64_t r0, int64_t n, float* out);
 void MatmulColumnsTyped(const MatmulJob& j, int col0, int col1);
 
+// INT8 weights times 8-bit activations (matmul_i8a8.cpp): whether w's few-row products take
+// that path (INT8, cols a multiple of 32, SetInt8Activations on), and QuantFewRows on it.
+bool Int8ActivationsApply(const WeightView& w);
+void I8A8FewRows(const float* x, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys);
+
 // True for a job RunMatmulJobs runs on GemmPrefillRows (gemm_prefill.h) in blocks of rows:
 // F32 weights, more than kFewRowsMax rows, row-invariant mode off, the AVX2 kernel compiled in.
 bool PrefillRowsJob(const MatmulJob& j);

@@ -8,18 +8,24 @@
 //   code from a zero-padded copy. So a row of a batch equals that row alone, bit for bit.
 // Many rows (prefill): a panel of weight rows is decoded to F32 once and sgemm runs on it.
 //
-// AVX2 + FMA (this project's minimum; AVX-512 would widen the lanes but change the order, so a
-// variant must keep 8-lane partial sums to stay row invariant). Without AVX2 a scalar loop keeps
-// the same structure (still row invariant, slower).
+// AVX2 + FMA (this project's minimum). With AVX-512 each block's products run as two 16-lane
+// halves (elements 0-15 and 16-31) whose lanes are the AVX2 path's t0 (lanes 0-7) and t1 (8-15),
+// folded to 8 lanes before the scale: the same operations on the same values, so both ISAs give
+// the same bits (kernels_weights_test checks both against a scalar twin of this order) in about
+// half the instructions per block. Without AVX2 a scalar loop follows the same order.
 #include <cblas.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define CEDAR_QUANT_AVX2 1
+#if defined(__AVX512F__)
+#define CEDAR_QUANT_AVX512 1
+#endif
 #endif
 
 #include "kernels/cpu_internal.h"
@@ -33,10 +39,11 @@ namespace {
 
 constexpr int B = kQuantBlock;
 // How far ahead the products prefetch each weight stream (bytes), per decoder (kPrefetch): 1 KiB,
-// and 4 KiB for INT8: an INT8 one-row product over a 64 MB matrix on huge pages (this Zen 3 VM,
-// 1 thread) read 8.9-10.0 GB/s with 4 KiB against 7.4-8.8 with 1 KiB in alternating runs, and INT8
-// decode on `small` ran faster in 7 of 8 back-to-back pairs; BF16 decode ran slower with 4 KiB in
-// 5 of 6 pairs, and FP8 / FP4 (compute bound) were not measured, so they keep 1 KiB.
+// and 4 KiB for INT8 and BF16: an INT8 one-row product over a 64 MB matrix on huge pages (a Zen 3
+// VM, 1 thread) read 8.9-10.0 GB/s with 4 KiB against 7.4-8.8 with 1 KiB in alternating runs. BF16
+// ran slower with 4 KiB on that VM, but on the AVX-512 EPYC with the 16-lane Step
+// (`bench_weights --rows 8192 --cols 4096`, 6 alternating runs) 4 KiB read 24-28 GB/s on one
+// thread against 16-22 and 42-68 on two against 38-51 in 5 of 6. FP8 / FP4 (compute bound) keep 1 KiB.
 constexpr int64_t kPrefetchBytes = 1024;
 // Weight rows read side by side at decode (one row of x): one, so memory is read in address
 // order. Decode's rows are 0.5-2 KiB, and R interleaved short streams kept this AVX2 VM's
@@ -90,8 +97,9 @@ float ScaleOf(const WeightView& w, int64_t r, int64_t b) {
 //   the only thing that fixes the bits.
 struct DecBf16 {
   static constexpr int64_t kBlockBytes = 64;  // stored bytes of a block of 32
-  static constexpr int64_t kPrefetch = kPrefetchBytes;
+  static constexpr int64_t kPrefetch = 4 * kPrefetchBytes;
   static constexpr bool kScaled = false;
+  static constexpr bool kWide = true;  // has Load16 (AVX-512 builds)
   static const uint8_t* Row(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.data) + r * w.cols * 2; }
   static const void* Scales(const WeightView&, int64_t) { return nullptr; }
   float Scale(const void*, int64_t) const { return 1.0f; }
@@ -102,11 +110,22 @@ struct DecBf16 {
       v[j] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
     }
   }
+#if CEDAR_QUANT_AVX512
+  // v[h] lane i = element 32 b + 16 h + i (so lanes 0-7 / 8-15 of v[0] are Load's v[0] / v[1]).
+  void Load16(const uint8_t* row, int64_t b, __m512 v[2]) const {
+    const uint16_t* p = reinterpret_cast<const uint16_t*>(row) + b * B;
+    for (int h = 0; h < 2; ++h) {
+      const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16 * h));
+      v[h] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(e), 16));
+    }
+  }
+#endif
 };
 struct DecI8 {
   static constexpr int64_t kBlockBytes = 32;  // stored bytes of a block of 32
   static constexpr int64_t kPrefetch = 4 * kPrefetchBytes;
   static constexpr bool kScaled = true;
+  static constexpr bool kWide = true;  // has Load16 (AVX-512 builds)
   static const uint8_t* Row(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.data) + r * w.cols; }
   static const void* Scales(const WeightView& w, int64_t r) { return static_cast<const float*>(w.scales) + r * Blocks(w.cols); }
   float Scale(const void* p, int64_t b) const { return static_cast<const float*>(p)[b]; }
@@ -115,6 +134,13 @@ struct DecI8 {
     for (int j = 0; j < 4; ++j)
       v[j] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * j))));
   }
+#if CEDAR_QUANT_AVX512
+  void Load16(const uint8_t* row, int64_t b, __m512 v[2]) const {
+    const uint8_t* p = row + b * B;
+    for (int h = 0; h < 2; ++h)
+      v[h] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h))));
+  }
+#endif
 };
 // E4M3 by bit placement: the byte sign-extended to 32 bits and shifted left by 20 puts the sign in
 // bit 31 (and copies of it in bits 27..30, cleared by the mask) and the 7 exponent+mantissa bits
@@ -125,6 +151,7 @@ struct DecFp8 {
   static constexpr int64_t kBlockBytes = 32;  // stored bytes of a block of 32
   static constexpr int64_t kPrefetch = kPrefetchBytes;
   static constexpr bool kScaled = true;
+  static constexpr bool kWide = true;  // has Load16 (AVX-512 builds)
   const float* e8m0 = E8m0Table();
   __m256i mask = _mm256_set1_epi32(int(0x87F00000u));
   __m256 k2p120 = _mm256_set1_ps(0x1p120f);
@@ -140,6 +167,17 @@ struct DecFp8 {
       v[j] = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(e, 20), mask)), k2p120);
     }
   }
+#if CEDAR_QUANT_AVX512
+  __m512i mask16 = _mm512_set1_epi32(int(0x87F00000u));
+  __m512 k2p120_16 = _mm512_set1_ps(0x1p120f);
+  void Load16(const uint8_t* row, int64_t b, __m512 v[2]) const {
+    const uint8_t* p = row + b * B;
+    for (int h = 0; h < 2; ++h) {
+      const __m512i e = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
+      v[h] = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(e, 20), mask16)), k2p120_16);
+    }
+  }
+#endif
 };
 // E2M1: every E2M1 value is a bfloat16 (sign, exponent, one mantissa bit), so two 16-entry byte
 // tables (the bf16's low and high byte per nibble, sign included: -0 stays -0) looked up with
@@ -150,6 +188,9 @@ struct DecFp4 {
   static constexpr int64_t kBlockBytes = 16;  // stored bytes of a block of 32
   static constexpr int64_t kPrefetch = kPrefetchBytes;
   static constexpr bool kScaled = true;
+  // No Load16: joining the 8-wide quarters into 16 lanes cost more than the FMAs it saved
+  // (bench_weights in cache: 3.8 GB/s against 5.9 on the 8-wide Step).
+  static constexpr bool kWide = false;
   const float* e8m0 = E8m0Table();
   // bf16 bits of E2M1 nibble i: 0, 0.5, 1, 1.5, 2, 3, 4, 6 = 0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000,
   // 0x4040, 0x4080, 0x40C0; nibbles 8..15 the same with the sign bit 0x8000.
@@ -199,6 +240,17 @@ inline __m256 Step(const __m256 v[4], const float* xp, __m256 s, __m256 acc) {
   return kScaled ? _mm256_fmadd_ps(_mm256_add_ps(t0, t1), s, acc) : _mm256_add_ps(acc, _mm256_add_ps(t0, t1));
 }
 
+#if CEDAR_QUANT_AVX512
+// Step on 16 lanes: t lanes 0-7 are Step's t0 and lanes 8-15 its t1, computed by the same
+// multiply and FMA; the fold t0 + t1 and the accumulation are Step's. Same bits as Step.
+template <bool kScaled>
+inline __m256 Step16(const __m512 v[2], const float* xp, __m256 s, __m256 acc) {
+  const __m512 t = _mm512_fmadd_ps(v[1], _mm512_loadu_ps(xp + 16), _mm512_mul_ps(v[0], _mm512_loadu_ps(xp)));
+  const __m256 u = _mm256_add_ps(_mm512_castps512_ps256(t), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(t), 1)));
+  return kScaled ? _mm256_fmadd_ps(u, s, acc) : _mm256_add_ps(acc, u);
+}
+#endif
+
 // N rows of x (stride in) against weight rows [r, r + R): y[n * ys + k]. Row and scale pointers
 // are computed once, so the block loop holds only the accumulators, the decoded block and the
 // decoder's constants (N * R + 4 + 3 registers at most for the shapes Rows picks).
@@ -247,6 +299,16 @@ void Block(const D& d, const float* x, const WeightView& w, int64_t r, float* y,
     }
 #pragma GCC unroll 4
     for (int k = 0; k < R; ++k) {
+#if CEDAR_QUANT_AVX512
+      if constexpr (D::kWide) {
+        __m512 v[2];
+        d.Load16(row[k], b, v);
+        const __m256 s = _mm256_set1_ps(d.Scale(sc[k], b));
+#pragma GCC unroll 8
+        for (int n = 0; n < N; ++n) acc[n][k] = Step16<D::kScaled>(v, x + n * in + b * B, s, acc[n][k]);
+        continue;
+      }
+#endif
       __m256 v[4];
       d.Load(row[k], b, v);
       const __m256 s = _mm256_set1_ps(d.Scale(sc[k], b));
@@ -324,6 +386,15 @@ void DecodeRowT(const WeightView& w, int64_t r, float* out) {
   const void* sc = D::Scales(w, r);
   const uint8_t* row = D::Row(w, r);
   for (int64_t b = 0; b < nb; ++b) {
+#if CEDAR_QUANT_AVX512
+    if constexpr (D::kWide) {
+      __m512 v[2];
+      d.Load16(row, b, v);
+      const __m512 s = _mm512_set1_ps(d.Scale(sc, b));
+      for (int h = 0; h < 2; ++h) _mm512_storeu_ps(out + b * B + 16 * h, _mm512_mul_ps(v[h], s));
+      continue;
+    }
+#endif
     __m256 v[4];
     d.Load(row, b, v);
     const __m256 s = _mm256_set1_ps(d.Scale(sc, b));
@@ -334,25 +405,45 @@ void DecodeRowT(const WeightView& w, int64_t r, float* out) {
 
 #endif  // CEDAR_QUANT_AVX2
 
-// Without AVX2: the same block structure in scalar code (row invariant, not fast).
-void FewRowsScalar(const float* x, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
+// Without AVX2: the vector paths' order in scalar code (same bits, not fast): per block of 32,
+// lane i's t0 = w_i x_i then fma(w_16+i, x_16+i), t1 = w_8+i x_8+i then fma(w_24+i, x_24+i), and
+// acc_i = fma(t0 + t1, scale, acc_i) (acc_i + (t0 + t1) unscaled); then HSum's pairing of the 8
+// lanes. A partial last block is zero padded. std::fma keeps the compiler from contracting
+// differently (no bare product here is ever added).
+float OrderedDot(const WeightView& w, int64_t r, const float* x) {
   const int64_t in = w.cols;
-  for (int64_t r = r0; r < r1; ++r)
-    for (int b = 0; b < n; ++b) {
-      float acc = 0;
-      for (int64_t blk = 0; blk * B < in; ++blk) {
-        float t = 0;
-        for (int64_t c = blk * B; c < std::min(in, blk * B + B); ++c) t += RawAt(w, r, c) * x[b * in + c];
-        acc += t * ScaleOf(w, r, blk);
-      }
-      y[b * ys + (r - r0)] = acc;
+  const bool scaled = w.type != WeightType::kBF16;
+  float acc[8] = {};
+  for (int64_t blk = 0; blk * B < in; ++blk) {
+    float e[B] = {}, xe[B] = {};
+    for (int64_t c = blk * B; c < std::min(in, blk * B + B); ++c) {
+      e[c - blk * B] = RawAt(w, r, c);
+      xe[c - blk * B] = x[c];
     }
+    const float s = ScaleOf(w, r, blk);
+    for (int i = 0; i < 8; ++i) {
+      float t0 = e[i] * xe[i], t1 = e[8 + i] * xe[8 + i];
+      t0 = std::fma(e[16 + i], xe[16 + i], t0);
+      t1 = std::fma(e[24 + i], xe[24 + i], t1);
+      const float u = t0 + t1;
+      acc[i] = scaled ? std::fma(u, s, acc[i]) : acc[i] + u;
+    }
+  }
+  float h[4];
+  for (int j = 0; j < 4; ++j) h[j] = acc[j] + acc[4 + j];
+  return (h[0] + h[2]) + (h[1] + h[3]);
+}
+
+void FewRowsScalar(const float* x, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
+  for (int64_t r = r0; r < r1; ++r)
+    for (int b = 0; b < n; ++b) y[b * ys + (r - r0)] = OrderedDot(w, r, x + b * w.cols);
 }
 
 }  // namespace
 
 // y[b * ys + (r - r0)] = x[b, :] . w[r, :] for b < n (n <= kFewRowsMax), r in [r0, r1).
 void QuantFewRows(const float* x, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
+  if (Int8ActivationsApply(w)) return I8A8FewRows(x, n, w, r0, r1, y, ys);
 #if CEDAR_QUANT_AVX2
   switch (w.type) {
     case WeightType::kBF16: return FewRowsT<DecBf16>(x, n, w, r0, r1, y, ys);

@@ -96,6 +96,14 @@ int TopK(const float* scores, int n, int k, int32_t* out);
 void SetRowInvariantMatmul(bool on);
 bool RowInvariantMatmul();
 
+// INT8 weights' decode and batched-decode products (up to 16 rows) on 8-bit activations: each row
+// of x quantised per block of 32 (s = amax / 127) and the blocks' dot products in integers
+// (AVX-512 VNNI; a scalar loop with the same bits elsewhere). About twice the INT8 decode rate
+// on VNNI cores, at the accuracy cost docs/WEIGHTS.md measures; prefill (more rows) keeps F32
+// activations. Off by default. Process-wide; set it before products run, not during.
+void SetInt8Activations(bool on);
+bool Int8Activations();
+
 // Sets the BLAS thread count (0 = library default). Our own loops are single-threaded.
 void SetThreads(int n);
 

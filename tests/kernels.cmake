@@ -9,3 +9,6 @@ cedar_add_test(kernels_weights_test kernels cedar_kernels ${CMAKE_CURRENT_SOURCE
 # The many-row F32 product (prefill): bitwise equal to its reference, within tolerance of a
 # double product, and row results independent of the rows beside them (chunked == whole).
 cedar_add_test(gemm_prefill_test kernels cedar_kernels ${CMAKE_CURRENT_SOURCE_DIR}/gemm_prefill_test.cpp)
+# INT8 weights times 8-bit activations (--int8-activations): bitwise equal to the scalar
+# reference, batched rows equal to one row alone, error within the activation rounding bound.
+cedar_add_test(kernels_i8a8_test kernels cedar_kernels ${CMAKE_CURRENT_SOURCE_DIR}/kernels_i8a8_test.cpp)

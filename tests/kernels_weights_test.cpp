@@ -298,3 +298,65 @@ TEST_CASE("every FP8 and FP4 code and INT8 value decodes in the vector kernels e
     }
   }
 }
+
+// The summation order the typed products promise (kernels/matmul_quant.cpp), written out in
+// scalar code: the AVX2 path (8-lane halves) and the AVX-512 path (16-lane halves folded to 8)
+// must both give exactly these bits, so decode results do not depend on the machine's ISA.
+static float TwinOrderedDot(const k::WeightView& v, int64_t r, const float* x) {
+  const int64_t in = v.cols, nb = (in + 31) / 32;
+  auto raw = [&](int64_t c) -> float {
+    switch (v.type) {
+      case WeightType::kBF16: return k::Bf16ToFloat(static_cast<const uint16_t*>(v.data)[r * in + c]);
+      case WeightType::kI8: return float(static_cast<const int8_t*>(v.data)[r * in + c]);
+      case WeightType::kFP8: return k::DecodeE4M3(static_cast<const uint8_t*>(v.data)[r * in + c]);
+      default: {
+        const uint8_t byte = static_cast<const uint8_t*>(v.data)[r * (in / 2) + c / 2];
+        return k::DecodeE2M1(c % 2 ? uint8_t(byte >> 4) : uint8_t(byte & 0xF));
+      }
+    }
+  };
+  auto scale = [&](int64_t b) -> float {
+    switch (v.type) {
+      case WeightType::kI8: return static_cast<const float*>(v.scales)[r * nb + b];
+      case WeightType::kFP8: return k::DecodeE8M0(static_cast<const uint8_t*>(v.scales)[((v.row0 + r) / 32) * nb + b]);
+      case WeightType::kFP4: return k::DecodeE8M0(static_cast<const uint8_t*>(v.scales)[r * nb + b]);
+      default: return 1.0f;
+    }
+  };
+  float acc[8] = {};
+  for (int64_t b = 0; b < nb; ++b) {
+    float e[32] = {}, xe[32] = {};
+    for (int64_t c = b * 32; c < std::min(in, b * 32 + 32); ++c) e[c - b * 32] = raw(c), xe[c - b * 32] = x[c];
+    for (int i = 0; i < 8; ++i) {
+      const float t0 = std::fma(e[16 + i], xe[16 + i], e[i] * xe[i]);
+      const float t1 = std::fma(e[24 + i], xe[24 + i], e[8 + i] * xe[8 + i]);
+      acc[i] = v.type == WeightType::kBF16 ? acc[i] + (t0 + t1) : std::fma(t0 + t1, scale(b), acc[i]);
+    }
+  }
+  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
+TEST_CASE("typed products follow the documented summation order bit for bit, on any ISA (scalar twin)") {
+  for (int threads : {1, 2}) {
+    k::SetPoolThreads(threads);
+    for (WeightType type : kTypes)
+      for (int n : {1, 3, 8, 16})
+        for (int in : {32, 100, 256, 1056})
+          for (int out : {1, 9, 70}) {
+            if (type == WeightType::kFP4 && in % 32 != 0) continue;
+            auto x = Random(size_t(n) * in, 900 + n + in), w = Random(size_t(out) * in, 950 + out);
+            Stored s = Convert(w, out, in, type);
+            std::vector<float> y(size_t(n) * out);
+            k::MatmulW(x.data(), s.view, y.data(), n);
+            int mismatches = 0;
+            for (int b = 0; b < n; ++b)
+              for (int r = 0; r < out; ++r) {
+                const float t = TwinOrderedDot(s.view, r, x.data() + size_t(b) * in);
+                if (std::memcmp(&t, &y[size_t(b) * out + r], sizeof t) != 0) ++mismatches;
+              }
+            INFO(k::WeightTypeName(type) << " n=" << n << " in=" << in << " out=" << out << " threads=" << threads);
+            CHECK(mismatches == 0);
+          }
+  }
+  k::SetPoolThreads(2);
+}

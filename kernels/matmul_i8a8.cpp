@@ -1,0 +1,251 @@
+// INT8 weights times 8-bit activations (issue 20, `--int8-activations on`): decode's and batched
+// decode's INT8 products on 8-bit dot products (AVX-512 VNNI's vpdpbusd), so a block of 64
+// weights costs one multiply-add instruction instead of eight F32 FMAs and the product runs at
+// memory speed where the F32-activation kernel (matmul_quant.cpp) is compute bound.
+//
+// Each row of x is quantised alone, per block of 32 along the input as the weights are:
+//   s_a = amax / 127, q = nearbyint(x * (127 / amax)) (|q| <= 127; an all-zero block: q = 0, s_a = 0).
+// A weight block's dot product sum(w_q * q) is then an exact integer, and the order of the float
+// part is fixed (so the bits do not depend on the ISA or on the rows beside a row):
+//   blocks go in pairs (2p, 2p + 1) over 16 lanes: lane i < 8 holds block 2p's bytes 4i..4i+3,
+//   lane 8 + i block 2p + 1's; lane value d (an exact int32) -> acc[p % 2]_lane = fma(float(d),
+//   s_w[b] * s_a[b], acc[p % 2]_lane) (two accumulators, so the FMA latency does not bound the
+//   loop); an odd last block has a zero partner. The result is HSum16(acc[0] + acc[1]) with
+//   HSum16(a) = HSum8(a[0..7] + a[8..15]), HSum8 = ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
+// vpdpbusd multiplies unsigned by signed bytes: it is given |q| and w with q's sign (|w| <= 127,
+// so the negation cannot overflow). Without VNNI a scalar loop computes the same bits.
+// Only inputs that are a multiple of 32 take this path (the callers fall back otherwise).
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#include <immintrin.h>
+#define CEDAR_I8A8_VNNI 1
+#endif
+
+#include "kernels/cpu_internal.h"
+#include "kernels/weight_view.h"
+
+namespace cedar::kernels {
+
+namespace internal {
+namespace {
+
+std::atomic<bool> int8_activations{false};
+
+constexpr int B = kQuantBlock;
+
+// One row of x quantised: |q| per element (zero padded to whole pairs), the sign mask per pair
+// of blocks (bit j: element 64 p + j is negative) and s_a per block, 8 lanes each, 16 per pair.
+struct QuantRow {
+  std::vector<uint8_t> absq;   // [pairs * 64]
+  std::vector<uint64_t> neg;   // [pairs]
+  std::vector<float> sa16;     // [pairs * 16]
+};
+
+// Sizes q for a row of `in` and zeroes the missing partner of an odd last block.
+void Prepare(int64_t in, QuantRow& q) {
+  const int64_t nb = in / B, pairs = (nb + 1) / 2;
+  q.absq.resize(size_t(pairs) * 64);
+  q.neg.resize(size_t(pairs));
+  q.sa16.resize(size_t(pairs) * 16);
+  if (nb % 2) {
+    std::fill(q.absq.end() - 32, q.absq.end(), uint8_t(0));
+    std::fill(q.sa16.end() - 8, q.sa16.end(), 0.0f);
+    q.neg.back() = 0;
+  }
+}
+
+// Block b's sign bits m (bit i: element i negative) into its pair's mask, and its s_a.
+void StoreBlock(QuantRow& q, int64_t b, uint64_t m, float amax) {
+  uint64_t& neg = q.neg[size_t(b / 2)];
+  neg = b % 2 ? (neg & 0xFFFFFFFFull) | m << 32 : m;
+  float* sa = q.sa16.data() + (b / 2) * 16 + (b % 2) * 8;
+  for (int i = 0; i < 8; ++i) sa[i] = amax / 127.0f;
+}
+
+// The definition (the reference uses it on every ISA).
+void QuantiseScalar(const float* x, int64_t in, QuantRow& q) {
+  Prepare(in, q);
+  for (int64_t b = 0; b < in / B; ++b) {
+    const float* xb = x + b * B;
+    float amax = 0.0f;
+    for (int i = 0; i < B; ++i) amax = std::max(amax, std::fabs(xb[i]));
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    uint64_t m = 0;
+    for (int i = 0; i < B; ++i) {
+      const int v = int(std::nearbyint(xb[i] * inv));
+      q.absq[size_t(b * B + i)] = uint8_t(std::abs(v));
+      if (v < 0) m |= uint64_t(1) << i;
+    }
+    StoreBlock(q, b, m, amax);
+  }
+}
+
+void Quantise(const float* x, int64_t in, QuantRow& q) {
+#if CEDAR_I8A8_VNNI
+  // The same values: |x| max (exact in any order), x * inv rounded to nearest even (cvtps_epi32
+  // under the default rounding mode is nearbyint).
+  Prepare(in, q);
+  for (int64_t b = 0; b < in / B; ++b) {
+    const float* xb = x + b * B;
+    const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+    const __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+    const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, inv)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, inv));
+    uint8_t* aq = q.absq.data() + b * B;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(aq), _mm512_cvtepi32_epi8(_mm512_abs_epi32(q0)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(aq + 16), _mm512_cvtepi32_epi8(_mm512_abs_epi32(q1)));
+    const uint64_t m = uint64_t(_mm512_cmplt_epi32_mask(q0, _mm512_setzero_si512())) |
+                       uint64_t(_mm512_cmplt_epi32_mask(q1, _mm512_setzero_si512())) << 16;
+    StoreBlock(q, b, m, amax);
+  }
+#else
+  QuantiseScalar(x, in, q);
+#endif
+}
+
+inline float HSum16(const float a[16]) {
+  float h[8];
+  for (int i = 0; i < 8; ++i) h[i] = a[i] + a[8 + i];
+  return ((h[0] + h[4]) + (h[2] + h[6])) + ((h[1] + h[5]) + (h[3] + h[7]));
+}
+
+// The order above in scalar code: y = x_q . w[r] for one quantised row.
+float DotScalar(const QuantRow& q, const WeightView& w, int64_t r) {
+  const int64_t in = w.cols, nb = in / B;
+  const int8_t* wr = static_cast<const int8_t*>(w.data) + r * in;
+  const float* sw = static_cast<const float*>(w.scales) + r * ((in + B - 1) / B);
+  float acc[2][16] = {};
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t p = b / 2;
+    for (int i = 0; i < 8; ++i) {
+      int32_t d = 0;
+      for (int j = 0; j < 4; ++j) {
+        const int64_t e = b * B + 4 * i + j;
+        const int s = (q.neg[size_t(e / 64)] >> (e % 64)) & 1 ? -1 : 1;
+        d += int32_t(q.absq[size_t(e)]) * (s * wr[e]);
+      }
+      const int lane = int(b % 2) * 8 + i;
+      acc[p % 2][lane] = std::fma(float(d), sw[b] * q.sa16[size_t(p) * 16 + lane], acc[p % 2][lane]);
+    }
+  }
+  float a[16];
+  for (int i = 0; i < 16; ++i) a[i] = acc[0][i] + acc[1][i];
+  return HSum16(a);
+}
+
+#if CEDAR_I8A8_VNNI
+
+inline float Reduce16(__m512 a) {
+  alignas(64) float v[16];
+  _mm512_store_ps(v, a);
+  return HSum16(v);
+}
+
+// N rows of x against weight rows [r0, r1), one weight row at a time (address order, as the
+// F32-activation kernel reads decode's weights), each weight pair loaded once for the N rows.
+template <int N>
+void RowsVnni(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
+  const int64_t in = w.cols, nb = in / B, full = nb / 2, nbs = (in + B - 1) / B;
+  const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512i zero = _mm512_setzero_si512();
+  const uint8_t* end = static_cast<const uint8_t*>(w.data) + r1 * in;
+  const uint8_t* absq[N];
+  const uint64_t* neg[N];
+  const float* sa16[N];
+  for (int n = 0; n < N; ++n) absq[n] = q[n]->absq.data(), neg[n] = q[n]->neg.data(), sa16[n] = q[n]->sa16.data();
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* wr = static_cast<const uint8_t*>(w.data) + r * in;
+    const float* sw = static_cast<const float*>(w.scales) + r * nbs;
+    __m512 acc0[N], acc1[N];  // even and odd pairs
+    for (int n = 0; n < N; ++n) acc0[n] = acc1[n] = _mm512_setzero_ps();
+    auto pair = [&](int64_t p, __m512i wv, __m512 s, __m512 (&a)[N]) {
+#pragma GCC unroll 16
+      for (int n = 0; n < N; ++n) {
+        const __m512i sgn = _mm512_mask_sub_epi8(wv, neg[n][p], zero, wv);
+        const __m512i d = _mm512_dpbusd_epi32(zero, _mm512_loadu_si512(absq[n] + p * 64), sgn);
+        a[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(s, _mm512_loadu_ps(sa16[n] + p * 16)), a[n]);
+      }
+    };
+    auto full_pair = [&](int64_t p, __m512 (&a)[N]) {
+      const uint8_t* pf = wr + p * 64 + 4096;
+      if (pf < end) _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_NTA);
+      const __m512 s = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(sw + 2 * p)))));
+      pair(p, _mm512_loadu_si512(wr + p * 64), s, a);
+    };
+    int64_t p = 0;
+    for (; p + 1 < full; p += 2) {
+      full_pair(p, acc0);
+      full_pair(p + 1, acc1);
+    }
+    if (p < full) full_pair(p++, acc0);
+    if (nb % 2) {  // the last block alone: upper half of the pair zero (weights masked, scale 0)
+      const __m512 s = _mm512_maskz_mov_ps(0x00FF, _mm512_set1_ps(sw[nb - 1]));
+      pair(full, _mm512_maskz_loadu_epi8(0xFFFFFFFFull, wr + full * 64), s, full % 2 ? acc1 : acc0);
+    }
+    for (int n = 0; n < N; ++n) y[n * ys + (r - r0)] = Reduce16(_mm512_add_ps(acc0[n], acc1[n]));
+  }
+}
+
+#endif  // CEDAR_I8A8_VNNI
+
+}  // namespace
+
+bool Int8ActivationsApply(const WeightView& w) {
+  return w.type == WeightType::kI8 && w.cols > 0 && w.cols % B == 0 && int8_activations.load(std::memory_order_relaxed);
+}
+
+void I8A8FewRows(const float* x, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
+  if (r0 >= r1) return;
+  thread_local std::vector<QuantRow> rows;
+  if (rows.size() < size_t(n)) rows.resize(size_t(n));
+  const QuantRow* q[kFewRowsMax];
+  for (int b = 0; b < n; ++b) {
+    Quantise(x + int64_t(b) * w.cols, w.cols, rows[size_t(b)]);
+    q[b] = &rows[size_t(b)];
+  }
+#if CEDAR_I8A8_VNNI
+  const uint8_t* start = static_cast<const uint8_t*>(w.data) + r0 * w.cols;
+  const uint8_t* end = static_cast<const uint8_t*>(w.data) + r1 * w.cols;
+  for (const uint8_t* p = start; p < std::min(end, start + 4096); p += 64) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+  // Groups of up to 8 rows of x per pass over the weights (accumulators stay in registers).
+  for (int b0 = 0; b0 < n; b0 += 8) {
+    const QuantRow* const* qb = q + b0;
+    float* yb = y + int64_t(b0) * ys;
+    switch (std::min(8, n - b0)) {
+      case 1: RowsVnni<1>(qb, w, r0, r1, yb, ys); break;
+      case 2: RowsVnni<2>(qb, w, r0, r1, yb, ys); break;
+      case 3: RowsVnni<3>(qb, w, r0, r1, yb, ys); break;
+      case 4: RowsVnni<4>(qb, w, r0, r1, yb, ys); break;
+      case 5: RowsVnni<5>(qb, w, r0, r1, yb, ys); break;
+      case 6: RowsVnni<6>(qb, w, r0, r1, yb, ys); break;
+      case 7: RowsVnni<7>(qb, w, r0, r1, yb, ys); break;
+      default: RowsVnni<8>(qb, w, r0, r1, yb, ys); break;
+    }
+  }
+#else
+  for (int64_t r = r0; r < r1; ++r)
+    for (int b = 0; b < n; ++b) y[b * ys + (r - r0)] = DotScalar(*q[b], w, r);
+#endif
+}
+
+}  // namespace internal
+
+namespace ref {
+void MatmulI8A8(const float* x, const WeightView& w, float* y, int n) {
+  internal::QuantRow q;
+  for (int b = 0; b < n; ++b) {
+    internal::QuantiseScalar(x + int64_t(b) * w.cols, w.cols, q);
+    for (int64_t r = 0; r < w.rows; ++r) y[int64_t(b) * w.rows + r] = internal::DotScalar(q, w, r);
+  }
+}
+}  // namespace ref
+
+void SetInt8Activations(bool on) { internal::int8_activations.store(on); }
+bool Int8Activations() { return internal::int8_activations.load(std::memory_order_relaxed); }
+
+}  // namespace cedar::kernels

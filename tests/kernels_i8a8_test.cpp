@@ -1,0 +1,137 @@
+// INT8 weights times 8-bit activations (kernels/matmul_i8a8.cpp, SetInt8Activations): the
+// products equal their scalar reference bit for bit (the order is a definition, so the AVX-512
+// VNNI path and the scalar path give the same bits), a row of a few-row product equals that row
+// alone, the error against the F32-activation product stays within what rounding x to 8 bits
+// per block of 32 allows, and shapes the path does not take (inputs not a multiple of 32, more
+// than 16 rows, mode off) give exactly the F32-activation product.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "kernels/thread_pool.h"
+#include "kernels/weight_quantize.h"
+#include "kernels/weight_view.h"
+
+namespace k = cedar::kernels;
+using k::WeightType;
+
+namespace {
+
+std::vector<float> Random(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  // Some exact zeros and an all-zero block: q = 0 and s_a = 0 must work.
+  for (size_t i = 0; i < n; i += 37) v[i] = 0.0f;
+  if (n >= 64) std::fill(v.begin() + 32, v.begin() + 64, 0.0f);
+  return v;
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), sizeof(float) * a.size()) == 0;
+}
+
+struct ModeOn {
+  ModeOn() { k::SetInt8Activations(true); }
+  ~ModeOn() { k::SetInt8Activations(false); }
+};
+
+}  // namespace
+
+TEST_CASE("8-bit-activation INT8 products equal their scalar reference bit for bit, and each row equals it alone") {
+  ModeOn on;
+  for (int threads : {1, 2}) {
+    k::SetPoolThreads(threads);
+    for (int n : {1, 2, 5, 8, 9, 16})
+      for (int in : {32, 96, 256, 1056})
+        for (int out : {1, 7, 70}) {
+          const auto x = Random(size_t(n) * in, 10 + n + in), w = Random(size_t(out) * in, 20 + out + in);
+          const k::OwnedWeight s = k::QuantizeWeight(w, out, in, WeightType::kI8);
+          std::vector<float> y(size_t(n) * out), yr(size_t(n) * out), row(static_cast<size_t>(out));
+          k::MatmulW(x.data(), s.view, y.data(), n);
+          k::ref::MatmulI8A8(x.data(), s.view, yr.data(), n);
+          INFO("n=" << n << " in=" << in << " out=" << out << " threads=" << threads);
+          CHECK(SameBits(y, yr));
+          bool alone = true;
+          for (int b = 0; b < n; ++b) {
+            k::MatmulW(x.data() + size_t(b) * in, s.view, row.data(), 1);
+            alone = alone && std::memcmp(row.data(), y.data() + size_t(b) * out, sizeof(float) * size_t(out)) == 0;
+          }
+          CHECK(alone);
+        }
+  }
+  k::SetPoolThreads(2);
+}
+
+// |y_a8 - y| <= sum_b (s_a(b) / 2) sum_{i in b} |w~_i| + 2 (in + 8) eps sum_i |x_i w~_i|, with w~
+// the stored INT8 weights decoded, s_a(b) = amax_b / 127 and y the F32-activation product.
+TEST_CASE("8-bit activations cost at most half an activation step per element") {
+  const int n = 3, in = 512, out = 64;
+  const auto x = Random(size_t(n) * in, 5), w = Random(size_t(out) * in, 6);
+  const k::OwnedWeight s = k::QuantizeWeight(w, out, in, WeightType::kI8);
+  std::vector<float> y8(size_t(n) * out), yf(size_t(n) * out);
+  k::MatmulW(x.data(), s.view, yf.data(), n);
+  {
+    ModeOn on;
+    k::MatmulW(x.data(), s.view, y8.data(), n);
+  }
+  const double eps = std::numeric_limits<float>::epsilon();
+  double worst = 0;
+  int over = 0;
+  for (int b = 0; b < n; ++b)
+    for (int r = 0; r < out; ++r) {
+      double bound = 0, mag = 0;
+      for (int blk = 0; blk < in / 32; ++blk) {
+        float amax = 0;
+        for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[size_t(b) * in + blk * 32 + i]));
+        double wsum = 0;
+        for (int i = 0; i < 32; ++i) {
+          const double wt = k::WeightAt(s.view, r, blk * 32 + i);
+          wsum += std::fabs(wt);
+          mag += std::fabs(wt * x[size_t(b) * in + blk * 32 + i]);
+        }
+        bound += amax / 127.0 / 2 * wsum;
+      }
+      bound += 2 * (in + 8) * eps * mag;
+      const double err = std::fabs(double(y8[size_t(b) * out + r]) - yf[size_t(b) * out + r]);
+      worst = std::max(worst, err / bound);
+      if (err > bound) ++over;
+    }
+  INFO("worst error / bound = " << worst);
+  CHECK(over == 0);
+  CHECK(worst > 0.0);  // the mode did change the product
+}
+
+TEST_CASE("shapes off the 8-bit path give the F32-activation product exactly") {
+  for (int in : {40, 100}) {  // not a multiple of 32
+    const int n = 4, out = 20;
+    const auto x = Random(size_t(n) * in, 7), w = Random(size_t(out) * in, 8);
+    const k::OwnedWeight s = k::QuantizeWeight(w, out, in, WeightType::kI8);
+    std::vector<float> off(size_t(n) * out), on_(size_t(n) * out);
+    k::MatmulW(x.data(), s.view, off.data(), n);
+    {
+      ModeOn on;
+      k::MatmulW(x.data(), s.view, on_.data(), n);
+    }
+    INFO("in=" << in);
+    CHECK(SameBits(off, on_));
+  }
+  const int n = 17, in = 64, out = 24;  // more than 16 rows: prefill keeps F32 activations
+  const auto x = Random(size_t(n) * in, 9), w = Random(size_t(out) * in, 10);
+  const k::OwnedWeight s = k::QuantizeWeight(w, out, in, WeightType::kI8);
+  std::vector<float> off(size_t(n) * out), on_(size_t(n) * out);
+  k::MatmulW(x.data(), s.view, off.data(), n);
+  {
+    ModeOn on;
+    k::MatmulW(x.data(), s.view, on_.data(), n);
+  }
+  CHECK(SameBits(off, on_));
+}
