@@ -10,6 +10,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "kernels/ops.h"
+
 namespace cedar {
 namespace {
 
@@ -191,9 +193,11 @@ std::unique_ptr<const Model> Model::Load(const std::string& dir, const LoadOptio
     XXH3_64bits_update(st, t.data, t.nbytes);
   }
   // Another precision computes other numbers: its cache entries must not be taken for F32's
-  // (F32 keeps the fingerprint it always had).
+  // (F32 keeps the fingerprint it always had). So do 8-bit activations (kernels::
+  // SetInt8Activations, set before the load by the flags that take it).
   if (options.weights != WeightPrecision::kF32) {
-    const std::string tag = std::string("weights=") + WeightPrecisionName(options.weights);
+    const std::string tag = std::string("weights=") + WeightPrecisionName(options.weights) +
+                            (kernels::Int8Activations() ? "+int8-activations" : "");
     XXH3_64bits_update(st, tag.data(), tag.size());
   }
   m->fingerprint_ = XXH3_64bits_digest(st);

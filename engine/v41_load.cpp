@@ -29,6 +29,7 @@
 #include "engine/model.h"
 #include "engine/v41_checkpoint.h"
 #include "engine/v41_held.h"
+#include "kernels/ops.h"
 
 namespace cedar {
 
@@ -516,8 +517,10 @@ std::unique_ptr<const Model> Model::LoadReleased(const std::string& dir, const L
   }
   m->fingerprint_ = ReleasedFingerprint(dir, config_path);
   m->precision_ = options.weights;
-  if (options.weights != WeightPrecision::kF32)  // other numbers: other cache keys
-    m->fingerprint_ ^= XXH3_64bits(WeightPrecisionName(options.weights), std::strlen(WeightPrecisionName(options.weights)));
+  if (options.weights != WeightPrecision::kF32) {  // other numbers: other cache keys (8-bit activations too)
+    const std::string tag = std::string(WeightPrecisionName(options.weights)) + (kernels::Int8Activations() ? "+int8-activations" : "");
+    m->fingerprint_ ^= XXH3_64bits(tag.data(), tag.size());
+  }
   report->total_seconds = Seconds(t0, std::chrono::steady_clock::now());
   spdlog::info("model {}: released layout, {} tensors, {} stored -> {} held at --weights {} ({} dense + {} experts); check {:.3f}s, dequantise {:.3f}s ({:.3f}s CPU, {:.0f} MB/s stored per CPU second), total {:.3f}s",
                dir, report->tensors, MiB(report->stored_bytes), MiB(report->dense_bytes + report->expert_bytes),

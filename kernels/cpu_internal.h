@@ -1,6 +1,9 @@
 // Shared by the fast CPU kernels' files (not part of the kernels' interface).
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "kernels/ops.h"
 
 namespace cedar::kernels::internal {
@@ -37,6 +40,18 @@ void MatmulColumnsTyped(const MatmulJob& j, int col0, int col1);
 // that path (INT8, cols a multiple of 32, SetInt8Activations on), and QuantFewRows on it.
 bool Int8ActivationsApply(const WeightView& w);
 void I8A8FewRows(const float* x, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys);
+// Rows of x quantised for that path: RunMatmulJobs quantises a product's x once, not once per
+// column slice (a batched-decode product has up to 4 slices per thread).
+struct I8A8Rows {
+  struct Row {
+    std::vector<uint8_t> absq;  // [pairs * 64] |q|, zero padded to whole pairs of blocks
+    std::vector<uint64_t> neg;  // [pairs] bit j: element 64 p + j is negative
+    std::vector<float> sa16;    // [pairs * 16] s_a of block 2p (lanes 0-7) and 2p + 1 (8-15)
+  };
+  std::vector<Row> rows;  // [n] (grown, never shrunk: reused across products)
+};
+void QuantiseRows(const float* x, int n, int64_t in, I8A8Rows& q);
+void I8A8Quantised(const I8A8Rows& q, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys);
 
 // True for a job RunMatmulJobs runs on GemmPrefillRows (gemm_prefill.h) in blocks of rows:
 // F32 weights, more than kFewRowsMax rows, row-invariant mode off, the AVX2 kernel compiled in.

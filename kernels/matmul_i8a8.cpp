@@ -38,13 +38,7 @@ std::atomic<bool> int8_activations{false};
 
 constexpr int B = kQuantBlock;
 
-// One row of x quantised: |q| per element (zero padded to whole pairs), the sign mask per pair
-// of blocks (bit j: element 64 p + j is negative) and s_a per block, 8 lanes each, 16 per pair.
-struct QuantRow {
-  std::vector<uint8_t> absq;   // [pairs * 64]
-  std::vector<uint64_t> neg;   // [pairs]
-  std::vector<float> sa16;     // [pairs * 16]
-};
+using QuantRow = I8A8Rows::Row;
 
 // Sizes q for a row of `in` and zeroes the missing partner of an odd last block.
 void Prepare(int64_t in, QuantRow& q) {
@@ -199,15 +193,21 @@ bool Int8ActivationsApply(const WeightView& w) {
   return w.type == WeightType::kI8 && w.cols > 0 && w.cols % B == 0 && int8_activations.load(std::memory_order_relaxed);
 }
 
+void QuantiseRows(const float* x, int n, int64_t in, I8A8Rows& q) {
+  if (q.rows.size() < size_t(n)) q.rows.resize(size_t(n));
+  for (int b = 0; b < n; ++b) Quantise(x + int64_t(b) * in, in, q.rows[size_t(b)]);
+}
+
 void I8A8FewRows(const float* x, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
+  thread_local I8A8Rows rows;
+  QuantiseRows(x, n, w.cols, rows);
+  I8A8Quantised(rows, n, w, r0, r1, y, ys);
+}
+
+void I8A8Quantised(const I8A8Rows& rows, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
   if (r0 >= r1) return;
-  thread_local std::vector<QuantRow> rows;
-  if (rows.size() < size_t(n)) rows.resize(size_t(n));
   const QuantRow* q[kFewRowsMax];
-  for (int b = 0; b < n; ++b) {
-    Quantise(x + int64_t(b) * w.cols, w.cols, rows[size_t(b)]);
-    q[b] = &rows[size_t(b)];
-  }
+  for (int b = 0; b < n; ++b) q[b] = &rows.rows[size_t(b)];
 #if CEDAR_I8A8_VNNI
   const uint8_t* start = static_cast<const uint8_t*>(w.data) + r0 * w.cols;
   const uint8_t* end = static_cast<const uint8_t*>(w.data) + r1 * w.cols;

@@ -216,6 +216,20 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
     }
   }
   if (slices.empty()) return 0;
+  // x of an 8-bit-activation product quantised once here, for all of its slices.
+  thread_local std::vector<I8A8Rows> a8_buffer;
+  thread_local std::vector<const I8A8Rows*> a8_rows_buffer;
+  std::vector<const I8A8Rows*>& a8_rows = a8_rows_buffer;
+  a8_rows.assign(size_t(n_jobs), nullptr);
+  if (Int8Activations()) {
+    if (a8_buffer.size() < size_t(n_jobs)) a8_buffer.resize(size_t(n_jobs));
+    for (int j = 0; j < n_jobs; ++j) {
+      const MatmulJob& m = jobs[j];
+      if (m.n < 1 || m.n > kFewRowsMax || m.out <= 0 || !Int8ActivationsApply(m.wv)) continue;
+      QuantiseRows(m.x, m.n, m.in, a8_buffer[size_t(j)]);
+      a8_rows[size_t(j)] = &a8_buffer[size_t(j)];
+    }
+  }
   if (threads > 1 && slices.size() < size_t(threads) &&
       std::any_of(slices.begin(), slices.end(), [](const Slice& s) { return s.rows; })) {
     // Fewer row blocks than threads (a product of 17-48 rows, e.g. a chunk's projections):
@@ -242,6 +256,7 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
       const MatmulJob& m = jobs[s.job];
       if (s.rows)
         GemmPrefillRows(m.x, m.w + size_t(s.col0) * m.in, m.y + s.col0, m.in, s.col1 - s.col0, m.out, s.row0, s.row1);
+      else if (const I8A8Rows* q = a8_rows[size_t(s.job)]) I8A8Quantised(*q, m.n, m.wv, s.col0, s.col1, m.y + s.col0, m.out);
       else MatmulColumns(m, s.col0, s.col1);
     }
   });

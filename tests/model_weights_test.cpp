@@ -24,6 +24,7 @@
 #include "engine/engine.h"
 #include "engine/init.h"
 #include "engine/v41_init.h"
+#include "kernels/ops.h"
 #include "tests/test_models.h"
 
 using namespace cedar;
@@ -145,4 +146,46 @@ TEST_CASE("typed weights keep the execution properties: chunked == whole, batch 
       const auto x = DecodeStep(*m, whole, 3), y = DecodeStep(*m, snap, 3);
       CHECK(x == y);
     }
+}
+
+// --int8-activations (kernels::SetInt8Activations): the decode products of INT8 weights run on
+// 8-bit activations. Another cache key, decode logits within the two roundings' bound of F32 (a
+// product's relative error grows by at most about the activations' 1/254), and a batched decode
+// row still equals the row alone bit for bit.
+TEST_CASE("int8 with 8-bit activations: own fingerprint, logits near F32, batch row == alone") {
+  for (const std::string name : {"tiny", "v41-tiny"}) {
+    CAPTURE(name);
+    auto f32 = Load(name, WeightPrecision::kF32);
+    auto plain = Load(name, WeightPrecision::kI8);
+    const ModelConfig& c = plain->config();
+    const auto t = RandomTokens(40, c.vocab_size, 11);
+    SequenceState s0(c), s1(c), s2(c);
+    Run(*f32, s0, t, PrefillMode::kExact);
+    Run(*plain, s1, t, PrefillMode::kExact);
+    const std::vector<float> d0 = DecodeStep(*f32, s0, 7), d1 = DecodeStep(*plain, s1, 7);
+    kernels::SetInt8Activations(true);  // process-wide: from here every INT8 product of <= 16 rows
+    auto a8 = Load(name, WeightPrecision::kI8);
+    CHECK(a8->fingerprint() != plain->fingerprint());
+    Run(*a8, s2, t, PrefillMode::kExact);
+    const std::vector<float> d2 = DecodeStep(*a8, s2, 7);
+    const double bound = ProductsInSeries(c) * 2.0 / 254;
+    std::printf("model_weights_test: %s int8 + 8-bit activations: decode logits rel error %.3g vs F32 (int8 alone %.3g, bound %.3g)\n",
+                name.c_str(), RelError(d2, d0), RelError(d1, d0), bound);
+    CHECK(d2 != d1);  // the mode changed the decode products
+    CHECK(RelError(d2, d0) <= bound);
+    std::vector<SequenceState> a, b;
+    for (int n : {3, 20, 45}) {
+      const auto tn = RandomTokens(n, c.vocab_size, 30 + n);
+      a.emplace_back(c);
+      b.emplace_back(c);
+      Run(*a8, a.back(), tn, PrefillMode::kExact);
+      Run(*a8, b.back(), tn, PrefillMode::kExact);
+    }
+    std::vector<SequenceState*> ptrs;
+    for (auto& s : a) ptrs.push_back(&s);
+    const std::vector<int32_t> toks = {5, 9, 13};
+    const auto batch = DecodeBatch(*a8, ptrs, toks);
+    for (size_t i = 0; i < a.size(); ++i) CHECK(batch[i] == DecodeStep(*a8, b[i], toks[i]));
+    kernels::SetInt8Activations(false);
+  }
 }
