@@ -245,7 +245,10 @@ int RunServe(int argc, char** argv) {
   if (sched.batch_prefill && !vm["batch-prefill"].defaulted() && sched.kind != session::SchedulerKind::kMixed)
     throw std::invalid_argument("--batch-prefill: expected --scheduler mixed, found '" + scheduler + "'");
   if (vm.count("row-invariant-matmul")) kernels::SetRowInvariantMatmul(true);
-  if (vm.count("int8-activations")) kernels::SetInt8Activations(true);
+  if (vm.count("int8-activations")) {
+    kernels::SetInt8Activations(true);
+    if (!kernels::Int8ActivationsVectorised()) spdlog::warn("--int8-activations: this build has no AVX-512 VNNI kernel; the products run on the scalar reference loop (same results, much slower decode)");
+  }
   // Keys: --api-key (repeatable), --api-key-file, CEDAR_API_KEY; all of them count.
   if (!api_key_file.empty()) {
     for (std::string& k : server::ReadApiKeyFile(api_key_file)) api_keys.push_back(std::move(k));

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "engine/spec_bench.h"
 
@@ -182,7 +183,10 @@ int RunEngineBenchMain(int argc, char** argv) {
     else if (a == "--reps") reps = ParseIntFlag("--reps", next(), 1, 1000);
     else if (a == "--keep-model") keep_model = true;
     else if (a == "--row-invariant-matmul") row_invariant = true;
-    else if (a == "--int8-activations") kernels::SetInt8Activations(true);
+    else if (a == "--int8-activations") {
+      kernels::SetInt8Activations(true);
+      if (!kernels::Int8ActivationsVectorised()) spdlog::warn("--int8-activations: this build has no AVX-512 VNNI kernel; the products run on the scalar reference loop (same results, much slower decode)");
+    }
     else if (a == "--threads") threads = ParseIntFlag("--threads", next(), 0, 4096);
     else if (a == "--decode-batch") batches_s = next();
     else if (a == "--device") device = next();

@@ -247,5 +247,12 @@ void MatmulI8A8(const float* x, const WeightView& w, float* y, int n) {
 
 void SetInt8Activations(bool on) { internal::int8_activations.store(on); }
 bool Int8Activations() { return internal::int8_activations.load(std::memory_order_relaxed); }
+bool Int8ActivationsVectorised() {
+#if CEDAR_I8A8_VNNI
+  return true;
+#else
+  return false;
+#endif
+}
 
 }  // namespace cedar::kernels

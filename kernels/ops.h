@@ -103,6 +103,9 @@ bool RowInvariantMatmul();
 // activations. Off by default. Process-wide; set it before products run, not during.
 void SetInt8Activations(bool on);
 bool Int8Activations();
+// Whether this build runs them on VNNI; false: on the scalar reference loop (same bits, far
+// slower than the F32-activation kernels), so the flags that turn the mode on warn.
+bool Int8ActivationsVectorised();
 
 // Sets the BLAS thread count (0 = library default). Our own loops are single-threaded.
 void SetThreads(int n);
