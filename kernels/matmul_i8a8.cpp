@@ -1,4 +1,4 @@
-// INT8 weights times 8-bit activations (issue 20, `--int8-activations on`): decode's and batched
+// INT8 weights times 8-bit activations (issue 20, `--int8-activations`): decode's and batched
 // decode's INT8 products on 8-bit dot products (AVX-512 VNNI's vpdpbusd), so a block of 64
 // weights costs one multiply-add instruction instead of eight F32 FMAs and the product runs at
 // memory speed where the F32-activation kernel (matmul_quant.cpp) is compute bound.
