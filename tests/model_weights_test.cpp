@@ -70,6 +70,25 @@ std::unique_ptr<const Model> Load(const std::string& name, WeightPrecision p) {
 // Products in series per token (see the header).
 int ProductsInSeries(const ModelConfig& c) { return 6 * c.n_layers + 1; }
 
+// Three sequences (3, 20, 45 prompt tokens) decoded as one batch give, row by row, exactly the
+// logits each gets decoded alone (row-invariant products).
+void CheckBatchRowsEqualAlone(const Model& m) {
+  const ModelConfig& c = m.config();
+  std::vector<SequenceState> a, b;
+  for (int n : {3, 20, 45}) {
+    const auto tn = RandomTokens(n, c.vocab_size, 30 + n);
+    a.emplace_back(c);
+    b.emplace_back(c);
+    Run(m, a.back(), tn, PrefillMode::kExact);
+    Run(m, b.back(), tn, PrefillMode::kExact);
+  }
+  std::vector<SequenceState*> ptrs;
+  for (auto& s : a) ptrs.push_back(&s);
+  const std::vector<int32_t> toks = {5, 9, 13};
+  const auto batch = DecodeBatch(m, ptrs, toks);
+  for (size_t i = 0; i < a.size(); ++i) CHECK(batch[i] == DecodeStep(m, b[i], toks[i]));
+}
+
 }  // namespace
 
 TEST_CASE("logits at bf16, int8 and as-stored are within the format's bound of F32, on tiny and v41-tiny") {
@@ -127,20 +146,7 @@ TEST_CASE("typed weights keep the execution properties: chunked == whole, batch 
         CAPTURE(chunk);
         CHECK(RelError(Run(*m, st, t, PrefillMode::kExact, chunk).logits, rw.logits) <= 2e-5);
       }
-      // A batched decode row equals the same row decoded alone, bit for bit (row-invariant products).
-      std::vector<SequenceState> a, b;
-      for (int n : {3, 20, 45}) {
-        const auto tn = RandomTokens(n, c.vocab_size, 30 + n);
-        a.emplace_back(c);
-        b.emplace_back(c);
-        Run(*m, a.back(), tn, PrefillMode::kExact);
-        Run(*m, b.back(), tn, PrefillMode::kExact);
-      }
-      std::vector<SequenceState*> ptrs;
-      for (auto& s : a) ptrs.push_back(&s);
-      const std::vector<int32_t> toks = {5, 9, 13};
-      const auto batch = DecodeBatch(*m, ptrs, toks);
-      for (size_t i = 0; i < a.size(); ++i) CHECK(batch[i] == DecodeStep(*m, b[i], toks[i]));
+      CheckBatchRowsEqualAlone(*m);
       // A state copied (what the cache restores) continues exactly as the original.
       SequenceState snap = CopyState(whole, c);
       const auto x = DecodeStep(*m, whole, 3), y = DecodeStep(*m, snap, 3);
@@ -173,19 +179,7 @@ TEST_CASE("int8 with 8-bit activations: own fingerprint, logits near F32, batch 
                 name.c_str(), RelError(d2, d0), RelError(d1, d0), bound);
     CHECK(d2 != d1);  // the mode changed the decode products
     CHECK(RelError(d2, d0) <= bound);
-    std::vector<SequenceState> a, b;
-    for (int n : {3, 20, 45}) {
-      const auto tn = RandomTokens(n, c.vocab_size, 30 + n);
-      a.emplace_back(c);
-      b.emplace_back(c);
-      Run(*a8, a.back(), tn, PrefillMode::kExact);
-      Run(*a8, b.back(), tn, PrefillMode::kExact);
-    }
-    std::vector<SequenceState*> ptrs;
-    for (auto& s : a) ptrs.push_back(&s);
-    const std::vector<int32_t> toks = {5, 9, 13};
-    const auto batch = DecodeBatch(*a8, ptrs, toks);
-    for (size_t i = 0; i < a.size(); ++i) CHECK(batch[i] == DecodeStep(*a8, b[i], toks[i]));
+    CheckBatchRowsEqualAlone(*a8);
     kernels::SetInt8Activations(false);
   }
 }
