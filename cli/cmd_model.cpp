@@ -295,7 +295,7 @@ int RunGenerate(int argc, char** argv) {
   lo.max_ram_bytes = int64_t(max_ram);
   lo.weights = ParseWeightPrecision(weights);
   kernels::SetInt8Activations(vm.count("int8-activations") > 0);
-  if (kernels::Int8Activations() && !kernels::Int8ActivationsVectorised()) spdlog::warn("--int8-activations: this build has no AVX-512 VNNI kernel; the products run on the scalar reference loop (same results, much slower decode)");
+  if (kernels::Int8Activations() && !kernels::Int8ActivationsVectorised()) spdlog::warn("--int8-activations: this build has neither the AVX-512 VNNI nor the AVX2 kernel; the products run on the scalar reference loop (same results, much slower decode)");
   auto m = Model::Load(model, lo);
   // Text goes through the tokenizer config.json declares (model_tokenizer.h; byte by default).
   const std::unique_ptr<bridge::Tokenizer> tok = bridge::LoadModelTokenizer(model, m->config().vocab_size);

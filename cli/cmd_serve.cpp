@@ -247,7 +247,7 @@ int RunServe(int argc, char** argv) {
   if (vm.count("row-invariant-matmul")) kernels::SetRowInvariantMatmul(true);
   if (vm.count("int8-activations")) {
     kernels::SetInt8Activations(true);
-    if (!kernels::Int8ActivationsVectorised()) spdlog::warn("--int8-activations: this build has no AVX-512 VNNI kernel; the products run on the scalar reference loop (same results, much slower decode)");
+    if (!kernels::Int8ActivationsVectorised()) spdlog::warn("--int8-activations: this build has neither the AVX-512 VNNI nor the AVX2 kernel; the products run on the scalar reference loop (same results, much slower decode)");
   }
   // Keys: --api-key (repeatable), --api-key-file, CEDAR_API_KEY; all of them count.
   if (!api_key_file.empty()) {

@@ -185,7 +185,7 @@ int RunEngineBenchMain(int argc, char** argv) {
     else if (a == "--row-invariant-matmul") row_invariant = true;
     else if (a == "--int8-activations") {
       kernels::SetInt8Activations(true);
-      if (!kernels::Int8ActivationsVectorised()) spdlog::warn("--int8-activations: this build has no AVX-512 VNNI kernel; the products run on the scalar reference loop (same results, much slower decode)");
+      if (!kernels::Int8ActivationsVectorised()) spdlog::warn("--int8-activations: this build has neither the AVX-512 VNNI nor the AVX2 kernel; the products run on the scalar reference loop (same results, much slower decode)");
     }
     else if (a == "--threads") threads = ParseIntFlag("--threads", next(), 0, 4096);
     else if (a == "--decode-batch") batches_s = next();

@@ -47,6 +47,7 @@ struct I8A8Rows {
     std::vector<uint8_t> absq;  // [pairs * 64] |q|, zero padded to whole pairs of blocks
     std::vector<uint64_t> neg;  // [pairs] bit j: element 64 p + j is negative
     std::vector<float> sa16;    // [pairs * 16] s_a of block 2p (lanes 0-7) and 2p + 1 (8-15)
+    std::vector<int8_t> sq;     // [pairs * 64] q itself (the AVX2 path's vpsignb; not filled on VNNI builds)
   };
   std::vector<Row> rows;  // [n] (grown, never shrunk: reused across products)
 };

@@ -13,7 +13,9 @@
 //   loop); an odd last block has a zero partner. The result is HSum16(acc[0] + acc[1]) with
 //   HSum16(a) = HSum8(a[0..7] + a[8..15]), HSum8 = ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
 // vpdpbusd multiplies unsigned by signed bytes: it is given |q| and w with q's sign (|w| <= 127,
-// so the negation cannot overflow). Without VNNI a scalar loop computes the same bits.
+// so the negation cannot overflow). AVX2 gets the same int32 lanes from vpsignb + vpmaddubsw (pairs
+// of |q| * +-w: at most 2 * 127 * 127, no saturation) + vpmaddwd, and the same float part, so the
+// same bits; without AVX2 a scalar loop computes them.
 // Only inputs that are a multiple of 32 take this path (the callers fall back otherwise).
 #include <algorithm>
 #include <atomic>
@@ -24,6 +26,10 @@
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #include <immintrin.h>
 #define CEDAR_I8A8_VNNI 1
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define CEDAR_I8A8_AVX2 1
+#include "kernels/lane16_avx2.h"
 #endif
 
 #include "kernels/cpu_internal.h"
@@ -46,9 +52,11 @@ void Prepare(int64_t in, QuantRow& q) {
   q.absq.resize(size_t(pairs) * 64);
   q.neg.resize(size_t(pairs));
   q.sa16.resize(size_t(pairs) * 16);
+  q.sq.resize(size_t(pairs) * 64);
   if (nb % 2) {
     std::fill(q.absq.end() - 32, q.absq.end(), uint8_t(0));
     std::fill(q.sa16.end() - 8, q.sa16.end(), 0.0f);
+    std::fill(q.sq.end() - 32, q.sq.end(), int8_t(0));
     q.neg.back() = 0;
   }
 }
@@ -73,6 +81,7 @@ void QuantiseScalar(const float* x, int64_t in, QuantRow& q) {
     for (int i = 0; i < B; ++i) {
       const int v = int(std::nearbyint(xb[i] * inv));
       q.absq[size_t(b * B + i)] = uint8_t(std::abs(v));
+      q.sq[size_t(b * B + i)] = int8_t(v);
       if (v < 0) m |= uint64_t(1) << i;
     }
     StoreBlock(q, b, m, amax);
@@ -185,6 +194,58 @@ void RowsVnni(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t
   }
 }
 
+#elif CEDAR_I8A8_AVX2
+
+// The VNNI kernel's lanes on 8-wide registers: acc[n][parity of the pair][lanes 0-7 | 8-15].
+// A block's int32 lanes come from vpsignb (w with q's sign), vpmaddubsw (|q| * that, pairs of
+// bytes summed: at most 2 * 127 * 127, no saturation) and vpmaddwd with ones (pairs of those),
+// i.e. lane i = bytes 4i..4i+3 as vpdpbusd sums them. (The VNNI path's zero partner of an odd
+// last block adds fma(0, 0, acc) to lanes that are never -0: skipping it changes no bit.)
+template <int N>
+void RowsAvx2(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
+  const int64_t in = w.cols, nb = in / B, nbs = (in + B - 1) / B;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const uint8_t* end = static_cast<const uint8_t*>(w.data) + r1 * in;
+  const uint8_t* absq[N];
+  const int8_t* sq[N];
+  const float* sa16[N];
+  for (int n = 0; n < N; ++n) absq[n] = q[n]->absq.data(), sq[n] = q[n]->sq.data(), sa16[n] = q[n]->sa16.data();
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* wr = static_cast<const uint8_t*>(w.data) + r * in;
+    const float* sw = static_cast<const float*>(w.scales) + r * nbs;
+    __m256 acc[N][2][2];
+    for (int n = 0; n < N; ++n)
+      for (int a = 0; a < 4; ++a) acc[n][a / 2][a % 2] = _mm256_setzero_ps();
+    // Block b into acc[.][parity][half] (constant indices, so the accumulators stay in registers).
+    auto block = [&](int64_t b, int parity, int half) {
+      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr + b * B));
+      const __m256 s = _mm256_set1_ps(sw[b]);
+#pragma GCC unroll 4
+      for (int n = 0; n < N; ++n) {
+        const __m256i sgn = _mm256_sign_epi8(wv, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sq[n] + b * B)));
+        const __m256i p16 = _mm256_maddubs_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(absq[n] + b * B)), sgn);
+        const __m256 d = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+        const __m256 sc = _mm256_mul_ps(s, _mm256_loadu_ps(sa16[n] + (b / 2) * 16 + half * 8));
+        acc[n][parity][half] = _mm256_fmadd_ps(d, sc, acc[n][parity][half]);
+      }
+    };
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) {  // pairs 2k (even) and 2k + 1 (odd)
+      const uint8_t* pf = wr + b * B + 2048;
+      if (pf < end) _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_NTA);
+      block(b, 0, 0);
+      block(b + 1, 0, 1);
+      block(b + 2, 1, 0);
+      block(b + 3, 1, 1);
+    }
+    if (b < nb) block(b, 0, 0);
+    if (b + 1 < nb) block(b + 1, 0, 1);
+    if (b + 2 < nb) block(b + 2, 1, 0);
+    for (int n = 0; n < N; ++n)
+      y[n * ys + (r - r0)] = Lane16Sum(_mm256_add_ps(acc[n][0][0], acc[n][1][0]), _mm256_add_ps(acc[n][0][1], acc[n][1][1]));
+  }
+}
+
 #endif  // CEDAR_I8A8_VNNI
 
 }  // namespace
@@ -227,6 +288,16 @@ void I8A8Quantised(const I8A8Rows& rows, int n, const WeightView& w, int64_t r0,
       default: RowsVnni<8>(qb, w, r0, r1, yb, ys); break;
     }
   }
+#elif CEDAR_I8A8_AVX2
+  for (int b0 = 0; b0 < n; b0 += 3) {  // groups of up to 3 rows: 12 accumulators
+    const QuantRow* const* qb = q + b0;
+    float* yb = y + int64_t(b0) * ys;
+    switch (std::min(3, n - b0)) {
+      case 1: RowsAvx2<1>(qb, w, r0, r1, yb, ys); break;
+      case 2: RowsAvx2<2>(qb, w, r0, r1, yb, ys); break;
+      default: RowsAvx2<3>(qb, w, r0, r1, yb, ys); break;
+    }
+  }
 #else
   for (int64_t r = r0; r < r1; ++r)
     for (int b = 0; b < n; ++b) y[b * ys + (r - r0)] = DotScalar(*q[b], w, r);
@@ -248,7 +319,7 @@ void MatmulI8A8(const float* x, const WeightView& w, float* y, int n) {
 void SetInt8Activations(bool on) { internal::int8_activations.store(on); }
 bool Int8Activations() { return internal::int8_activations.load(std::memory_order_relaxed); }
 bool Int8ActivationsVectorised() {
-#if CEDAR_I8A8_VNNI
+#if CEDAR_I8A8_VNNI || CEDAR_I8A8_AVX2
   return true;
 #else
   return false;

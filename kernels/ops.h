@@ -98,13 +98,13 @@ bool RowInvariantMatmul();
 
 // INT8 weights' decode and batched-decode products (up to 16 rows) on 8-bit activations: each row
 // of x quantised per block of 32 (s = amax / 127) and the blocks' dot products in integers
-// (AVX-512 VNNI; a scalar loop with the same bits elsewhere). About twice the INT8 decode rate
+// (AVX-512 VNNI, or AVX2's vpmaddubsw; a scalar loop with the same bits elsewhere). About twice the INT8 decode rate
 // on VNNI cores, at the accuracy cost docs/WEIGHTS.md measures; prefill (more rows) keeps F32
 // activations. Off by default. Process-wide; set it before products run, not during.
 void SetInt8Activations(bool on);
 bool Int8Activations();
-// Whether this build runs them on VNNI; false: on the scalar reference loop (same bits, far
-// slower than the F32-activation kernels), so the flags that turn the mode on warn.
+// Whether this build runs them vectorised (AVX-512 VNNI or AVX2); false: on the scalar reference
+// loop (same bits, far slower than the F32-activation kernels), so the flags that turn it on warn.
 bool Int8ActivationsVectorised();
 
 // Sets the BLAS thread count (0 = library default). Our own loops are single-threaded.
