@@ -281,7 +281,7 @@ int RunGenerate(int argc, char** argv) {
       "mmap-weights", "read F32 weights in place from the file (less RAM, slower decode)")(
       "weights", po::value(&weights)->default_value("f32"), "matmul weights in memory: f32 | bf16 | int8 (block 32) | as-stored (BF16, released FP8/FP4 kept)")(
       "max-ram", BytesOption("--max-ram", &max_ram, "0"), "released layout: most bytes of dequantised weights to hold (0 = no limit)")(
-      "int8-activations", "INT8 weights: decode's products (up to 16 rows) on 8-bit activations, quantised per row and block of 32 (AVX-512 VNNI; ~1.4-2x the INT8 decode product rate, at the accuracy cost docs/WEIGHTS.md measures); prefill keeps F32 activations")("json", "print JSON");
+      "int8-activations", "INT8 weights: decode's products (up to 16 rows) on 8-bit activations, quantised per row and block of 32 (AVX-512 VNNI or AVX2: faster INT8 decode products, at the accuracy cost docs/WEIGHTS.md measures); prefill keeps F32 activations")("json", "print JSON");
   po::variables_map vm;
   if (!Parse(argc, argv, "usage: cedar generate --model DIR --prompt TEXT|--tokens IDS --mode M --max-tokens N [--spec-tokens K] [--json]", desc, vm)) return 0;
   kernels::SetThreads(threads);

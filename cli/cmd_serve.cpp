@@ -174,7 +174,7 @@ int RunServe(int argc, char** argv) {
       "chunks of different turns, and their decoder phases, run as one engine pass each; every turn's rows keep "
       "their own products, so outputs do not depend on the other turns) | off (each chunk, then the decode rows, "
       "in passes of their own)")(
-      "int8-activations", "INT8 weights: decode's products (up to 16 rows) on 8-bit activations, quantised per row and block of 32 (AVX-512 VNNI; ~1.4-2x the INT8 decode product rate, at the accuracy cost docs/WEIGHTS.md measures); prefill keeps F32 activations")(
+      "int8-activations", "INT8 weights: decode's products (up to 16 rows) on 8-bit activations, quantised per row and block of 32 (AVX-512 VNNI or AVX2: faster INT8 decode products, at the accuracy cost docs/WEIGHTS.md measures); prefill keeps F32 activations")(
       "row-invariant-matmul",
       "every product sums each row in the decode kernels' order (kernels/gemm_rowinv.h), so rows of different turns "
       "share one product (and a prompt's rows equal its decode rows bit for bit); ~0.7x the prefill GEMM's rate")(
