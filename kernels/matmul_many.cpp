@@ -216,12 +216,14 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
     }
   }
   if (slices.empty()) return 0;
-  // x of an 8-bit-activation product quantised once here, for all of its slices.
+  // x of an 8-bit-activation product quantised once here, for all of its slices (only with the
+  // mode on: the default path does not touch these buffers).
   thread_local std::vector<I8A8Rows> a8_buffer;
   thread_local std::vector<const I8A8Rows*> a8_rows_buffer;
   std::vector<const I8A8Rows*>& a8_rows = a8_rows_buffer;
-  a8_rows.assign(size_t(n_jobs), nullptr);
-  if (Int8Activations()) {
+  const bool a8 = Int8Activations();
+  if (a8) {
+    a8_rows.assign(size_t(n_jobs), nullptr);
     if (a8_buffer.size() < size_t(n_jobs)) a8_buffer.resize(size_t(n_jobs));
     for (int j = 0; j < n_jobs; ++j) {
       const MatmulJob& m = jobs[j];
@@ -256,7 +258,7 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
       const MatmulJob& m = jobs[s.job];
       if (s.rows)
         GemmPrefillRows(m.x, m.w + size_t(s.col0) * m.in, m.y + s.col0, m.in, s.col1 - s.col0, m.out, s.row0, s.row1);
-      else if (const I8A8Rows* q = a8_rows[size_t(s.job)]) I8A8Quantised(*q, m.n, m.wv, s.col0, s.col1, m.y + s.col0, m.out);
+      else if (const I8A8Rows* q = a8 ? a8_rows[size_t(s.job)] : nullptr) I8A8Quantised(*q, m.n, m.wv, s.col0, s.col1, m.y + s.col0, m.out);
       else MatmulColumns(m, s.col0, s.col1);
     }
   });
