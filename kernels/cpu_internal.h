@@ -8,6 +8,8 @@
 
 namespace cedar::kernels::internal {
 
+class PackedRows;  // gemm_prefill.h
+
 // BLAS runs single-threaded; parallelism comes from our pool (see thread_pool.h). Idempotent.
 void EnsureBlasSingleThreaded();
 
@@ -34,7 +36,11 @@ void MatmulColumns(const MatmulJob& j, int col0, int col1);
 // [r0, r0 + n) decoded to F32 (out[n, cols]); a typed job's columns (few rows, or panels + sgemm).
 void QuantFewRows(const float* x, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys);
 void QuantDecodeRows(const WeightView& w, int64_t r0, int64_t n, float* out);
-void MatmulColumnsTyped(const MatmulJob& j, int col0, int col1);
+// px (optional): j.x packed once for the product (gemm_prefill.h PackedRows); many-row panels
+// then read it instead of packing x again for every panel.
+void MatmulColumnsTyped(const MatmulJob& j, int col0, int col1, const PackedRows* px = nullptr);
+// Weight rows per decoded panel of a typed many-row product with `in` columns (~1 MiB of F32).
+int64_t TypedPanelRows(int in);
 
 // INT8 weights times 8-bit activations (matmul_i8a8.cpp): whether w's few-row products take
 // that path (INT8, cols a multiple of 32, SetInt8Activations on), and QuantFewRows on it.

@@ -1,6 +1,8 @@
 // The many-row F32 product (see gemm_prefill.h for its blocking and summation order).
 #include "kernels/gemm_prefill.h"
 
+#include "kernels/thread_pool.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -201,6 +203,36 @@ void RunTile512(int mo, int panels, const float* p, size_t pf, const float* w, i
 
 }  // namespace
 
+namespace {
+
+#if defined(CEDAR_PREFILL_AVX2)
+// Rows [b0, b0 + nr) of y (nr <= kPrefillRowBlock) from their `panels` packed panels at p0 (one
+// every panel_floats): every output, a tile of 6 at a time.
+void RunBlock(const float* p0, size_t panel_floats, int panels, const float* w, float* y, int in, int out, int y_stride,
+              int b0, int nr) {
+#if defined(CEDAR_PREFILL_AVX512)
+  for (int o0 = 0; o0 < out; o0 += kMo)
+    RunTile512(std::min(kMo, out - o0), panels, p0, panel_floats, w + size_t(o0) * in, in, y + size_t(b0) * y_stride + o0,
+               y_stride, nr);
+#else
+  for (int o0 = 0; o0 < out; o0 += kMo) {
+    const int mo = std::min(kMo, out - o0);
+    for (int pi = 0; pi < panels; ++pi)
+      RunTile(mo, p0 + size_t(pi) * panel_floats, w + size_t(o0) * in, in, y + size_t(b0 + pi * kPanel) * y_stride + o0,
+              y_stride, std::min(kPanel, nr - pi * kPanel));
+  }
+#endif
+}
+#endif
+
+// The first 64-byte aligned float of buf, grown to hold `floats` from there.
+float* Aligned64(std::vector<float>& buf, size_t floats) {
+  buf.resize(floats + 16);
+  return buf.data() + ((64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64) / sizeof(float);
+}
+
+}  // namespace
+
 void GemmPrefillRows(const float* x, const float* w, float* y, int in, int out, int y_stride, int r0, int r1) {
   if (r1 <= r0 || out <= 0) return;
   if (in <= 0) {
@@ -217,24 +249,37 @@ void GemmPrefillRows(const float* x, const float* w, float* y, int in, int out, 
     const int b1 = std::min(r1, b0 + kPrefillRowBlock);
     const int panels = (b1 - b0 + kPanel - 1) / kPanel;
     const size_t panel_floats = size_t(in) * kPanel;
-    pack.resize(size_t(panels) * panel_floats + 16);
-    float* p0 = pack.data() + ((64 - reinterpret_cast<uintptr_t>(pack.data()) % 64) % 64) / sizeof(float);
+    float* p0 = Aligned64(pack, size_t(panels) * panel_floats);
     for (int pi = 0; pi < panels; ++pi)
       PackPanel(x, in, b0 + pi * kPanel, std::min(kPanel, b1 - b0 - pi * kPanel), p0 + size_t(pi) * panel_floats);
-#if defined(CEDAR_PREFILL_AVX512)
-    for (int o0 = 0; o0 < out; o0 += kMo)
-      RunTile512(std::min(kMo, out - o0), panels, p0, panel_floats, w + size_t(o0) * in, in, y + size_t(b0) * y_stride + o0,
-                 y_stride, b1 - b0);
-    continue;
+    RunBlock(p0, panel_floats, panels, w, y, in, out, y_stride, b0, b1 - b0);
+  }
 #endif
-    for (int o0 = 0; o0 < out; o0 += kMo) {
-      const int mo = std::min(kMo, out - o0);
-      for (int pi = 0; pi < panels; ++pi) {
-        const int rr = b0 + pi * kPanel;
-        RunTile(mo, p0 + size_t(pi) * panel_floats, w + size_t(o0) * in, in, y + size_t(rr) * y_stride + o0, y_stride,
-                std::min(kPanel, b1 - rr));
-      }
-    }
+}
+
+void PackedRows::Pack(const float* x, int n, int in) {
+  x_ = x;
+  n_ = n;
+  in_ = in;
+#if defined(CEDAR_PREFILL_AVX2)
+  const int panels = (n + kPanel - 1) / kPanel;
+  base_ = Aligned64(buf_, size_t(panels) * panel_floats());
+  ParallelFor(panels, 4, [&](int64_t p0, int64_t p1) {
+    for (int64_t pi = p0; pi < p1; ++pi)
+      PackPanel(x, in, int(pi) * kPanel, std::min(kPanel, n - int(pi) * kPanel), base_ + size_t(pi) * panel_floats());
+  });
+#endif
+}
+
+void GemmPackedRows(const PackedRows& px, const float* w, float* y, int out, int y_stride) {
+  if (px.n() <= 0 || out <= 0) return;
+#if !defined(CEDAR_PREFILL_AVX2)
+  GemmPrefillRows(px.x(), w, y, px.in(), out, y_stride, 0, px.n());
+#else
+  if (px.in() <= 0) return GemmPrefillRows(px.x(), w, y, px.in(), out, y_stride, 0, px.n());
+  for (int b0 = 0; b0 < px.n(); b0 += kPrefillRowBlock) {
+    const int nr = std::min(px.n() - b0, kPrefillRowBlock);
+    RunBlock(px.panel(b0 / kPanel), px.panel_floats(), (nr + kPanel - 1) / kPanel, w, y, px.in(), out, y_stride, b0, nr);
   }
 #endif
 }

@@ -17,6 +17,8 @@
 // --row-invariant-matmul is the mode where they do). ref::GemmPrefillRows is the scalar twin,
 // bitwise equal.
 #pragma once
+#include <cstddef>
+#include <vector>
 
 namespace cedar::kernels::internal {
 
@@ -35,6 +37,32 @@ constexpr int kPrefillRowBlock = 48;
 // Rows [r0, r1) of y[n, out] (row stride y_stride) = x[n, in] . W[out, in]^T, all out columns,
 // on the calling thread. in == 0 writes zeros.
 void GemmPrefillRows(const float* x, const float* w, float* y, int in, int out, int y_stride, int r0, int r1);
+
+// x's rows packed once into GemmPrefillRows' panels (16 rows each, [in][16], 64-byte aligned),
+// for a product whose weights arrive panel by panel: the typed-weight prefill decodes ~1 MiB of
+// weight rows at a time (matmul_quant.cpp), and packing all of x again for every such panel was
+// ~13% of a BF16 prefill product (perf of `cedar bench`, medium, 512 rows). Pack once per
+// product, then every weight panel, on any thread, reads the same packed rows.
+class PackedRows {
+ public:
+  // Packs x[n, in] (n >= 1, in >= 1), the panels split over the pool (ParallelFor).
+  void Pack(const float* x, int n, int in);
+  int n() const { return n_; }
+  int in() const { return in_; }
+  const float* x() const { return x_; }  // the rows as given (the scalar fallback reads them)
+  size_t panel_floats() const { return size_t(in_) * 16; }
+  const float* panel(int i) const { return base_ + size_t(i) * panel_floats(); }  // rows [16 i, 16 i + 16)
+
+ private:
+  std::vector<float> buf_;  // grown, never shrunk: reused across products
+  float* base_ = nullptr;   // buf_'s first 64-byte aligned float
+  const float* x_ = nullptr;
+  int n_ = 0, in_ = 0;
+};
+
+// GemmPrefillRows(px.x(), w, y, px.in(), out, y_stride, 0, px.n()) on rows packed beforehand:
+// the same tiles and the same bits (one FMA chain per output), without packing.
+void GemmPackedRows(const PackedRows& px, const float* w, float* y, int out, int y_stride);
 
 namespace ref {
 // GemmPrefillRows' scalar twin (the same FMA chain per output): bitwise equal to it.

@@ -251,6 +251,30 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
     }
     slices.swap(split);
   }
+  // x of a typed many-row product packed once here for every weight panel of every slice
+  // (gemm_prefill.h PackedRows), where a slice holds more than one panel (medium's 2048-wide
+  // products: 8 per slice; a thread packing x for each measured 4-7% slower in bench-style
+  // runs of the product). Where each slice is one panel (small's shapes) each thread packs its
+  // own copy as it goes: packing once beforehand measured 1-4% slower there (one more hand-off,
+  // and the panels then come from the other core's cache). Products over the same x (Wq_a
+  // and Wkv) share one packing.
+  thread_local std::vector<PackedRows> packed_buffer;
+  thread_local std::vector<const PackedRows*> packed_rows_buffer;
+  std::vector<const PackedRows*>& packed = packed_rows_buffer;
+  packed.assign(size_t(n_jobs), nullptr);
+  if (kPrefillGemmFast) {
+    if (packed_buffer.size() < size_t(n_jobs)) packed_buffer.resize(size_t(n_jobs));
+    for (int j = 0; j < n_jobs; ++j) {
+      const MatmulJob& m = jobs[j];
+      if (m.n <= kFewRowsMax || m.out <= 0 || m.in <= 0 || m.wv.type == WeightType::kF32) continue;
+      if ((m.out + threads - 1) / threads <= TypedPanelRows(m.in)) continue;
+      for (int k = 0; k < j && !packed[size_t(j)]; ++k)
+        if (packed[size_t(k)] && jobs[k].x == m.x && jobs[k].n == m.n && jobs[k].in == m.in) packed[size_t(j)] = packed[size_t(k)];
+      if (packed[size_t(j)]) continue;
+      packed_buffer[size_t(j)].Pack(m.x, m.n, m.in);
+      packed[size_t(j)] = &packed_buffer[size_t(j)];
+    }
+  }
   std::atomic<size_t> next{0};
   ParallelFor(std::min<int64_t>(threads, int64_t(slices.size())), 1, [&](int64_t, int64_t) {
     for (size_t k; (k = next.fetch_add(1, std::memory_order_relaxed)) < slices.size();) {
@@ -259,6 +283,7 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
       if (s.rows)
         GemmPrefillRows(m.x, m.w + size_t(s.col0) * m.in, m.y + s.col0, m.in, s.col1 - s.col0, m.out, s.row0, s.row1);
       else if (const I8A8Rows* q = a8 ? a8_rows[size_t(s.job)] : nullptr) I8A8Quantised(*q, m.n, m.wv, s.col0, s.col1, m.y + s.col0, m.out);
+      else if (const PackedRows* px = packed[size_t(s.job)]) MatmulColumnsTyped(m, s.col0, s.col1, px);
       else MatmulColumns(m, s.col0, s.col1);
     }
   });

@@ -472,7 +472,9 @@ void QuantDecodeRows(const WeightView& w, int64_t r0, int64_t n, float* out) {
   }
 }
 
-void MatmulColumnsTyped(const MatmulJob& j, int col0, int col1) {
+int64_t TypedPanelRows(int in) { return std::max<int64_t>(16, (int64_t(1) << 18) / std::max(1, in) / 16 * 16); }
+
+void MatmulColumnsTyped(const MatmulJob& j, int col0, int col1, const PackedRows* px) {
   const WeightView& w = j.wv;
   if (j.in <= 0) {
     for (int r = 0; r < j.n; ++r) std::fill(j.y + size_t(r) * j.out + col0, j.y + size_t(r) * j.out + col1, 0.0f);
@@ -482,12 +484,14 @@ void MatmulColumnsTyped(const MatmulJob& j, int col0, int col1) {
   // Many rows: panels of weight rows decoded once (~1 MiB of F32, so the panel stays in L2/L3
   // while the prefill GEMM (gemm_prefill.h, as for F32 weights) runs over all rows of x).
   thread_local std::vector<float> panel;
-  const int64_t rows_per = std::max<int64_t>(16, (int64_t(1) << 18) / std::max(1, j.in) / 16 * 16);
+  const int64_t rows_per = TypedPanelRows(j.in);
   for (int64_t a = col0; a < col1; a += rows_per) {
     const int64_t m = std::min<int64_t>(rows_per, col1 - a);
     panel.resize(size_t(m) * size_t(j.in));
     QuantDecodeRows(w, a, m, panel.data());
-    if (kPrefillGemmFast)
+    if (px)
+      GemmPackedRows(*px, panel.data(), j.y + a, int(m), j.out);
+    else if (kPrefillGemmFast)
       GemmPrefillRows(j.x, panel.data(), j.y + a, j.in, int(m), j.out, 0, j.n);
     else
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j.n, int(m), j.in, 1.0f, j.x, j.in, panel.data(), j.in, 0.0f,

@@ -1,7 +1,8 @@
 // The many-row F32 product (kernels/gemm_prefill.h): bitwise equal to its scalar reference (one
 // FMA chain per output), within float tolerance of a double-precision product, and each row's
 // bits independent of how many rows share the product and where the row sits (what chunked ==
-// whole prefill relies on), through Matmul and MatmulMany as the engine calls them.
+// whole prefill relies on), through Matmul and MatmulMany as the engine calls them; the same on
+// rows packed once (PackedRows), and typed weights' many-row products on it.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -13,6 +14,8 @@
 #include "kernels/cpu_internal.h"
 #include "kernels/gemm_prefill.h"
 #include "kernels/ops.h"
+#include "kernels/thread_pool.h"
+#include "kernels/weight_quantize.h"
 #include "tests/kernel_test_util.h"
 
 namespace k = cedar::kernels;
@@ -91,4 +94,70 @@ TEST_CASE("Matmul and MatmulMany rows above kFewRowsMax do not depend on the row
                                 {x.data() + size_t(64) * in, w.data(), many.data() + size_t(64) * out, n - 64, in, out}};
   k::MatmulMany(jobs, 2);
   CHECK(SameBits(many.data(), whole.data(), whole.size()));
+}
+
+TEST_CASE("GemmPackedRows (x packed once) equals GemmPrefillRows bit for bit") {
+  for (int threads : {1, 2}) {
+    k::SetPoolThreads(threads);
+    for (int n : {1, 15, 16, 17, 48, 49, 97, 130})
+      for (int in : {1, 9, 64, 515})
+        for (int out : {1, 6, 7, 40}) {
+          const auto x = Random(size_t(n) * in, 7 + n + in), w = Random(size_t(out) * in, 9 + out);
+          std::vector<float> y(size_t(n) * out, NAN), yr(size_t(n) * out, NAN);
+          ki::PackedRows px;
+          px.Pack(x.data(), n, in);
+          ki::GemmPackedRows(px, w.data(), y.data(), out, out);
+          ki::ref::GemmPrefillRows(x.data(), w.data(), yr.data(), in, out, out, 0, n);
+          INFO("n=" << n << " in=" << in << " out=" << out << " threads=" << threads);
+          CHECK(SameBits(y.data(), yr.data(), y.size()));
+        }
+  }
+  k::SetPoolThreads(2);
+}
+
+// Typed weights above kFewRowsMax rows: panels of weight rows decoded to F32, then the prefill
+// GEMM's FMA chain per output over x packed once per product (MatmulMany shares the packing
+// between jobs over the same x, as Wq_a and Wkv are): every output equals ref::GemmPrefillRows
+// on the decoded weights, bit for bit, whichever jobs run beside it.
+TEST_CASE("typed many-row products equal the prefill GEMM on the decoded weights, bit for bit") {
+  if (!ki::kPrefillGemmFast) {
+    MESSAGE("the prefill GEMM is not compiled in on this ISA (typed panels run on sgemm): skipped");
+    return;
+  }
+  for (int threads : {1, 2}) {
+    k::SetPoolThreads(threads);
+    for (k::WeightType type : {k::WeightType::kBF16, k::WeightType::kI8, k::WeightType::kFP8, k::WeightType::kFP4}) {
+      // in = 2080: 112-row weight panels, so the 240-300-wide jobs have more than one panel per
+      // slice and get x packed once (jobs 0 and 3 share it), the 33-wide job packs per panel.
+      const int n = 70, in = 2080, jobs_n = 4;
+      const int outs[jobs_n] = {300, 33, 240, 260};
+      const auto x = Random(size_t(n) * in, 41), x2 = Random(size_t(20) * in, 42);
+      std::vector<k::OwnedWeight> ws;
+      std::vector<std::vector<float>> ys, want;
+      std::vector<k::MatmulJob> jobs;
+      for (int i = 0; i < jobs_n; ++i) {
+        const int rows = i == 2 ? 20 : n;  // job 2 has an x of its own
+        ws.push_back(k::QuantizeWeight(Random(size_t(outs[i]) * in, 50 + i), outs[i], in, type));
+        std::vector<float> dec(size_t(outs[i]) * in);
+        ki::QuantDecodeRows(ws.back().view, 0, outs[i], dec.data());
+        want.emplace_back(size_t(rows) * outs[i], NAN);
+        ki::ref::GemmPrefillRows(i == 2 ? x2.data() : x.data(), dec.data(), want.back().data(), in, outs[i], outs[i], 0, rows);
+        ys.emplace_back(size_t(rows) * outs[i], NAN);
+      }
+      for (int i = 0; i < jobs_n; ++i) {
+        k::MatmulJob j{i == 2 ? x2.data() : x.data(), nullptr, ys[size_t(i)].data(), i == 2 ? 20 : n, in, outs[i]};
+        j.wv = ws[size_t(i)].view;
+        jobs.push_back(j);
+      }
+      k::MatmulMany(jobs.data(), jobs_n);
+      for (int i = 0; i < jobs_n; ++i) {
+        INFO(k::WeightTypeName(type) << " job " << i << " threads=" << threads);
+        CHECK(SameBits(ys[size_t(i)].data(), want[size_t(i)].data(), ys[size_t(i)].size()));
+      }
+      std::vector<float> alone(ys[0].size(), NAN);
+      k::MatmulW(x.data(), ws[0].view, alone.data(), n);
+      CHECK(SameBits(alone.data(), want[0].data(), alone.size()));
+    }
+  }
+  k::SetPoolThreads(2);
 }
