@@ -114,12 +114,6 @@ std::string ReleasedKeyLine(const std::string& line, bool flat) {
   return out + line.substr(colon) + " (Cedar's " + field + ")";
 }
 
-std::string List(const std::vector<int>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
 // CPU seconds of the calling thread (the dequantisation runs on it): on a shared machine the wall
 // time of a load measures the neighbours, this measures the work.
 double ThreadCpuSeconds() {
