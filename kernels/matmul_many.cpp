@@ -258,6 +258,8 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
   // own copy as it goes: packing once beforehand measured 1-4% slower there (one more hand-off,
   // and the panels then come from the other core's cache). Products over the same x (Wq_a
   // and Wkv) share one packing.
+  // The buffers are kept for the next call (no allocation per product): they hold what the
+  // largest call packed, as many floats as the x rows of its packed products.
   thread_local std::vector<PackedRows> packed_buffer;
   thread_local std::vector<const PackedRows*> packed_rows_buffer;
   std::vector<const PackedRows*>& packed = packed_rows_buffer;
