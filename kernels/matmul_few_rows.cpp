@@ -20,13 +20,19 @@ namespace {
 // order as MatVec's (one 16-lane accumulator over the row, then the lane sum), so a row of a
 // batch gets bit for bit what it would get alone.
 template <int N, int R>
-void Block(const float* x, const float* w, float* y, int in, int y_stride) {
+void Block(const float* x, const float* w, float* y, int in, int y_stride, const float* pf_end) {
   const int in16 = in / 16 * 16;
   const __mmask16 tail = __mmask16((1u << (in % 16)) - 1u);
   __m512 acc[N][R];
   for (int b = 0; b < N; ++b)
     for (int k = 0; k < R; ++k) acc[b][k] = _mm512_setzero_ps();
+  // The next block's R rows (contiguous after these) requested R lines an iteration, so they are
+  // in L1 when it starts, never at or past pf_end (another thread's rows).
+  const float* pf = w + size_t(R) * in;
   for (int i = 0; i < in16; i += 16) {
+#pragma GCC unroll 8
+    for (int k = 0; k < R; ++k, pf += 16)
+      if (pf < pf_end) _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T0);
     __m512 wv[R];
 #pragma GCC unroll 8
     for (int k = 0; k < R; ++k) wv[k] = _mm512_loadu_ps(w + size_t(k) * in + i);
@@ -51,11 +57,11 @@ void Block(const float* x, const float* w, float* y, int in, int y_stride) {
 
 // Up to 24 accumulators: R weight rows side by side for N rows of x.
 template <int N>
-void Rows(const float* x, const float* w, float* y, int rows, int in, int y_stride) {
+void Rows(const float* x, const float* w, float* y, int rows, int in, int y_stride, const float* pf_end) {
   constexpr int R = N <= 2 ? 8 : N <= 4 ? 4 : 3;
   int r = 0;
-  for (; r + R <= rows; r += R) Block<N, R>(x, w + size_t(r) * in, y + r, in, y_stride);
-  for (; r < rows; ++r) Block<N, 1>(x, w + size_t(r) * in, y + r, in, y_stride);
+  for (; r + R <= rows; r += R) Block<N, R>(x, w + size_t(r) * in, y + r, in, y_stride, pf_end);
+  for (; r < rows; ++r) Block<N, 1>(x, w + size_t(r) * in, y + r, in, y_stride, pf_end);
 }
 
 }  // namespace
@@ -109,6 +115,7 @@ void MatmulFewRows(const float* x, const float* w, float* y, int n, int in, int 
   // Groups of up to 8 rows of x; the weight rows a group reads stay in L1 for the next group.
   constexpr int kGroup = 8;
   const int blk = 64;  // weight rows per block (64 x in floats: within L2 for in <= 2048)
+  const float* pf_end = w + size_t(rows) * in;
   for (int r0 = 0; r0 < rows; r0 += blk) {
     const int nr = std::min(blk, rows - r0);
     for (int b0 = 0; b0 < n; b0 += kGroup) {
@@ -116,14 +123,14 @@ void MatmulFewRows(const float* x, const float* w, float* y, int n, int in, int 
       const float* wr = w + size_t(r0) * in;
       float* yb = y + size_t(b0) * y_stride + r0;
       switch (std::min(kGroup, n - b0)) {
-        case 1: Rows<1>(xb, wr, yb, nr, in, y_stride); break;
-        case 2: Rows<2>(xb, wr, yb, nr, in, y_stride); break;
-        case 3: Rows<3>(xb, wr, yb, nr, in, y_stride); break;
-        case 4: Rows<4>(xb, wr, yb, nr, in, y_stride); break;
-        case 5: Rows<5>(xb, wr, yb, nr, in, y_stride); break;
-        case 6: Rows<6>(xb, wr, yb, nr, in, y_stride); break;
-        case 7: Rows<7>(xb, wr, yb, nr, in, y_stride); break;
-        default: Rows<8>(xb, wr, yb, nr, in, y_stride); break;
+        case 1: Rows<1>(xb, wr, yb, nr, in, y_stride, pf_end); break;
+        case 2: Rows<2>(xb, wr, yb, nr, in, y_stride, pf_end); break;
+        case 3: Rows<3>(xb, wr, yb, nr, in, y_stride, pf_end); break;
+        case 4: Rows<4>(xb, wr, yb, nr, in, y_stride, pf_end); break;
+        case 5: Rows<5>(xb, wr, yb, nr, in, y_stride, pf_end); break;
+        case 6: Rows<6>(xb, wr, yb, nr, in, y_stride, pf_end); break;
+        case 7: Rows<7>(xb, wr, yb, nr, in, y_stride, pf_end); break;
+        default: Rows<8>(xb, wr, yb, nr, in, y_stride, pf_end); break;
       }
     }
   }
