@@ -28,11 +28,13 @@ void Block(const float* x, const float* w, float* y, int in, int y_stride, const
     for (int k = 0; k < R; ++k) acc[b][k] = _mm512_setzero_ps();
   // The next block's R rows (contiguous after these) requested R lines an iteration, so they are
   // in L1 when it starts, never at or past pf_end (another thread's rows).
-  const float* pf = w + size_t(R) * in;
+  // (Offsets, not pointers: a pointer past the end of the weights would not be valid to form.)
+  const size_t pf_limit = size_t(pf_end - w);
+  size_t pf = size_t(R) * in;
   for (int i = 0; i < in16; i += 16) {
 #pragma GCC unroll 8
     for (int k = 0; k < R; ++k, pf += 16)
-      if (pf < pf_end) _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T0);
+      if (pf < pf_limit) _mm_prefetch(reinterpret_cast<const char*>(w + pf), _MM_HINT_T0);
     __m512 wv[R];
 #pragma GCC unroll 8
     for (int k = 0; k < R; ++k) wv[k] = _mm512_loadu_ps(w + size_t(k) * in + i);

@@ -259,17 +259,22 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
   // and the panels then come from the other core's cache). Products over the same x (Wq_a
   // and Wkv) share one packing.
   // The buffers are kept for the next call (no allocation per product): they hold what the
-  // largest call packed, as many floats as the x rows of its packed products.
+  // largest call packed, as many floats as the x rows of its packed products. The table is
+  // filled and read only when some job is packed (decode's ~300-500 calls a token never are).
   thread_local std::vector<PackedRows> packed_buffer;
   thread_local std::vector<const PackedRows*> packed_rows_buffer;
   std::vector<const PackedRows*>& packed = packed_rows_buffer;
-  packed.assign(size_t(n_jobs), nullptr);
+  bool any_packed = false;
   if (kPrefillGemmFast) {
-    if (packed_buffer.size() < size_t(n_jobs)) packed_buffer.resize(size_t(n_jobs));
     for (int j = 0; j < n_jobs; ++j) {
       const MatmulJob& m = jobs[j];
       if (m.n <= kFewRowsMax || m.out <= 0 || m.in <= 0 || m.wv.type == WeightType::kF32) continue;
       if ((m.out + threads - 1) / threads <= TypedPanelRows(m.in)) continue;
+      if (!any_packed) {
+        any_packed = true;
+        packed.assign(size_t(n_jobs), nullptr);
+        if (packed_buffer.size() < size_t(n_jobs)) packed_buffer.resize(size_t(n_jobs));
+      }
       for (int k = 0; k < j && !packed[size_t(j)]; ++k)
         if (packed[size_t(k)] && jobs[k].x == m.x && jobs[k].n == m.n && jobs[k].in == m.in) packed[size_t(j)] = packed[size_t(k)];
       if (packed[size_t(j)]) continue;
@@ -285,7 +290,7 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
       if (s.rows)
         GemmPrefillRows(m.x, m.w + size_t(s.col0) * m.in, m.y + s.col0, m.in, s.col1 - s.col0, m.out, s.row0, s.row1);
       else if (const I8A8Rows* q = a8 ? a8_rows[size_t(s.job)] : nullptr) I8A8Quantised(*q, m.n, m.wv, s.col0, s.col1, m.y + s.col0, m.out);
-      else if (const PackedRows* px = packed[size_t(s.job)]) MatmulColumnsTyped(m, s.col0, s.col1, px);
+      else if (const PackedRows* px = any_packed ? packed[size_t(s.job)] : nullptr) MatmulColumnsTyped(m, s.col0, s.col1, px);
       else MatmulColumns(m, s.col0, s.col1);
     }
   });
