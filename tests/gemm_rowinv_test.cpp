@@ -112,7 +112,7 @@ TEST_CASE("every row of an n-row product equals that row alone (MatVec), bit for
 
 TEST_CASE("MatVec sums in the lane-16 order (ref::DotLane16), so decode and the GEMM agree") {
   for (int in : {1, 7, 8, 9, 15, 16, 17, 31, 100, 512, 515})
-    for (int rows : {1, 2, 3, 5, 6, 7, 13}) {
+    for (int rows : {1, 2, 3, 5, 6, 7, 13, 63, 64, 67, 130, 263}) {  // 64 up: the slice read in 4 parts
       const auto x = Random(size_t(in), 31 + in), w = Random(size_t(rows) * in, 37 + rows);
       std::vector<float> y(static_cast<size_t>(rows)), yr(static_cast<size_t>(rows));
       k::internal::MatVec(w.data(), x.data(), y.data(), rows, in);
