@@ -149,36 +149,50 @@ inline float Reduce16(__m512 a) {
   return HSum16(v);
 }
 
+// Decode (one row of x) reads a thread's slice as kSpreadI8A8 equal parts side by side, as the
+// F32-activation kernels do (matmul_quant.cpp kSpreadOf).
+constexpr int kSpreadI8A8 = 2;
+
 // N rows of x against weight rows [r0, r1), one weight row at a time (address order, as the
 // F32-activation kernel reads decode's weights), each weight pair loaded once for the N rows.
-template <int N>
-void RowsVnni(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
+// With S > 1 (decode, N = 1) rows r + k * rs for k < S run side by side, their outputs at
+// y[(r - r0) + k * rs]: the slice read as S parts at once (kSpreadI8A8); every row keeps its own
+// accumulators, so the bits are those of S = 1. end: the slice's last byte (prefetch bound).
+template <int N, int S = 1>
+void RowsVnni(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys,
+              const uint8_t* end, int64_t rs = 1) {
   const int64_t in = w.cols, nb = in / B, full = nb / 2, nbs = (in + B - 1) / B;
   const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
   const __m512i zero = _mm512_setzero_si512();
-  const uint8_t* end = static_cast<const uint8_t*>(w.data) + r1 * in;
   const uint8_t* absq[N];
   const uint64_t* neg[N];
   const float* sa16[N];
   for (int n = 0; n < N; ++n) absq[n] = q[n]->absq.data(), neg[n] = q[n]->neg.data(), sa16[n] = q[n]->sa16.data();
   for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* wr = static_cast<const uint8_t*>(w.data) + r * in;
-    const float* sw = static_cast<const float*>(w.scales) + r * nbs;
-    __m512 acc0[N], acc1[N];  // even and odd pairs
-    for (int n = 0; n < N; ++n) acc0[n] = acc1[n] = _mm512_setzero_ps();
-    auto pair = [&](int64_t p, __m512i wv, __m512 s, __m512 (&a)[N]) {
-#pragma GCC unroll 16
-      for (int n = 0; n < N; ++n) {
-        const __m512i sgn = _mm512_mask_sub_epi8(wv, neg[n][p], zero, wv);
-        const __m512i d = _mm512_dpbusd_epi32(zero, _mm512_loadu_si512(absq[n] + p * 64), sgn);
-        a[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(s, _mm512_loadu_ps(sa16[n] + p * 16)), a[n]);
-      }
+    const uint8_t* wr[S];
+    const float* sw[S];
+    for (int k = 0; k < S; ++k) {
+      wr[k] = static_cast<const uint8_t*>(w.data) + (r + k * rs) * in;
+      sw[k] = static_cast<const float*>(w.scales) + (r + k * rs) * nbs;
+    }
+    __m512 acc0[N][S], acc1[N][S];  // even and odd pairs
+    for (int n = 0; n < N; ++n)
+      for (int k = 0; k < S; ++k) acc0[n][k] = acc1[n][k] = _mm512_setzero_ps();
+    auto pair = [&](int64_t p, __m512i wv, __m512 s, __m512& a, int n) {
+      const __m512i sgn = _mm512_mask_sub_epi8(wv, neg[n][p], zero, wv);
+      const __m512i d = _mm512_dpbusd_epi32(zero, _mm512_loadu_si512(absq[n] + p * 64), sgn);
+      a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(s, _mm512_loadu_ps(sa16[n] + p * 16)), a);
     };
-    auto full_pair = [&](int64_t p, __m512 (&a)[N]) {
-      const uint8_t* pf = wr + p * 64 + 4096;
-      if (pf < end) _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_NTA);
-      const __m512 s = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(sw + 2 * p)))));
-      pair(p, _mm512_loadu_si512(wr + p * 64), s, a);
+    auto full_pair = [&](int64_t p, __m512 (&a)[N][S]) {
+#pragma GCC unroll 4
+      for (int k = 0; k < S; ++k) {
+        const uint8_t* pf = wr[k] + p * 64 + 4096;
+        if (pf < end) _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_NTA);
+        const __m512 s = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(sw[k] + 2 * p)))));
+        const __m512i wv = _mm512_loadu_si512(wr[k] + p * 64);
+#pragma GCC unroll 16
+        for (int n = 0; n < N; ++n) pair(p, wv, s, a[n][k], n);
+      }
     };
     int64_t p = 0;
     for (; p + 1 < full; p += 2) {
@@ -187,10 +201,14 @@ void RowsVnni(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t
     }
     if (p < full) full_pair(p++, acc0);
     if (nb % 2) {  // the last block alone: upper half of the pair zero (weights masked, scale 0)
-      const __m512 s = _mm512_maskz_mov_ps(0x00FF, _mm512_set1_ps(sw[nb - 1]));
-      pair(full, _mm512_maskz_loadu_epi8(0xFFFFFFFFull, wr + full * 64), s, full % 2 ? acc1 : acc0);
+      for (int k = 0; k < S; ++k) {
+        const __m512 s = _mm512_maskz_mov_ps(0x00FF, _mm512_set1_ps(sw[k][nb - 1]));
+        const __m512i wv = _mm512_maskz_loadu_epi8(0xFFFFFFFFull, wr[k] + full * 64);
+        for (int n = 0; n < N; ++n) pair(full, wv, s, full % 2 ? acc1[n][k] : acc0[n][k], n);
+      }
     }
-    for (int n = 0; n < N; ++n) y[n * ys + (r - r0)] = Reduce16(_mm512_add_ps(acc0[n], acc1[n]));
+    for (int n = 0; n < N; ++n)
+      for (int k = 0; k < S; ++k) y[n * ys + (r - r0) + k * rs] = Reduce16(_mm512_add_ps(acc0[n][k], acc1[n][k]));
   }
 }
 
@@ -278,14 +296,22 @@ void I8A8Quantised(const I8A8Rows& rows, int n, const WeightView& w, int64_t r0,
     const QuantRow* const* qb = q + b0;
     float* yb = y + int64_t(b0) * ys;
     switch (std::min(8, n - b0)) {
-      case 1: RowsVnni<1>(qb, w, r0, r1, yb, ys); break;
-      case 2: RowsVnni<2>(qb, w, r0, r1, yb, ys); break;
-      case 3: RowsVnni<3>(qb, w, r0, r1, yb, ys); break;
-      case 4: RowsVnni<4>(qb, w, r0, r1, yb, ys); break;
-      case 5: RowsVnni<5>(qb, w, r0, r1, yb, ys); break;
-      case 6: RowsVnni<6>(qb, w, r0, r1, yb, ys); break;
-      case 7: RowsVnni<7>(qb, w, r0, r1, yb, ys); break;
-      default: RowsVnni<8>(qb, w, r0, r1, yb, ys); break;
+      case 1:
+        if (r1 - r0 >= kSpreadI8A8 * 16) {
+          const int64_t per = (r1 - r0) / kSpreadI8A8;
+          RowsVnni<1, kSpreadI8A8>(qb, w, r0, r0 + per, yb, ys, end, per);
+          RowsVnni<1>(qb, w, r0 + per * kSpreadI8A8, r1, yb + per * kSpreadI8A8, ys, end);
+        } else {
+          RowsVnni<1>(qb, w, r0, r1, yb, ys, end);
+        }
+        break;
+      case 2: RowsVnni<2>(qb, w, r0, r1, yb, ys, end); break;
+      case 3: RowsVnni<3>(qb, w, r0, r1, yb, ys, end); break;
+      case 4: RowsVnni<4>(qb, w, r0, r1, yb, ys, end); break;
+      case 5: RowsVnni<5>(qb, w, r0, r1, yb, ys, end); break;
+      case 6: RowsVnni<6>(qb, w, r0, r1, yb, ys, end); break;
+      case 7: RowsVnni<7>(qb, w, r0, r1, yb, ys, end); break;
+      default: RowsVnni<8>(qb, w, r0, r1, yb, ys, end); break;
     }
   }
 #elif CEDAR_I8A8_AVX2

@@ -52,7 +52,7 @@ TEST_CASE("8-bit-activation INT8 products equal their scalar reference bit for b
     k::SetPoolThreads(threads);
     for (int n : {1, 2, 5, 8, 9, 16})
       for (int in : {32, 96, 256, 1056})
-        for (int out : {1, 7, 70}) {
+        for (int out : {1, 7, 70, 263}) {  // 70 and 263: decode reads a slice in parts (kSpreadI8A8)
           const auto x = Random(size_t(n) * in, 10 + n + in), w = Random(size_t(out) * in, 20 + out + in);
           const k::OwnedWeight s = k::QuantizeWeight(w, out, in, WeightType::kI8);
           std::vector<float> y(size_t(n) * out), yr(size_t(n) * out), row(static_cast<size_t>(out));
