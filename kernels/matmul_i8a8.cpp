@@ -153,8 +153,8 @@ inline float Reduce16(__m512 a) {
 // F32-activation kernels do (matmul_quant.cpp kSpreadOf).
 constexpr int kSpreadI8A8 = 2;
 
-// N rows of x against weight rows [r0, r1), one weight row at a time (address order, as the
-// F32-activation kernel reads decode's weights), each weight pair loaded once for the N rows.
+// N rows of x against weight rows [r0, r1), one weight row at a time, each weight pair loaded
+// once for the N rows.
 // With S > 1 (decode, N = 1) rows r + k * rs for k < S run side by side, their outputs at
 // y[(r - r0) + k * rs]: the slice read as S parts at once (kSpreadI8A8); every row keeps its own
 // accumulators, so the bits are those of S = 1. end: the slice's last byte (prefetch bound).
