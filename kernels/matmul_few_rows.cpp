@@ -37,14 +37,18 @@ void Block(const float* x, const float* w, float* y, int in, int y_stride, const
       if (pf < pf_limit) _mm_prefetch(reinterpret_cast<const char*>(w + pf), _MM_HINT_T0);
     __m512 wv[R];
 #pragma GCC unroll 8
-    for (int k = 0; k < R; ++k) wv[k] = _mm512_loadu_ps(w + size_t(k) * in + i);
+    for (int k = 0; k < R; ++k) {
+      wv[k] = _mm512_loadu_ps(w + size_t(k) * in + i);
+      if constexpr (N > 1) __asm__("" : "+v"(wv[k]));  // in a register for its N FMAs (below)
+    }
 #pragma GCC unroll 8
     for (int b = 0; b < N; ++b) {
       __m512 xv = _mm512_loadu_ps(x + size_t(b) * in + i);
-      // Held in a register for its R FMAs: left alone, GCC folds the load into every one of
-      // them (N * R loads an iteration instead of N + R: 27 for Block<8, 3>'s 24 FMAs), and the
-      // load ports, not the FMAs, set the pace (one thread, in = 512, weights in L2: 93 -> 186
-      // GFLOP/s; streamed from memory: 40 -> 70).
+      // Held in a register for its R FMAs, as the weights are for their N: left alone, GCC
+      // folds a load into every FMA (N * R loads an iteration instead of N + R: 27 for
+      // Block<8, 3>'s 24 FMAs, 18 for Block<2, 8>'s 16), and the load ports, not the FMAs, set
+      // the pace (Block<8, 3>, one thread, in = 512, weights in L2: 93 -> 186 GFLOP/s;
+      // streamed from memory: 40 -> 70).
       __asm__("" : "+v"(xv));
 #pragma GCC unroll 8
       for (int k = 0; k < R; ++k) acc[b][k] = _mm512_fmadd_ps(wv[k], xv, acc[b][k]);
