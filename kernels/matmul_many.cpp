@@ -182,8 +182,8 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
   EnsureBlasSingleThreaded();
   const int threads = InPoolJob() ? 1 : Threads();
   // One row (decode, MatVec): one slice per thread per job, cut at multiples of 8 rows, since
-  // every slice start costs the prefetchers a ramp and 8-row blocks are MatVec's fast path
-  // (4 slices per thread measured 57 GB/s where this reaches 70 on the decode's products);
+  // every slice start costs the prefetchers a ramp and MatVec reads a long slice as parts far
+  // apart (kMatVecSpread; 4 slices per thread measured 57 GB/s where one reached 70);
   // slices are still claimed, so a worker that wakes late leaves its part to the caller. A
   // few rows (batched decode, MatmulFewRows, compute-bound): several slices per thread,
   // claimed in order, so a thread that starts late takes fewer. Many rows (prefill): one

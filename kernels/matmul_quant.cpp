@@ -52,9 +52,10 @@ constexpr int B = kQuantBlock;
 // (`bench_weights --rows 8192 --cols 4096`, 6 alternating runs) 4 KiB read 24-28 GB/s on one
 // thread against 16-22 and 42-68 on two against 38-51 in 5 of 6. FP8 / FP4 (compute bound) keep 1 KiB.
 constexpr int64_t kPrefetchBytes = 1024;
-// Weight rows read side by side at decode (one row of x): one, so memory is read in address
-// order. Decode's rows are 0.5-2 KiB, and R interleaved short streams kept this AVX2 VM's
+// Adjacent weight rows read side by side at decode (one row of x): one, so memory is read in
+// address order. Decode's rows are 0.5-2 KiB, and R interleaved short streams kept this AVX2 VM's
 // prefetchers from ramping (a read of 1 KiB rows 4 at a time: ~5 GB/s; one at a time: ~12).
+// (AVX-512 builds read BF16 / INT8 slices as parts far apart instead: kSpreadOf below.)
 // Every output still has its own accumulator, so the bits do not depend on R.
 constexpr int kOneRowR = 1;
 
@@ -294,8 +295,8 @@ void Block(const D& d, const float* x, const WeightView& w, int64_t r, float* y,
   }
   for (int n = 0; n < N; ++n)
     for (int k = 0; k < R; ++k) acc[n][k] = _mm256_setzero_ps();
-  // Software prefetch D::kPrefetch bytes ahead in each weight stream (with R = 1, at decode, that is
-  // the next row when a row ends: memory is read in address order): decode's rows are 0.25-2 KiB,
+  // Software prefetch D::kPrefetch bytes ahead in each weight stream (at decode, that runs into the
+  // stream's next row when a row ends: rows r + k * rs are contiguous per k): decode's rows are 0.25-2 KiB,
   // too short for the hardware prefetchers to ramp up per stream (see kOneRowR). Never past pf_end,
   // the end of this call's slice: the bytes there are another thread's (or nobody's next), and at
   // decode's 32-300 KiB slices the 4 KiB past the end were ~10% more bytes from memory.
