@@ -238,8 +238,8 @@ int RunEngineBenchMain(int argc, char** argv) {
   bo.f32_weights = f32_weights;
   const std::unique_ptr<Backend> be = MakeBackend(*m, bo);
   const bool on_gpu = std::string(be->name()) == "cuda";
-  // The preset's name for the model this run wrote or found under $TMPDIR; a --model directory by its
-  // path (a path that merely contains "cedar-bench-" was once labelled with the default preset).
+  // A --model directory is named by its path (whatever it contains); the preset's model, written or
+  // found under $TMPDIR, by the preset.
   const std::string model_name = written.dir.empty() ? model_dir : preset;
   const ModelInfo info = ComputeInfo(c);
   // The released layout: what loading cost (every weight dequantised once into the arena, or the
