@@ -39,7 +39,7 @@ void QuantDecodeRows(const WeightView& w, int64_t r0, int64_t n, float* out);
 // px (optional): j.x packed once for the product (gemm_prefill.h PackedRows); many-row panels
 // then read it instead of packing x again for every panel.
 void MatmulColumnsTyped(const MatmulJob& j, int col0, int col1, const PackedRows* px = nullptr);
-// Weight rows per decoded panel of a typed many-row product with `in` columns (~1 MiB of F32).
+// Weight rows per decoded panel of a typed many-row product with `in` columns (~4 MiB of F32).
 int64_t TypedPanelRows(int in);
 
 // INT8 weights times 8-bit activations (matmul_i8a8.cpp): whether w's few-row products take

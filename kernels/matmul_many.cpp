@@ -268,9 +268,9 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
     slices.swap(split);
   }
   // x of a typed many-row product packed once here for every weight panel of every slice
-  // (gemm_prefill.h PackedRows), where a slice holds more than one panel (medium's 2048-wide
-  // products: 8 per slice; a thread packing x for each measured 4-7% slower in bench-style
-  // runs of the product). Where each slice is one panel (small's shapes) each thread packs its
+  // (gemm_prefill.h PackedRows), where a slice holds more than one panel (medium's 2048- and
+  // 4096-wide products: 2-4 per slice; a thread packing x for each measured 4-7% slower in
+  // bench-style runs of the product). Where each slice is one panel (small's shapes) each thread packs its
   // own copy as it goes: packing once beforehand measured 1-4% slower there (one more hand-off,
   // and the panels then come from the other core's cache). Products over the same x (Wq_a
   // and Wkv) share one packing.

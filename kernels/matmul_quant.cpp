@@ -501,7 +501,11 @@ void QuantDecodeRows(const WeightView& w, int64_t r0, int64_t n, float* out) {
   }
 }
 
-int64_t TypedPanelRows(int in) { return std::max<int64_t>(16, (int64_t(1) << 18) / std::max(1, in) / 16 * 16); }
+// ~4 MiB of F32 a panel: every panel's tiles stream all of x's packed rows again (16 MB for a
+// 2048-row chunk at in = 2048), so fewer, larger panels halve that traffic; the decoded panel need
+// not stay in L2 (the F32 path streams its weight tiles from memory too). 1 MiB panels ran 3-13%
+// under F32 on medium's shapes with 2048 rows, 4 MiB within 2% of it (docs/WEIGHTS.md, session 16).
+int64_t TypedPanelRows(int in) { return std::max<int64_t>(16, (int64_t(1) << 20) / std::max(1, in) / 16 * 16); }
 
 void MatmulColumnsTyped(const MatmulJob& j, int col0, int col1, const PackedRows* px) {
   const WeightView& w = j.wv;
@@ -510,8 +514,8 @@ void MatmulColumnsTyped(const MatmulJob& j, int col0, int col1, const PackedRows
     return;
   }
   if (j.n <= kFewRowsMax) return QuantFewRows(j.x, j.n, w, col0, col1, j.y + col0, j.out);
-  // Many rows: panels of weight rows decoded once (~1 MiB of F32, so the panel stays in L2/L3
-  // while the prefill GEMM (gemm_prefill.h, as for F32 weights) runs over all rows of x).
+  // Many rows: panels of weight rows decoded once (~4 MiB of F32, TypedPanelRows), then the
+  // prefill GEMM (gemm_prefill.h, as for F32 weights) runs over all rows of x.
   thread_local std::vector<float> panel;
   const int64_t rows_per = TypedPanelRows(j.in);
   for (int64_t a = col0; a < col1; a += rows_per) {

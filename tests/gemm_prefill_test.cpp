@@ -127,10 +127,11 @@ TEST_CASE("typed many-row products equal the prefill GEMM on the decoded weights
   for (int threads : {1, 2}) {
     k::SetPoolThreads(threads);
     for (k::WeightType type : {k::WeightType::kBF16, k::WeightType::kI8, k::WeightType::kFP8, k::WeightType::kFP4}) {
-      // in = 2080: 112-row weight panels, so the 240-300-wide jobs have more than one panel per
+      // in = 8224: 112-row weight panels, so the 240-300-wide jobs have more than one panel per
       // slice and get x packed once (jobs 0 and 3 share it), the 33-wide job packs per panel.
-      const int n = 70, in = 2080, jobs_n = 4;
+      const int n = 70, in = 8224, jobs_n = 4;
       const int outs[jobs_n] = {300, 33, 240, 260};
+      REQUIRE(ki::TypedPanelRows(in) == 112);
       const auto x = Random(size_t(n) * in, 41), x2 = Random(size_t(20) * in, 42);
       std::vector<k::OwnedWeight> ws;
       std::vector<std::vector<float>> ys, want;
