@@ -178,9 +178,69 @@ bool PrefillRowsJob(const MatmulJob& j) {
          !row_invariant_matmul.load(std::memory_order_relaxed);
 }
 
+namespace {
+
+// A typed many-row product whose x is packed once for all its weight panels (RunMatmulJobs).
+bool PacksTypedRows(const MatmulJob& m, int threads) {
+  if (!kPrefillGemmFast || m.n <= kFewRowsMax || m.out <= 0 || m.in <= 0 || m.wv.type == WeightType::kF32) return false;
+  return (m.out + threads - 1) / threads > TypedPanelRows(m.in);
+}
+
+// Most F32 floats a typed many-row product is decoded into whole (4 MiB, a panel).
+constexpr size_t kWholeDecodeFloats = size_t(1) << 20;
+
+// A typed many-row product small enough to decode whole and run as an F32 one (RunMatmulJobs).
+bool DecodesWhole(const MatmulJob& m, int threads) {
+  return kPrefillGemmFast && m.n > kFewRowsMax && m.out > 0 && m.in > 0 && m.wv.type != WeightType::kF32 &&
+         !row_invariant_matmul.load(std::memory_order_relaxed) && !PacksTypedRows(m, threads) &&
+         size_t(m.out) * size_t(m.in) <= kWholeDecodeFloats;
+}
+
+}  // namespace
+
 double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
   EnsureBlasSingleThreaded();
   const int threads = InPoolJob() ? 1 : Threads();
+  // Typed many-row products of at most a panel's size (small's shapes, medium's narrow ones) are
+  // decoded whole to F32 first and then run as F32 products: blocks of rows that the threads
+  // claim, each packing only its own rows of x. As column slices (one panel each) every thread
+  // packed all rows of x for its half of the weights, and a thread slowed by the machine left
+  // the other waiting. The same GEMM on the same decoded weights: the same bits. (Products of
+  // up to 8 MiB decoded whole made medium's bounded prefill ~5% slower; 4 MiB is neutral there.)
+  // The caller's buffers, reused across calls (workers reach them through these references).
+  thread_local std::vector<std::vector<float>> whole_buffer;
+  thread_local std::vector<MatmulJob> whole_jobs_buffer;
+  std::vector<std::vector<float>>& whole = whole_buffer;
+  if (std::any_of(jobs, jobs + n_jobs, [&](const MatmulJob& m) { return DecodesWhole(m, threads); })) {
+    std::vector<MatmulJob>& copy = whole_jobs_buffer;
+    copy.assign(jobs, jobs + n_jobs);
+    if (whole.size() < size_t(n_jobs)) whole.resize(size_t(n_jobs));
+    struct Part {
+      int job;
+      int64_t r0, r1;
+    };
+    std::vector<Part> parts;  // ~64K weights each, decoded in one pool pass
+    for (int j = 0; j < n_jobs; ++j) {
+      MatmulJob& m = copy[size_t(j)];
+      if (!DecodesWhole(m, threads)) continue;
+      whole[size_t(j)].resize(size_t(m.out) * size_t(m.in));
+      const int64_t step = std::max(1, (1 << 16) / m.in);
+      for (int64_t r = 0; r < m.out; r += step) parts.push_back({j, r, std::min<int64_t>(m.out, r + step)});
+    }
+    ParallelFor(int64_t(parts.size()), 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const Part& p = parts[size_t(i)];
+        QuantDecodeRows(jobs[p.job].wv, p.r0, p.r1 - p.r0, whole[size_t(p.job)].data() + size_t(p.r0) * size_t(jobs[p.job].in));
+      }
+    });
+    for (int j = 0; j < n_jobs; ++j) {
+      MatmulJob& m = copy[size_t(j)];
+      if (!DecodesWhole(m, threads)) continue;
+      m.w = whole[size_t(j)].data();
+      m.wv = WeightView{WeightType::kF32, m.w, nullptr, m.out, m.in};
+    }
+    jobs = copy.data();
+  }
   // One row (decode, MatVec): one slice per thread per job, cut at multiples of 8 rows, since
   // every slice start costs the prefetchers a ramp and MatVec reads a long slice as parts far
   // apart (kMatVecSpread; 4 slices per thread measured 57 GB/s where one reached 70);
@@ -270,10 +330,10 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
   // x of a typed many-row product packed once here for every weight panel of every slice
   // (gemm_prefill.h PackedRows), where a slice holds more than one panel (medium's 2048- and
   // 4096-wide products: 2-4 per slice; a thread packing x for each measured 4-7% slower in
-  // bench-style runs of the product). Where each slice is one panel (small's shapes) each thread packs its
-  // own copy as it goes: packing once beforehand measured 1-4% slower there (one more hand-off,
-  // and the panels then come from the other core's cache). Products over the same x (Wq_a
-  // and Wkv) share one packing.
+  // bench-style runs of the product). Smaller typed products were decoded whole above and run
+  // as F32 row blocks; only one with more than kWholeDecodeFloats weights whose slices hold one
+  // panel each (many threads) still runs as column slices, each thread packing x as it goes.
+  // Products over the same x (Wq_a and Wkv) share one packing.
   // The buffers are kept for the next call (no allocation per product): they hold what the
   // largest call packed, as many floats as the x rows of its packed products. The table is
   // filled and read only when some job is packed (decode's ~300-500 calls a token never are).
@@ -284,8 +344,7 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
   if (kPrefillGemmFast) {
     for (int j = 0; j < n_jobs; ++j) {
       const MatmulJob& m = jobs[j];
-      if (m.n <= kFewRowsMax || m.out <= 0 || m.in <= 0 || m.wv.type == WeightType::kF32) continue;
-      if ((m.out + threads - 1) / threads <= TypedPanelRows(m.in)) continue;
+      if (!PacksTypedRows(m, threads)) continue;
       if (!any_packed) {
         any_packed = true;
         packed.assign(size_t(n_jobs), nullptr);
