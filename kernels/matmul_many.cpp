@@ -189,9 +189,15 @@ bool PacksTypedRows(const MatmulJob& m, int threads) {
 // Most F32 floats a typed many-row product is decoded into whole (4 MiB, a panel).
 constexpr size_t kWholeDecodeFloats = size_t(1) << 20;
 
+// Rows of x from which decoding whole pays. With 2048 (a prefill chunk) it measured 3-9% faster
+// on small's shapes (a products-only driver) and ~5% in small's 4096-token prefill; with 512
+// rows 4-10% slower (the decoded weights are shared in L3 instead of each thread's half in L2,
+// and the decode pass is one more hand-off): small's 512-token bounded prefill lost ~9%.
+constexpr int kWholeDecodeMinRows = 2048;
+
 // A typed many-row product small enough to decode whole and run as an F32 one (RunMatmulJobs).
 bool DecodesWhole(const MatmulJob& m, int threads) {
-  return kPrefillGemmFast && m.n > kFewRowsMax && m.out > 0 && m.in > 0 && m.wv.type != WeightType::kF32 &&
+  return kPrefillGemmFast && m.n >= kWholeDecodeMinRows && m.out > 0 && m.in > 0 && m.wv.type != WeightType::kF32 &&
          !row_invariant_matmul.load(std::memory_order_relaxed) && !PacksTypedRows(m, threads) &&
          size_t(m.out) * size_t(m.in) <= kWholeDecodeFloats;
 }
@@ -201,8 +207,8 @@ bool DecodesWhole(const MatmulJob& m, int threads) {
 double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
   EnsureBlasSingleThreaded();
   const int threads = InPoolJob() ? 1 : Threads();
-  // Typed many-row products of at most a panel's size (small's shapes, medium's narrow ones) are
-  // decoded whole to F32 first and then run as F32 products: blocks of rows that the threads
+  // Typed products of at most a panel's size (small's shapes, medium's narrow ones) over at
+  // least kWholeDecodeMinRows rows of x are decoded whole to F32 first and then run as F32 products: blocks of rows that the threads
   // claim, each packing only its own rows of x. As column slices (one panel each) every thread
   // packed all rows of x for its half of the weights, and a thread slowed by the machine left
   // the other waiting. The same GEMM on the same decoded weights: the same bits. (Products of

@@ -128,8 +128,7 @@ TEST_CASE("typed many-row products equal the prefill GEMM on the decoded weights
     k::SetPoolThreads(threads);
     for (k::WeightType type : {k::WeightType::kBF16, k::WeightType::kI8, k::WeightType::kFP8, k::WeightType::kFP4}) {
       // in = 8224: 112-row weight panels, so the 240-300-wide jobs have more than one panel per
-      // slice and get x packed once (jobs 0 and 3 share it); the 33-wide job is decoded whole and
-      // runs as an F32 product on row blocks.
+      // slice and get x packed once (jobs 0 and 3 share it), the 33-wide job packs per panel.
       const int n = 70, in = 8224, jobs_n = 4;
       const int outs[jobs_n] = {300, 33, 240, 260};
       REQUIRE(ki::TypedPanelRows(in) == 112);
@@ -164,6 +163,50 @@ TEST_CASE("typed many-row products equal the prefill GEMM on the decoded weights
       std::vector<float> alone(ys[0].size(), NAN);
       k::MatmulW(x.data(), ws[0].view, alone.data(), n);
       CHECK(SameBits(alone.data(), want[0].data(), alone.size()));
+    }
+  }
+  k::SetPoolThreads(2);
+}
+
+// Typed products of at most a panel's size over 2048 rows of x or more (a prefill chunk) are
+// decoded whole to F32 in one pool pass and run on the F32 path's row blocks (matmul_many.cpp
+// DecodesWhole): the same bits as the prefill GEMM on the decoded weights. Called twice, so the
+// worker, still spinning, claims parts of the decode pass and of the products.
+TEST_CASE("typed products over 2048+ rows, decoded whole, equal the prefill GEMM on the decoded weights") {
+  if (!ki::kPrefillGemmFast) {
+    MESSAGE("the prefill GEMM is not compiled in on this ISA: skipped");
+    return;
+  }
+  for (int threads : {1, 2}) {
+    k::SetPoolThreads(threads);
+    for (k::WeightType type : {k::WeightType::kBF16, k::WeightType::kI8, k::WeightType::kFP8, k::WeightType::kFP4}) {
+      const int n = 2100, in = 96, jobs_n = 3;
+      const int outs[jobs_n] = {40, 72, 8};
+      const auto x = Random(size_t(n) * in, 61);
+      std::vector<k::OwnedWeight> ws;
+      std::vector<std::vector<float>> ys, want;
+      std::vector<k::MatmulJob> jobs;
+      for (int i = 0; i < jobs_n; ++i) {
+        ws.push_back(k::QuantizeWeight(Random(size_t(outs[i]) * in, 70 + i), outs[i], in, type));
+        std::vector<float> dec(size_t(outs[i]) * in);
+        ki::QuantDecodeRows(ws.back().view, 0, outs[i], dec.data());
+        want.emplace_back(size_t(n) * outs[i], NAN);
+        ki::ref::GemmPrefillRows(x.data(), dec.data(), want.back().data(), in, outs[i], outs[i], 0, n);
+        ys.emplace_back(size_t(n) * outs[i], NAN);
+      }
+      for (int i = 0; i < jobs_n; ++i) {
+        k::MatmulJob j{x.data(), nullptr, ys[size_t(i)].data(), n, in, outs[i]};
+        j.wv = ws[size_t(i)].view;
+        jobs.push_back(j);
+      }
+      for (int call = 0; call < 2; ++call) {
+        for (auto& y : ys) std::fill(y.begin(), y.end(), NAN);
+        k::MatmulMany(jobs.data(), jobs_n);
+        for (int i = 0; i < jobs_n; ++i) {
+          INFO(k::WeightTypeName(type) << " job " << i << " threads=" << threads << " call " << call);
+          CHECK(SameBits(ys[size_t(i)].data(), want[size_t(i)].data(), ys[size_t(i)].size()));
+        }
+      }
     }
   }
   k::SetPoolThreads(2);
