@@ -208,11 +208,12 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
   EnsureBlasSingleThreaded();
   const int threads = InPoolJob() ? 1 : Threads();
   // Typed products of at most a panel's size (small's shapes, medium's narrow ones) over at
-  // least kWholeDecodeMinRows rows of x are decoded whole to F32 first and then run as F32 products: blocks of rows that the threads
-  // claim, each packing only its own rows of x. As column slices (one panel each) every thread
-  // packed all rows of x for its half of the weights, and a thread slowed by the machine left
-  // the other waiting. The same GEMM on the same decoded weights: the same bits. (Products of
-  // up to 8 MiB decoded whole made medium's bounded prefill ~5% slower; 4 MiB is neutral there.)
+  // least kWholeDecodeMinRows rows of x are decoded whole to F32 first, then run as F32
+  // products: blocks of rows that the threads claim, each packing only its own rows of x. As
+  // column slices (one panel each) every thread packed all rows of x for its half of the
+  // weights, and a thread slowed by the machine left the other waiting. The same GEMM on the
+  // same decoded weights: the same bits. (Products of up to 8 MiB decoded whole made medium's
+  // bounded prefill 3-8% slower; at 4 MiB it is unchanged.)
   // The caller's buffers, reused across calls (workers reach them through these references).
   thread_local std::vector<std::vector<float>> whole_buffer;
   thread_local std::vector<MatmulJob> whole_jobs_buffer;
@@ -236,7 +237,8 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
     ParallelFor(int64_t(parts.size()), 1, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         const Part& p = parts[size_t(i)];
-        QuantDecodeRows(jobs[p.job].wv, p.r0, p.r1 - p.r0, whole[size_t(p.job)].data() + size_t(p.r0) * size_t(jobs[p.job].in));
+        float* out = whole[size_t(p.job)].data() + size_t(p.r0) * size_t(jobs[p.job].in);  // [r1 - r0, in]
+        QuantDecodeRows(jobs[p.job].wv, p.r0, p.r1 - p.r0, out);
       }
     });
     for (int j = 0; j < n_jobs; ++j) {
@@ -336,9 +338,10 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
   // x of a typed many-row product packed once here for every weight panel of every slice
   // (gemm_prefill.h PackedRows), where a slice holds more than one panel (medium's 2048- and
   // 4096-wide products: 2-4 per slice; a thread packing x for each measured 4-7% slower in
-  // bench-style runs of the product). Smaller typed products were decoded whole above and run
-  // as F32 row blocks; only one with more than kWholeDecodeFloats weights whose slices hold one
-  // panel each (many threads) still runs as column slices, each thread packing x as it goes.
+  // bench-style runs of the product). A typed product whose slices hold one panel each and
+  // that was not decoded whole above (fewer rows: a chunk's experts, a 512-token prompt) runs as
+  // column slices, each thread packing x as it goes: packing once beforehand measured 1-4%
+  // slower there (one more hand-off, and the panels then come from the other core's cache).
   // Products over the same x (Wq_a and Wkv) share one packing.
   // The buffers are kept for the next call (no allocation per product): they hold what the
   // largest call packed, as many floats as the x rows of its packed products. The table is
