@@ -115,6 +115,58 @@ TEST_CASE("GemmPackedRows (x packed once) equals GemmPrefillRows bit for bit") {
   k::SetPoolThreads(2);
 }
 
+namespace {
+
+// One typed job of a MatmulMany call: `out` weight rows (random, seed), x[rows, in].
+struct TypedJob {
+  int out;
+  const std::vector<float>* x;
+  int rows;
+  uint64_t seed;
+};
+
+// The jobs' weights in `type` and what each job must give: ref::GemmPrefillRows on the decoded
+// weights.
+struct TypedJobs {
+  std::vector<k::OwnedWeight> ws;
+  std::vector<std::vector<float>> want;
+};
+
+// Runs the jobs through one MatmulMany, twice (the second call finds the worker still spinning,
+// so it claims parts of every pass too), and checks every output bit for bit.
+TypedJobs CheckTypedJobs(k::WeightType type, int in, const std::vector<TypedJob>& spec, int threads) {
+  TypedJobs t;
+  std::vector<std::vector<float>> ys;
+  std::vector<k::MatmulJob> jobs;
+  for (size_t i = 0; i < spec.size(); ++i) {
+    const TypedJob& s = spec[i];
+    t.ws.push_back(k::QuantizeWeight(Random(size_t(s.out) * in, s.seed), s.out, in, type));
+    std::vector<float> dec(size_t(s.out) * in);
+    ki::QuantDecodeRows(t.ws.back().view, 0, s.out, dec.data());
+    t.want.emplace_back(size_t(s.rows) * s.out, NAN);
+    ki::ref::GemmPrefillRows(s.x->data(), dec.data(), t.want.back().data(), in, s.out, s.out, 0, s.rows);
+    ys.emplace_back(size_t(s.rows) * s.out, NAN);
+  }
+  for (size_t i = 0; i < spec.size(); ++i) {
+    k::MatmulJob j{spec[i].x->data(), nullptr, ys[i].data(), spec[i].rows, in, spec[i].out};
+    j.wv = t.ws[i].view;
+    jobs.push_back(j);
+  }
+  for (int call = 0; call < 2; ++call) {
+    for (auto& y : ys) std::fill(y.begin(), y.end(), NAN);
+    k::MatmulMany(jobs.data(), int(jobs.size()));
+    for (size_t i = 0; i < spec.size(); ++i) {
+      INFO(k::WeightTypeName(type) << " job " << i << " threads=" << threads << " call " << call);
+      CHECK(SameBits(ys[i].data(), t.want[i].data(), ys[i].size()));
+    }
+  }
+  return t;
+}
+
+const k::WeightType kTypes[] = {k::WeightType::kBF16, k::WeightType::kI8, k::WeightType::kFP8, k::WeightType::kFP4};
+
+}  // namespace
+
 // Typed weights above kFewRowsMax rows: panels of weight rows decoded to F32, then the prefill
 // GEMM's FMA chain per output over x packed once per product (MatmulMany shares the packing
 // between jobs over the same x, as Wq_a and Wkv are): every output equals ref::GemmPrefillRows
@@ -126,43 +178,17 @@ TEST_CASE("typed many-row products equal the prefill GEMM on the decoded weights
   }
   for (int threads : {1, 2}) {
     k::SetPoolThreads(threads);
-    for (k::WeightType type : {k::WeightType::kBF16, k::WeightType::kI8, k::WeightType::kFP8, k::WeightType::kFP4}) {
+    for (k::WeightType type : kTypes) {
       // in = 8224: 112-row weight panels, so the 240-300-wide jobs have more than one panel per
-      // slice and get x packed once (jobs 0 and 3 share it), the 33-wide job packs per panel.
-      const int n = 70, in = 8224, jobs_n = 4;
-      const int outs[jobs_n] = {300, 33, 240, 260};
+      // slice and get x packed once (jobs 0 and 3 share it), the 33-wide job packs per panel;
+      // job 2 has an x of its own.
+      const int n = 70, in = 8224;
       REQUIRE(ki::TypedPanelRows(in) == 112);
       const auto x = Random(size_t(n) * in, 41), x2 = Random(size_t(20) * in, 42);
-      std::vector<k::OwnedWeight> ws;
-      std::vector<std::vector<float>> ys, want;
-      std::vector<k::MatmulJob> jobs;
-      for (int i = 0; i < jobs_n; ++i) {
-        const int rows = i == 2 ? 20 : n;  // job 2 has an x of its own
-        ws.push_back(k::QuantizeWeight(Random(size_t(outs[i]) * in, 50 + i), outs[i], in, type));
-        std::vector<float> dec(size_t(outs[i]) * in);
-        ki::QuantDecodeRows(ws.back().view, 0, outs[i], dec.data());
-        want.emplace_back(size_t(rows) * outs[i], NAN);
-        ki::ref::GemmPrefillRows(i == 2 ? x2.data() : x.data(), dec.data(), want.back().data(), in, outs[i], outs[i], 0, rows);
-        ys.emplace_back(size_t(rows) * outs[i], NAN);
-      }
-      for (int i = 0; i < jobs_n; ++i) {
-        k::MatmulJob j{i == 2 ? x2.data() : x.data(), nullptr, ys[size_t(i)].data(), i == 2 ? 20 : n, in, outs[i]};
-        j.wv = ws[size_t(i)].view;
-        jobs.push_back(j);
-      }
-      // Twice: the second call finds the worker still spinning, so it claims parts of the
-      // whole-weight decode and of the products too.
-      for (int call = 0; call < 2; ++call) {
-        for (auto& y : ys) std::fill(y.begin(), y.end(), NAN);
-        k::MatmulMany(jobs.data(), jobs_n);
-        for (int i = 0; i < jobs_n; ++i) {
-          INFO(k::WeightTypeName(type) << " job " << i << " threads=" << threads << " call " << call);
-          CHECK(SameBits(ys[size_t(i)].data(), want[size_t(i)].data(), ys[size_t(i)].size()));
-        }
-      }
-      std::vector<float> alone(ys[0].size(), NAN);
-      k::MatmulW(x.data(), ws[0].view, alone.data(), n);
-      CHECK(SameBits(alone.data(), want[0].data(), alone.size()));
+      const TypedJobs t = CheckTypedJobs(type, in, {{300, &x, n, 50}, {33, &x, n, 51}, {240, &x2, 20, 52}, {260, &x, n, 53}}, threads);
+      std::vector<float> alone(t.want[0].size(), NAN);
+      k::MatmulW(x.data(), t.ws[0].view, alone.data(), n);
+      CHECK(SameBits(alone.data(), t.want[0].data(), alone.size()));
     }
   }
   k::SetPoolThreads(2);
@@ -170,8 +196,7 @@ TEST_CASE("typed many-row products equal the prefill GEMM on the decoded weights
 
 // Typed products of at most a panel's size over 2048 rows of x or more (a prefill chunk) are
 // decoded whole to F32 in one pool pass and run on the F32 path's row blocks (matmul_many.cpp
-// DecodesWhole): the same bits as the prefill GEMM on the decoded weights. Called twice, so the
-// worker, still spinning, claims parts of the decode pass and of the products.
+// DecodesWhole): the same bits as the prefill GEMM on the decoded weights.
 TEST_CASE("typed products over 2048+ rows, decoded whole, equal the prefill GEMM on the decoded weights") {
   if (!ki::kPrefillGemmFast) {
     MESSAGE("the prefill GEMM is not compiled in on this ISA: skipped");
@@ -179,34 +204,10 @@ TEST_CASE("typed products over 2048+ rows, decoded whole, equal the prefill GEMM
   }
   for (int threads : {1, 2}) {
     k::SetPoolThreads(threads);
-    for (k::WeightType type : {k::WeightType::kBF16, k::WeightType::kI8, k::WeightType::kFP8, k::WeightType::kFP4}) {
-      const int n = 2100, in = 96, jobs_n = 3;
-      const int outs[jobs_n] = {40, 72, 8};
+    for (k::WeightType type : kTypes) {
+      const int n = 2100, in = 96;
       const auto x = Random(size_t(n) * in, 61);
-      std::vector<k::OwnedWeight> ws;
-      std::vector<std::vector<float>> ys, want;
-      std::vector<k::MatmulJob> jobs;
-      for (int i = 0; i < jobs_n; ++i) {
-        ws.push_back(k::QuantizeWeight(Random(size_t(outs[i]) * in, 70 + i), outs[i], in, type));
-        std::vector<float> dec(size_t(outs[i]) * in);
-        ki::QuantDecodeRows(ws.back().view, 0, outs[i], dec.data());
-        want.emplace_back(size_t(n) * outs[i], NAN);
-        ki::ref::GemmPrefillRows(x.data(), dec.data(), want.back().data(), in, outs[i], outs[i], 0, n);
-        ys.emplace_back(size_t(n) * outs[i], NAN);
-      }
-      for (int i = 0; i < jobs_n; ++i) {
-        k::MatmulJob j{x.data(), nullptr, ys[size_t(i)].data(), n, in, outs[i]};
-        j.wv = ws[size_t(i)].view;
-        jobs.push_back(j);
-      }
-      for (int call = 0; call < 2; ++call) {
-        for (auto& y : ys) std::fill(y.begin(), y.end(), NAN);
-        k::MatmulMany(jobs.data(), jobs_n);
-        for (int i = 0; i < jobs_n; ++i) {
-          INFO(k::WeightTypeName(type) << " job " << i << " threads=" << threads << " call " << call);
-          CHECK(SameBits(ys[size_t(i)].data(), want[size_t(i)].data(), ys[size_t(i)].size()));
-        }
-      }
+      CheckTypedJobs(type, in, {{40, &x, n, 70}, {72, &x, n, 71}, {8, &x, n, 72}}, threads);
     }
   }
   k::SetPoolThreads(2);
