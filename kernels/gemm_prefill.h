@@ -39,9 +39,9 @@ constexpr int kPrefillRowBlock = 48;
 void GemmPrefillRows(const float* x, const float* w, float* y, int in, int out, int y_stride, int r0, int r1);
 
 // x's rows packed once into GemmPrefillRows' panels (16 rows each, [in][16], 64-byte aligned),
-// for a product whose weights arrive panel by panel: the typed-weight prefill decodes ~1 MiB of
+// for a product whose weights arrive panel by panel: the typed-weight prefill decodes ~4 MiB of
 // weight rows at a time (matmul_quant.cpp), and packing all of x again for every such panel was
-// ~13% of a BF16 prefill product (perf of `cedar bench`, medium, 512 rows). Pack once per
+// ~13% of a BF16 prefill product (perf of `cedar bench`, medium, 512 rows, ~1 MiB panels then). Pack once per
 // product, then every weight panel, on any thread, reads the same packed rows.
 class PackedRows {
  public:
