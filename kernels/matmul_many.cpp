@@ -233,6 +233,8 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
       whole[size_t(j)].resize(size_t(m.out) * size_t(m.in));
       const int64_t step = std::max(1, (1 << 16) / m.in);
       for (int64_t r = 0; r < m.out; r += step) parts.push_back({j, r, std::min<int64_t>(m.out, r + step)});
+      m.w = whole[size_t(j)].data();  // filled below from jobs[j].wv, which the copy no longer holds
+      m.wv = WeightView{WeightType::kF32, m.w, nullptr, m.out, m.in};
     }
     ParallelFor(int64_t(parts.size()), 1, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
@@ -241,12 +243,6 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
         QuantDecodeRows(jobs[p.job].wv, p.r0, p.r1 - p.r0, out);
       }
     });
-    for (int j = 0; j < n_jobs; ++j) {
-      MatmulJob& m = copy[size_t(j)];
-      if (!DecodesWhole(m, threads)) continue;
-      m.w = whole[size_t(j)].data();
-      m.wv = WeightView{WeightType::kF32, m.w, nullptr, m.out, m.in};
-    }
     jobs = copy.data();
   }
   // One row (decode, MatVec): one slice per thread per job, cut at multiples of 8 rows, since
