@@ -136,7 +136,9 @@ TEST_CASE("the released tokenizer gives the released class count, and the same t
   // DeepSeek-V3's tokenizer.json with the V4.1 added tokens laid over (what V4.1 ships): the
   // released config says engram_compressed_vocab_size = 99,092 classes over 129,280 ids. Nothing
   // in the class rules was fitted to that number; the released multipliers only match if it holds.
-  const std::string dir = cedar::testing::MakeDeepSeekV41TokenizerDir(TempPath("_v41tok"));
+  // In the build tree, made once and reused (as the other tokenizer tests do): a directory per
+  // process under /tmp was left behind by every run.
+  const std::string dir = cedar::testing::MakeDeepSeekV41TokenizerDir(CEDAR_BINARY_DIR "/v41_engram_classes_test");
   const std::string path = dir + "/tokenizer.json";
   int64_t n = 0;
   const std::vector<int32_t> got = EngramClassesFromTokenizerJson(path, 129280, 2, &n);
