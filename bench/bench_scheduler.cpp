@@ -5,6 +5,8 @@
 //   mixed-batched  mixed-rowinv with --batch-prefill: one step's chunks of different turns in one
 //                  pass, the decode rows riding in it through the encoder layers
 //   mixed-batched-sep  the same with the decode rows in a pass of their own (decode_in_prefill_pass off)
+//   mixed-riding   the defaults: batched prefill, decode rows riding, each turn in products of its own
+//   mixed-riding-parts  the same with decoder phases in parts (decoder_phase_in_parts on)
 //   serial         one turn's whole prefill at a time (the loop before issue 14)
 //
 // Per scheduler: (1) the long prompt's TTFT alone (a fresh manager, nothing else running);
@@ -25,6 +27,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <mutex>
 #include <random>
@@ -33,6 +36,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "bench/bench_flags.h"
 #include "bench/bench_stats.h"
@@ -69,12 +73,14 @@ struct Config {
   bool row_invariant;  // kernels::SetRowInvariantMatmul for the configuration's runs
   bool batch_prefill;  // SchedulerOptions::batch_prefill
   bool ride;           // SchedulerOptions::decode_in_prefill_pass
+  bool phase_parts = false;  // SchedulerOptions::decoder_phase_in_parts
 };
 constexpr Config kConfigs[] = {{"mixed", session::SchedulerKind::kMixed, false, false, false},
                                {"mixed-rowinv", session::SchedulerKind::kMixed, true, false, false},
                                {"mixed-batched", session::SchedulerKind::kMixed, true, true, true},
                                {"mixed-batched-sep", session::SchedulerKind::kMixed, true, true, false},
                                {"mixed-riding", session::SchedulerKind::kMixed, false, true, true},
+                               {"mixed-riding-parts", session::SchedulerKind::kMixed, false, true, true, true},
                                {"serial", session::SchedulerKind::kSerial, false, false, false}};
 
 session::ManagerOptions Options(const Args& a, const Config& cf) {
@@ -83,6 +89,7 @@ session::ManagerOptions Options(const Args& a, const Config& cf) {
   o.scheduler.kind = cf.kind;
   o.scheduler.batch_prefill = cf.batch_prefill;
   o.scheduler.decode_in_prefill_pass = cf.ride;
+  o.scheduler.decoder_phase_in_parts = cf.phase_parts;
   a.sched.Apply(&o.scheduler);
   return o;
 }
@@ -220,7 +227,8 @@ void MixedLoad(const std::shared_ptr<const Model>& m, const Args& a, const Confi
                                      {"decode_batches", em.decode_batches},
                                      {"prefill_batches", em.prefill_batches},
                                      {"prefill_batch_turns_max", em.prefill_batch_turns_max},
-                                     {"decode_rows_in_prefill", em.decode_rows_in_prefill}}
+                                     {"decode_rows_in_prefill", em.decode_rows_in_prefill},
+                                     {"decoder_phase_pauses", em.decoder_phase_pauses}}
                           .dump()
                           .c_str());
   std::fflush(stdout);
@@ -229,6 +237,7 @@ void MixedLoad(const std::shared_ptr<const Model>& m, const Args& a, const Confi
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (const char* lvl = std::getenv("CEDAR_LOG")) spdlog::set_level(spdlog::level::from_str(lvl));  // as `cedar`
   kernels::KeepLargeAllocations();
   Args a;
   // Flags as every bench's (bench/bench_flags.h): --help prints them and exits, a bad value is
@@ -242,7 +251,8 @@ int main(int argc, char** argv) {
       "model", po::value(&a.model_dir), "model directory (instead of --preset)")(
       "schedulers", po::value(&a.schedulers)->default_value(a.schedulers),
       "configurations, comma-separated: mixed | mixed-rowinv (row-invariant matmul) | mixed-batched (mixed-rowinv with "
-      "--batch-prefill, decode rows riding in the prefill pass) | mixed-batched-sep (decode rows apart) | serial")(
+      "--batch-prefill, decode rows riding in the prefill pass) | mixed-batched-sep (decode rows apart) | mixed-riding-parts "
+      "(the defaults with decoder phases in parts) | serial")(
       "sessions", cedar::cli::IntOption("--sessions", &a.sessions, 1, 1024), "sessions decoding")(
       "decode", cedar::cli::IntOption("--decode", &a.decode, 2, 1 << 20),
       "tokens each agent's turn decodes on average (seeded, uniform in [decode/2, 3*decode/2])")(
@@ -259,7 +269,7 @@ int main(int argc, char** argv) {
     const size_t q = std::min(a.schedulers.find(',', p), a.schedulers.size());
     const std::string item = a.schedulers.substr(p, q - p);
     if (!item.empty() && std::none_of(std::begin(kConfigs), std::end(kConfigs), [&](const Config& c) { return item == c.name; }))
-      return cedar::bench::FlagError("bench_scheduler", "--schedulers: expected mixed, mixed-rowinv, mixed-batched, mixed-batched-sep or serial, found '" +
+      return cedar::bench::FlagError("bench_scheduler", "--schedulers: expected mixed, mixed-rowinv, mixed-batched, mixed-batched-sep, mixed-riding, mixed-riding-parts or serial, found '" +
                                                             item + "'");
     p = q + 1;
   }

@@ -111,6 +111,7 @@ int RunServe(int argc, char** argv) {
   session::SchedulerOptions sched;  // defaults: session/session_manager.h
   std::string scheduler = session::SchedulerName(sched.kind);
   std::string batch_prefill = sched.batch_prefill ? "on" : "off";  // --batch-prefill on|off
+  std::string phase_parts = sched.decoder_phase_in_parts ? "on" : "off";  // --decoder-phase-in-parts on|off
   std::string prefill_order = session::PrefillOrderName(sched.prefill_order);
   desc.add_options()("model", po::value(&model_dir)->required(), "model directory (config.json + model.safetensors)")(
       "socket", po::value(&socket_path),
@@ -174,6 +175,9 @@ int RunServe(int argc, char** argv) {
       "chunks of different turns, and their decoder phases, run as one engine pass each; every turn's rows keep "
       "their own products, so outputs do not depend on the other turns) | off (each chunk, then the decode rows, "
       "in passes of their own)")(
+      "decoder-phase-in-parts", po::value(&phase_parts)->default_value(phase_parts)->implicit_value("on"),
+      "mixed: on (a turn's decoder phase after its last chunk runs as many layers a step as the step budget holds, so "
+      "no step holds a long prompt's whole replay; same outputs) | off (the default: the whole phase in one step)")(
       "int8-activations", "INT8 weights: decode's products (up to 16 rows) on 8-bit activations, quantised per row and block of 32 (AVX-512 VNNI or AVX2: faster INT8 decode products, at the accuracy cost docs/WEIGHTS.md measures); prefill keeps F32 activations")(
       "row-invariant-matmul",
       "every product sums each row in the decode kernels' order (kernels/gemm_rowinv.h), so rows of different turns "
@@ -242,6 +246,9 @@ int RunServe(int argc, char** argv) {
   if (batch_prefill != "on" && batch_prefill != "off")
     throw std::invalid_argument("--batch-prefill: expected on or off, found '" + batch_prefill + "'");
   sched.batch_prefill = batch_prefill == "on";
+  if (phase_parts != "on" && phase_parts != "off")
+    throw std::invalid_argument("--decoder-phase-in-parts: expected on or off, found '" + phase_parts + "'");
+  sched.decoder_phase_in_parts = phase_parts == "on";
   if (sched.batch_prefill && !vm["batch-prefill"].defaulted() && sched.kind != session::SchedulerKind::kMixed)
     throw std::invalid_argument("--batch-prefill: expected --scheduler mixed, found '" + scheduler + "'");
   if (vm.count("row-invariant-matmul")) kernels::SetRowInvariantMatmul(true);

@@ -76,6 +76,16 @@ class CpuBackend final : public Backend {
     for (size_t i = 0; i < seqs.size(); ++i) jobs.push_back(FinishJob{&Cpu(*seqs[i]).st, modes[i]});
     return cedar::PrefillFinishBatch(m_, jobs);
   }
+  void Reserve(Sequence& s, int64_t tokens) const override { Cpu(s).st.Reserve(m_.config(), tokens); }
+  bool SupportsFinishLayers() const override { return true; }
+  std::vector<std::optional<PrefillResult>> PrefillFinishLayers(std::span<Sequence* const> seqs, std::span<const PrefillMode> modes,
+                                                                std::span<const int> max_layers) const override {
+    if (modes.size() != seqs.size() || max_layers.size() != seqs.size())
+      throw std::invalid_argument("PrefillFinishLayers: one mode and one layer count per sequence");
+    std::vector<FinishJob> jobs;
+    for (size_t i = 0; i < seqs.size(); ++i) jobs.push_back(FinishJob{&Cpu(*seqs[i]).st, modes[i], max_layers[i]});
+    return cedar::PrefillFinishLayers(m_, jobs);
+  }
   StepStats EncoderReplay(Sequence& s) const override { return cedar::EncoderReplay(m_, Cpu(s).st); }
   StepStats ExactEncoderRestore(Sequence& s) const override { return cedar::ExactEncoderRestore(m_, Cpu(s).st); }
   void RebuildLayerEWindow(Sequence& s) const override { cedar::RebuildLayerEWindow(m_, Cpu(s).st); }

@@ -11,6 +11,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -72,6 +73,15 @@ class Backend {
     for (size_t i = 0; i < seqs.size(); ++i) out.push_back(PrefillFinish(*seqs[i], modes[i]));
     return out;
   }
+  // The decoder phases in parts (engine/batch_prefill.h PrefillFinishLayers): seqs[i] runs at
+  // most max_layers[i] more decoder layers; a result once its phase has ended, the same bits as
+  // PrefillFinish. A backend without it keeps SupportsFinishLayers() false: then the session
+  // layer runs every phase whole.
+  virtual bool SupportsFinishLayers() const { return false; }
+  virtual std::vector<std::optional<PrefillResult>> PrefillFinishLayers(std::span<Sequence* const>, std::span<const PrefillMode>,
+                                                                        std::span<const int>) const {
+    throw std::logic_error(std::string(name()) + " backend: no decoder phase in parts");
+  }
   // PrefillEncodeBatch(seqs, chunks) and DecodeBatch(dec, tokens) in one pass (engine/batch_prefill.h
   // EncodeDecodeBatch): the decode rows share the encoder layers' products with the chunks.
   // Returns the chunks' stats; `logits` and `dec_stats` get the decode rows' results.
@@ -84,6 +94,10 @@ class Backend {
     *logits = DecodeBatch(dec, tokens, dec_stats);
     return out;
   }
+  // Room for `tokens` more positions in the sequence's state (SequenceState::Reserve): a
+  // scheduler that knows a prompt's length calls it before the prompt's first chunk, so the
+  // state never reallocates mid-prompt. Changes no value; the default does nothing.
+  virtual void Reserve(Sequence&, int64_t /*tokens*/) const {}
   virtual StepStats EncoderReplay(Sequence& s) const = 0;
   virtual StepStats ExactEncoderRestore(Sequence& s) const = 0;
   virtual void RebuildLayerEWindow(Sequence& s) const = 0;

@@ -130,50 +130,103 @@ EncodeDecodeResult EncodeDecodeBatch(const Model& m, std::span<const EncodeChunk
   return res;
 }
 
+size_t DecoderRunBytes(const DecoderRun& run) { return run.h.h.size() * sizeof(float); }
+
 std::vector<PrefillResult> PrefillFinishBatch(const Model& m, std::span<const FinishJob> jobs) {
+  for (const FinishJob& j : jobs) {
+    if (j.st && j.st->decoder_run) throw std::invalid_argument("PrefillFinishBatch: a decoder phase was begun in parts");
+    if (j.max_layers != std::numeric_limits<int>::max()) throw std::invalid_argument("PrefillFinishBatch: whole phases only");
+  }
+  std::vector<std::optional<PrefillResult>> parts = PrefillFinishLayers(m, jobs);
+  std::vector<PrefillResult> res;
+  for (std::optional<PrefillResult>& r : parts) res.push_back(std::move(r.value()));
+  return res;
+}
+
+std::vector<std::optional<PrefillResult>> PrefillFinishLayers(const Model& m, std::span<const FinishJob> jobs) {
   const ModelConfig& c = m.config();
   const int rw = c.ResidualWidth();  // floats per residual row (H_E, h)
   const int E = c.n_encoder_layers, L = c.n_layers;
-  CheckDistinct(jobs, "PrefillFinishBatch");
+  CheckDistinct(jobs, "PrefillFinishLayers");
   for (const FinishJob& j : jobs) {
-    if (j.mode == PrefillMode::kFull) throw std::invalid_argument("PrefillFinishBatch: full mode has no separate decoder phase");
-    if (j.st->pos == j.st->decoder_pos)
-      throw std::invalid_argument("PrefillFinishBatch: no rows were encoded since the last decoder pass");
-  }
-  std::vector<PrefillResult> res(jobs.size());
-  if (jobs.empty()) return res;
-  const size_t B = jobs.size();
-  std::vector<std::vector<int64_t>> a(B);  // a[i][l]: first row of sequence i passing layer l
-  std::vector<PassContext> ctx(B);
-  std::vector<Segment> segs(B);
-  std::vector<float> h;
-  for (size_t i = 0; i < B; ++i) {
-    SequenceState& st = *jobs[i].st;
-    const int64_t N = st.pos;
-    a[i] = DecoderPhaseStarts(c, jobs[i].mode, N, st.decoder_pos, st.h_e.lo());
-    for (int l = E + 1; l < L; ++l) st.windows[size_t(l)].DropFrom(a[i][size_t(l - 1)]);  // recomputed below
-    const int64_t first = a[i][size_t(E)];
-    h.insert(h.end(), st.h_e.Row(first), st.h_e.Row(first) + size_t(N - first) * rw);
-    segs[i] = Segment{&st, &ctx[i], first, int(N - first), first, 0};
-  }
-  for (int l = E; l < L; ++l) {
-    for (size_t i = 0; i < B; ++i) {
-      segs[i].out_from = a[i][size_t(l)];
-      segs[i].floor = DecoderPhaseFloor(c, jobs[i].mode, l, jobs[i].st->pos);
+    if (j.mode == PrefillMode::kFull) throw std::invalid_argument("PrefillFinishLayers: full mode has no separate decoder phase");
+    if (j.max_layers < 1)
+      throw std::invalid_argument("PrefillFinishLayers: expected max_layers >= 1, found " + std::to_string(j.max_layers));
+    if (j.st->decoder_run) {
+      if (j.st->decoder_run->mode != j.mode)
+        throw std::invalid_argument(std::string("PrefillFinishLayers: the phase began in mode ") + ModeName(j.st->decoder_run->mode) +
+                                    ", continued in " + ModeName(j.mode));
+    } else if (j.st->pos == j.st->decoder_pos) {
+      throw std::invalid_argument("PrefillFinishLayers: no rows were encoded since the last decoder pass");
     }
-    RunLayerSegments(m, l, segs, h);
   }
-  size_t r0 = 0;
+  const size_t B = jobs.size();
+  std::vector<DecoderRun*> run(B);
+  std::vector<int> stop(B);  // the layer each job stops before in this call
+  int lo = L, hi = E;
   for (size_t i = 0; i < B; ++i) {
     SequenceState& st = *jobs[i].st;
-    r0 += size_t(segs[i].n);
-    res[i].logits = ComputeLogits(m, h.data() + (r0 - 1) * rw);  // the last row of sequence i
+    if (!st.decoder_run) {  // begin: what PrefillFinish does before its first decoder layer
+      auto r = std::make_shared<DecoderRun>();
+      const int64_t N = st.pos;
+      r->mode = jobs[i].mode;
+      r->starts = DecoderPhaseStarts(c, r->mode, N, st.decoder_pos, st.h_e.lo());
+      for (int l = E + 1; l < L; ++l) st.windows[size_t(l)].DropFrom(r->starts[size_t(l - 1)]);  // recomputed below
+      r->next_layer = E;
+      r->h.first = r->starts[size_t(E)];
+      r->h.n = int(N - r->h.first);
+      r->h.h.assign(st.h_e.Row(r->h.first), st.h_e.Row(r->h.first) + size_t(r->h.n) * rw);
+      st.decoder_run = std::move(r);
+    }
+    run[i] = st.decoder_run.get();
+    stop[i] = L - run[i]->next_layer <= jobs[i].max_layers ? L : run[i]->next_layer + jobs[i].max_layers;
+    lo = std::min(lo, run[i]->next_layer);
+    hi = std::max(hi, stop[i]);
+  }
+  // Layer by layer, the jobs that run it share one pass (their rows side by side in h).
+  std::vector<size_t> who;
+  std::vector<Segment> segs;
+  std::vector<float> h;
+  for (int l = lo; l < hi; ++l) {
+    who.clear();
+    segs.clear();
+    h.clear();
+    for (size_t i = 0; i < B; ++i) {
+      DecoderRun& r = *run[i];
+      if (r.next_layer != l || l >= stop[i]) continue;
+      who.push_back(i);
+      segs.push_back(Segment{jobs[i].st, &r.ctx, r.h.first, r.h.n, r.starts[size_t(l)], DecoderPhaseFloor(c, r.mode, l, jobs[i].st->pos)});
+      h.insert(h.end(), r.h.h.begin(), r.h.h.end());
+    }
+    if (who.empty()) continue;
+    RunLayerSegments(m, l, segs, h);
+    size_t r0 = 0;
+    for (size_t k = 0; k < who.size(); ++k) {
+      DecoderRun& r = *run[who[k]];
+      r.h.first = segs[k].first;
+      r.h.n = segs[k].n;
+      r.h.h.assign(h.begin() + r0 * size_t(rw), h.begin() + (r0 + size_t(r.h.n)) * size_t(rw));
+      r0 += size_t(r.h.n);
+      r.next_layer = l + 1;
+    }
+  }
+  std::vector<std::optional<PrefillResult>> res(B);
+  int ended = 0;
+  for (size_t i = 0; i < B; ++i) {
+    SequenceState& st = *jobs[i].st;
+    DecoderRun& r = *run[i];
+    if (r.next_layer < L) continue;
+    PrefillResult out;
+    out.logits = ComputeLogits(m, r.h.h.data() + size_t(r.h.n - 1) * rw);  // the last row
+    out.stats.layer_token_units = out.stats.decoder_units = r.ctx.layer_token_units;
+    out.stats.decoder_rows = r.ctx.last_layer_rows;
+    res[i] = std::move(out);
+    st.decoder_run.reset();
     st.decoder_pos = st.pos;
     TrimState(c, st);
-    res[i].stats.layer_token_units = res[i].stats.decoder_units = ctx[i].layer_token_units;
-    res[i].stats.decoder_rows = ctx[i].last_layer_rows;
+    ++ended;
   }
-  spdlog::debug("batched finish: {} sequences, {} rows leaving the last layer", B, r0);
+  spdlog::debug("batched finish: {} sequences, layers [{}, {}), {} phases ended", B, lo, hi, ended);
   return res;
 }
 

@@ -11,6 +11,8 @@
 // pass (engine/row_groups.h: a chunk's rows apart, one-row segments in groups of at most 16).
 #pragma once
 #include <cstdint>
+#include <limits>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -49,11 +51,25 @@ EncodeDecodeResult EncodeDecodeBatch(const Model& m, std::span<const EncodeChunk
 struct FinishJob {
   SequenceState* st = nullptr;
   PrefillMode mode = PrefillMode::kBounded;  // as PrefillFinish: not kFull
+  int max_layers = std::numeric_limits<int>::max();  // PrefillFinishLayers: decoder layers this call runs at most (>= 1)
 };
 
 // PrefillFinish on every job, in one pass (decoder layers [E, L), each sequence with its own
 // staircase or bounded rows and window floors): returns each job's PrefillResult (in order).
-// REQUIRES: distinct states, each with rows encoded since its last decoder pass.
+// REQUIRES: distinct states, each with rows encoded since its last decoder pass, none with a
+// phase begun by PrefillFinishLayers; every max_layers left at its default.
 std::vector<PrefillResult> PrefillFinishBatch(const Model& m, std::span<const FinishJob> jobs);
+
+// The decoder phases in parts (issue 14: a 16K prompt's bounded replay is ~2 steps' work, and
+// the step that held it whole was every decoding session's longest gap). Each job runs at most
+// max_layers more decoder layers, beginning its phase if it has not begun; a job whose phase is
+// not over keeps its rows between two layers in its state (SequenceState::decoder_run) and gets
+// no result. Jobs at different layers share the layers they both run. A phase paused between
+// layers computes what it computes whole (the same layers over the same rows in the same
+// order), so its bits do not depend on where it pauses: equal to PrefillFinish and to
+// PrefillFinishBatch (tests/scheduler_batch_test.cpp). Throws std::invalid_argument before
+// touching any state on a full mode, a max_layers below 1, a mode other than the one the
+// phase began with, or nothing encoded since the last decoder pass.
+std::vector<std::optional<PrefillResult>> PrefillFinishLayers(const Model& m, std::span<const FinishJob> jobs);
 
 }  // namespace cedar

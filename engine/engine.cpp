@@ -71,6 +71,7 @@ void HiddenCapture::Add(int l, int64_t row_first, int n, const float* h, int rw)
 // CheckTokens and TrimState are shared with the batched prefill (engine/prefill_parts.h).
 void CheckTokens(const Model& m, const SequenceState& st, std::span<const int32_t> tokens) {
   const ModelConfig& c = m.config();
+  if (st.decoder_run) throw std::logic_error("the state is in the middle of a decoder phase (PrefillFinishLayers)");
   for (size_t i = 0; i < tokens.size(); ++i)
     if (tokens[i] < 0 || tokens[i] >= c.vocab_size)
       throw std::invalid_argument("token " + std::to_string(tokens[i]) + " at index " + std::to_string(i) +
@@ -212,6 +213,7 @@ StepStats PrefillEncode(const Model& m, SequenceState& st, std::span<const int32
 
 PrefillResult PrefillFinish(const Model& m, SequenceState& st, PrefillMode mode, HiddenCapture* hidden) {
   if (mode == PrefillMode::kFull) throw std::invalid_argument("PrefillFinish: full mode has no separate decoder phase");
+  if (st.decoder_run) throw std::logic_error("PrefillFinish: the decoder phase was begun in parts (PrefillFinishLayers)");
   PrefillResult res;
   if (st.pos == st.decoder_pos) throw std::invalid_argument("PrefillFinish: no rows were encoded since the last decoder pass");
   PassContext ctx;

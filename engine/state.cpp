@@ -1,5 +1,6 @@
 #include "engine/state.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace cedar {
@@ -75,6 +76,18 @@ SequenceState::SequenceState(const ModelConfig& c) : h_e(c.ResidualWidth()) {
   }
 }
 
+void SequenceState::Reserve(const ModelConfig& c, int64_t rows) {
+  if (rows <= 0) return;
+  h_e.Reserve(rows);
+  windows[size_t(c.n_encoder_layers)].Reserve(rows);
+  for (Pool& p : pools) {
+    const int64_t more = rows / std::max(1, p.ratio) + 1;
+    p.entries.reserve(p.entries.size() + size_t(more) * size_t(c.head_dim));
+    p.keys.reserve(p.keys.size() + size_t(more) * size_t(c.index_head_dim));
+  }
+  tokens.reserve(tokens.size() + size_t(rows));
+}
+
 Pool& SequenceState::PoolOfLayer(const ModelConfig& c, int layer) {
   const int src = c.PoolOf(layer);
   for (Pool& p : pools)
@@ -90,6 +103,7 @@ size_t SequenceState::Bytes() const {
   size_t b = h_e.Bytes();
   for (const auto& w : windows) b += w.Bytes();
   for (const auto& p : pools) b += (p.entries.size() + p.keys.size() + p.pending_c.size() + p.pending_z.size()) * sizeof(float);
+  if (decoder_run) b += DecoderRunBytes(*decoder_run);
   return b;
 }
 
@@ -100,6 +114,7 @@ void SequenceState::DropWindowsAndResidual() {
 }
 
 SequenceState CopyState(const SequenceState& s, const ModelConfig& c) {
+  if (s.decoder_run) throw std::logic_error("CopyState: the state is in the middle of a decoder phase");
   SequenceState r(c);
   r.pos = s.pos;
   r.decoder_pos = s.decoder_pos;

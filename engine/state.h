@@ -2,6 +2,7 @@
 // here is global; copying a state is explicit (CopyState) because it can be large.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "engine/config.h"
@@ -35,6 +36,8 @@ class RowStore {
     skip_ = 0;
     lo_ = hi_ = 0;
   }
+  // Capacity for `rows` more rows past hi(), so that appending them never reallocates.
+  void Reserve(int64_t rows) { data_.reserve(size_t(skip_ + size() + rows) * size_t(dim_)); }
   RowStore Copy() const;
   size_t Bytes() const { return size_t(size()) * dim_ * sizeof(float); }  // of the rows held
   // The rows held, [size, dim]. Moves them to the front of the buffer first if DropBefore left
@@ -79,6 +82,11 @@ struct Pool {
   int64_t Count(int c) const { return int64_t(entries.size()) / c; }
 };
 
+// A decoder phase paused between two layers (engine/prefill_parts.h; batch_prefill.h
+// PrefillFinishLayers).
+struct DecoderRun;
+size_t DecoderRunBytes(const DecoderRun& run);
+
 struct SequenceState {
   int64_t pos = 0;          // tokens consumed (next position)
   int64_t decoder_pos = 0;  // rows [0, decoder_pos) have decoder window entries (live state)
@@ -95,6 +103,10 @@ struct SequenceState {
   // approximation from here on; rows before `replayed_at` are still exact.
   bool replayed = false;
   int64_t replayed_at = 0;
+  // Set while a decoder phase runs in parts (PrefillFinishLayers): its rows between two decoder
+  // layers. The state is mid-prefill then: only PrefillFinishLayers may touch it, and it cannot
+  // be copied.
+  std::shared_ptr<DecoderRun> decoder_run;
   // Positions [0, exact_until) hold exact pool rows (what a prefix cache may keep).
   int64_t ExactUntil() const { return replayed ? replayed_at : pos; }
 
@@ -107,6 +119,13 @@ struct SequenceState {
   Pool& PoolOfLayer(const ModelConfig& c, int layer);  // REQUIRES: ratio(layer) > 0
   const Pool& PoolOfLayer(const ModelConfig& c, int layer) const;
   size_t Bytes() const;
+  // Capacity for `rows` more positions in what grows with them during a chunked prefill (H_E,
+  // layer E's window, the pools, the tokens), so that appending them never reallocates. Without
+  // it each of those vectors doubles as it fills, copying itself and faulting in its new pages
+  // at one row: all of them cross 4K, 8K, ... rows in the same step (on `small` a 30-90 ms stall
+  // of the step that crossed 8K rows of a 16K prompt, every decoding session's longest gap).
+  // Changes no value. The session layer calls it when a turn's prefill begins.
+  void Reserve(const ModelConfig& c, int64_t rows);
   // Drops what a cache eviction drops: every window entry and the H_E tail (pools stay).
   void DropWindowsAndResidual();
 };

@@ -232,6 +232,9 @@ std::string ServerMetrics::Render(const session::EngineMetrics& e) const {
          double(e.prefill_batch_turns_max));
   Metric(out, "cedar_decode_rows_in_prefill_total", "counter", "Decode rows that rode in a batched prefill pass.",
          double(e.decode_rows_in_prefill));
+  Metric(out, "cedar_decoder_phase_pauses_total", "counter",
+         "Steps that ended with a turn's decoder phase between two layers (the phase runs in parts).",
+         double(e.decoder_phase_pauses));
   // Speculative decoding (--spec-tokens): the acceptance rate is accepted / drafted.
   Metric(out, "cedar_spec_passes_total", "counter", "Speculative verify passes of decoding turns.", double(e.spec_passes));
   Metric(out, "cedar_spec_drafted_total", "counter", "Draft tokens verified by speculative passes.", double(e.spec_drafted));

@@ -15,6 +15,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
+#include <optional>
 #include <vector>
 
 #include "session/manager_impl.h"
@@ -29,7 +31,11 @@ void SessionManager::Impl::PrefillBatched(const std::vector<TurnChunks>& plan, s
     passes = std::max(passes, p.lens.size());
     for (int64_t len : p.lens) rows += len;
   }
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t pure_rows = 0;  // chunk rows of the passes no decode rows rode in, and their ms
+  double pure_ms = 0;
   for (size_t k = 0; k < passes; ++k) {
+    const auto pass_start = std::chrono::steady_clock::now();
     std::vector<ActiveTurn*> who;
     std::vector<Sequence*> seqs;
     std::vector<std::span<const int32_t>> chunks;
@@ -76,41 +82,79 @@ void SessionManager::Impl::PrefillBatched(const std::vector<TurnChunks>& plan, s
       }
       metrics.prefill_batches++;
       metrics.prefill_batch_turns_max = std::max(metrics.prefill_batch_turns_max, int64_t(who.size()));
+      if (dec.empty()) {
+        for (const auto& ch : chunks) pure_rows += int64_t(ch.size());
+        pure_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - pass_start).count();
+      }
     } catch (const std::exception& e) {
       for (ActiveTurn* t : who) Fail(*t, ErrorKind::kInternal, e.what());
       for (ActiveTurn* t : dec) Fail(*t, ErrorKind::kInternal, e.what());
     }
   }
-  // The decoder phases planned for this step (after their last chunk), together.
+  // The encode passes (with the decode rows riding in the first) count as the chunks' rate.
+  const auto t1 = std::chrono::steady_clock::now();
+  if (rows > 0) step_cost.ObserveChunks(rows, std::chrono::duration<double, std::milli>(t1 - t0).count());
+  if (pure_rows > 0) step_cost.ObservePureChunks(pure_rows, pure_ms);
+  // The decoder phases planned for this step (after their last chunk), together: whole, or
+  // each its planned layers (PrefillFinishLayers: the turns' rows share the layers they both run).
   std::vector<ActiveTurn*> fin;
   std::vector<Sequence*> seqs;
   std::vector<PrefillMode> modes;
+  std::vector<int> layers;
+  int64_t finish_rows = 0;
+  bool in_parts = false;
   for (const TurnChunks& p : plan)
-    if (!p.t->done && p.finish) {
+    if (!p.t->done && (p.finish || p.finish_layers > 0)) {
       fin.push_back(p.t);
       seqs.push_back(p.t->state.get());
       modes.push_back(p.t->mode);
+      layers.push_back(p.finish_layers);
+      finish_rows += p.finish_rows;
+      in_parts = in_parts || p.finish_layers > 0;
     }
+  size_t ended = 0;
   if (!fin.empty()) {
-    std::vector<PrefillResult> res;
+    std::vector<std::optional<PrefillResult>> res;
     try {
-      res = backend->PrefillFinishBatch(seqs, modes);
+      if (in_parts) {
+        if (std::count(layers.begin(), layers.end(), 0) > 0) throw std::logic_error("decoder phases whole and in parts in one step");
+        res = backend->PrefillFinishLayers(seqs, modes, layers);
+        for (size_t i = 0; i < fin.size(); ++i) {
+          fin[i]->finish_layers_done += layers[i];
+          bool planned_end = false;
+          for (const TurnChunks& p : plan)
+            if (p.t == fin[i]) planned_end = p.finish;
+          if (res[i].has_value() != planned_end) throw std::logic_error("a decoder phase did not end where it was planned to");
+        }
+      } else {
+        for (PrefillResult& r : backend->PrefillFinishBatch(seqs, modes)) res.emplace_back(std::move(r));
+      }
       metrics.prefill_batches++;
       metrics.prefill_batch_turns_max = std::max(metrics.prefill_batch_turns_max, int64_t(fin.size()));
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
+      step_cost.ObserveFinish(finish_rows, ms);
+      // Each turn's own rate for its next part: the pass's (shared by its turns' rows).
+      if (finish_rows > 0)
+        for (ActiveTurn* t : fin) t->finish_ms_per_row = ms / double(finish_rows);
     } catch (const std::exception& e) {
       for (ActiveTurn* t : fin) Fail(*t, ErrorKind::kInternal, e.what());
       fin.clear();
     }
     for (size_t i = 0; i < fin.size(); ++i) {
+      if (!res[i]) {
+        metrics.decoder_phase_pauses++;
+        continue;
+      }
+      ++ended;
       try {
-        EndPrefill(*fin[i], std::move(res[i]));
+        EndPrefill(*fin[i], std::move(*res[i]));
       } catch (const std::exception& e) {
         Fail(*fin[i], ErrorKind::kInternal, e.what());
       }
     }
   }
-  spdlog::debug("batched prefill step: {} turns, {} rows in {} encode passes, {} decoder phases", plan.size(), rows, passes,
-                fin.size());
+  spdlog::debug("batched prefill step: {} turns, {} rows in {} encode passes, {} decoder phases ({} ended)", plan.size(), rows,
+                passes, fin.size(), ended);
 }
 
 }  // namespace cedar::session

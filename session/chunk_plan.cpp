@@ -26,14 +26,25 @@ std::vector<StepShare> PlanChunks(std::span<const ChunkDemand> demands, int64_t 
   // Demand i's next item (a chunk, or its decoder phase after the last one), if it has one and
   // it may run now.
   const auto take = [&](size_t i) {
+    const ChunkDemand& d = demands[i];
     if (plan[i].finish) return false;
-    const bool chunks_left = at[i] < demands[i].end;
-    const int64_t len = chunks_left ? std::min(chunk, demands[i].end - at[i]) : demands[i].finish_rows;
-    const double ms = chunks_left ? double(len) * demands[i].ms_per_row : demands[i].finish_ms;
+    const bool chunks_left = at[i] < d.end;
+    const bool in_parts = !d.finish_layer_rows.empty();
+    int64_t len = d.finish_rows;
+    double ms = d.finish_ms;
+    if (chunks_left) {
+      len = std::min(chunk, d.end - at[i]);
+      ms = double(len) * d.ms_per_row;
+    } else if (in_parts) {  // its next layer, with its share of the phase's predicted ms
+      len = d.finish_layer_rows[size_t(plan[i].finish_layers)];
+      ms = d.finish_rows > 0 ? d.finish_ms * double(len) / double(d.finish_rows) : 0;
+    }
     if (rows > 0 && (len > budget || ms > budget_ms)) return false;
     if (chunks_left) {
       plan[i].chunks.push_back(len);
       at[i] += len;
+    } else if (in_parts) {
+      plan[i].finish = ++plan[i].finish_layers == int(d.finish_layer_rows.size());
     } else {
       plan[i].finish = true;
     }

@@ -8,7 +8,9 @@
 //
 // Once a turn's last chunk is planned, its decoder phase (the bounded replay or the exact
 // staircase, engine.h PrefillFinish) is its next item, with its own cost in rows: it runs in the
-// same step only if it fits too, else first thing in a later step. A step may also have a budget
+// same step only if it fits too, else first thing in a later step. A phase that can pause
+// between layers (engine/batch_prefill.h PrefillFinishLayers) is one item per layer instead:
+// a step takes as many of its layers as fit, so no step holds a whole replay. A step may also have a budget
 // in predicted time (--step-ms): then a chunk late in a long prompt, which attends to a longer
 // prefix, counts for more than one early in it. Otherwise the step that ends
 // a long prompt would hold a whole chunk plus the decoder phase, and every decoding session
@@ -43,15 +45,20 @@ struct ChunkDemand {
   int64_t next = 0;         // the first prompt row not yet encoded
   int64_t end = 0;          // the prompt's length (rows [next, end) are left)
   int priority = 0;         // lower first; demands arrive sorted by (priority, arrival)
-  int64_t finish_rows = 0;  // what its decoder phase costs, in encoder rows (an estimate)
+  int64_t finish_rows = 0;  // what its decoder phase (what is left of it) costs, in step rows (an estimate)
   double ms_per_row = 0;    // predicted ms per prompt row of its chunks (0 = unknown: only rows bind)
   double finish_ms = 0;     // its decoder phase's predicted ms (0 = unknown)
+  // The decoder layers its phase has left, in order, each one's rows (they sum to finish_rows):
+  // the phase then runs in parts, as many layers a step as fit (a 16K prompt's bounded replay is
+  // about two steps' work). Empty: the phase is one item (a backend or turn that runs it whole).
+  std::vector<int64_t> finish_layer_rows = {};
 };
 
 // What one turn runs in this step.
 struct StepShare {
   std::vector<int64_t> chunks;  // lengths of the chunks, in prompt order
-  bool finish = false;          // its decoder phase (after its last chunk)
+  bool finish = false;          // its decoder phase ends in this step (after its last chunk)
+  int finish_layers = 0;        // of its phase in parts (finish_layer_rows): the layers this step runs
   bool operator==(const StepShare&) const = default;
 };
 

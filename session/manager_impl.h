@@ -103,8 +103,9 @@ struct SessionManager::Impl {
   struct TurnChunks {
     ActiveTurn* t;
     std::vector<int64_t> lens;  // its chunks, in prompt order
-    bool finish = false;        // then its decoder phase (PrefillFinish) in this step
-    int64_t finish_rows = 0;    // the decoder phase's cost estimate in encoder rows (ChunkDemand)
+    bool finish = false;        // its decoder phase ends in this step (after its chunks)
+    int finish_layers = 0;      // of a phase in parts (PrefillFinishLayers): its layers in this step; 0 = whole
+    int64_t finish_rows = 0;    // those layers' (or the whole phase's) cost estimate in encoder rows
   };
   // This step's prefill chunks (PlanChunks over the prefilling turns in priority order), within
   // `budget` rows and `budget_ms` predicted ms.

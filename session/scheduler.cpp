@@ -32,7 +32,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <iterator>
+#include <cmath>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "engine/row_plan.h"
@@ -180,6 +183,7 @@ void SessionManager::Impl::StepSerial() {
 }
 
 void SessionManager::Impl::StepMixed() {
+  const auto step_start = std::chrono::steady_clock::now();
   Admit(false);
   const SchedulerOptions& so = opt.scheduler;
   // The decode rows: every decoding turn samples its next token; those that go on decode.
@@ -204,22 +208,27 @@ void SessionManager::Impl::StepMixed() {
   // A speculating turn prefills on its own (below): its chunks capture its drafter's rows.
   std::vector<TurnChunks> together, solo;
   for (const TurnChunks& p : plan) (batched && !p.t->speculating ? together : solo).push_back(p);
-  if (!together.empty()) {  // may run the decode rows too: its time counts as the chunks' rate
-    const auto t0 = std::chrono::steady_clock::now();
-    PrefillBatched(together, &going);
-    int64_t units = 0;
-    for (const TurnChunks& p : together) {
-      for (int64_t len : p.lens) units += len;
-      if (p.finish) units += p.finish_rows;
-    }
-    step_cost.ObserveChunks(units, Ms(t0, std::chrono::steady_clock::now()));
-  }
+  if (!together.empty()) PrefillBatched(together, &going);  // observes its own parts' cost
   for (const TurnChunks& p : solo) PrefillAlone(p);
   const int64_t decode_rows = metrics.decode_rows_in_prefill - rode + int64_t(going.size());
   const auto t0 = std::chrono::steady_clock::now();
   for (size_t g = 0; g < going.size(); g += kDecodeGroup)
     DecodeRows(std::vector<ActiveTurn*>(going.begin() + g, going.begin() + std::min(going.size(), g + kDecodeGroup)));
   step_cost.ObserveDecode(int64_t(going.size()), Ms(t0, std::chrono::steady_clock::now()));
+  if (spdlog::should_log(spdlog::level::debug)) {  // what the step held and what it took
+    std::string items;
+    for (const TurnChunks& p : plan) {
+      fmt::format_to(std::back_inserter(items), " turn {}:", p.t->seq);
+      for (int64_t len : p.lens) fmt::format_to(std::back_inserter(items), " {}", len);
+      if (p.finish_layers > 0)
+        fmt::format_to(std::back_inserter(items), " +{} decoder layers ({} rows){}", p.finish_layers, p.finish_rows, p.finish ? ", end" : "");
+      else if (p.finish)
+        fmt::format_to(std::back_inserter(items), " +decoder phase ({} rows)", p.finish_rows);
+      items += ';';
+    }
+    spdlog::debug("step: {} decode rows ({} riding), {} prompt rows:{} {:.1f} ms", decode_rows,
+                  decode_rows - int64_t(going.size()), rows, items, Ms(step_start, std::chrono::steady_clock::now()));
+  }
   if (rows > 0 || decode_rows > 0) {
     metrics.steps++;
     metrics.step_prefill_rows += rows;
@@ -232,23 +241,53 @@ std::vector<SessionManager::Impl::TurnChunks> SessionManager::Impl::PlanStep(con
                                                                              int64_t budget, double budget_ms) const {
   const ModelConfig& c = model->config();
   std::vector<ChunkDemand> demands;
-  for (const ActiveTurn* t : pre) {
+  const int E = c.n_encoder_layers;
+  // A phase row in chunk rows (step_cost.h): the turn's own rate once a part of its phase ran;
+  // before that the recent phases' rate, but at least kFirstPartRowCost, because those were
+  // mostly short prompts' and a long prompt's phase row costs more (its first part may then run
+  // short, never long; the bits do not depend on the parts).
+  constexpr double kFirstPartRowCost = 2.0;
+  std::vector<std::vector<int64_t>> units_of(pre.size());  // per turn: its phase's rows by layer left
+  for (size_t i = 0; i < pre.size(); ++i) {
+    const ActiveTurn* t = pre[i];
     const int64_t N = int64_t(t->request.prompt.size());
-    // The decoder phase's rows over all decoder layers, in encoder rows (E layers each): what it
-    // costs next to a chunk. An estimate for planning only (H_E's first held row taken as 0).
+    // The decoder phase's rows through each decoder layer it has left, in encoder rows (E layers
+    // each): what it costs next to a chunk. An estimate for planning only (H_E's first held row
+    // taken as 0).
     const std::vector<int64_t> a = DecoderPhaseStarts(c, t->mode, N, t->state->decoder_pos(), 0);
+    const bool in_parts = opt.scheduler.decoder_phase_in_parts && backend->SupportsFinishLayers() && !t->speculating;
+    const double ratio = t->finish_ms_per_row > 0 ? step_cost.FinishRowCost(t->finish_ms_per_row)
+                         : in_parts             ? std::max(kFirstPartRowCost, step_cost.FinishRowCost())
+                                                : step_cost.FinishRowCost();
+    const double phase_ms_per_row = t->finish_ms_per_row > 0 ? t->finish_ms_per_row : step_cost.FinishMsPerRow();
     int64_t units = 0;
-    for (int l = c.n_encoder_layers; l < c.n_layers; ++l) units += N - a[size_t(l)];
-    const int64_t finish_rows = (units + c.n_encoder_layers - 1) / std::max(1, c.n_encoder_layers);
-    demands.push_back({t->encode_next, N, t->request.priority, finish_rows, step_cost.ChunkMsPerRow(),
-                       double(finish_rows) * step_cost.FinishMsPerRow()});
+    std::vector<int64_t> layer_rows;
+    for (int l = E + t->finish_layers_done; l < c.n_layers; ++l) {
+      units += N - a[size_t(l)];
+      units_of[i].push_back(N - a[size_t(l)]);
+      if (in_parts) layer_rows.push_back(std::max<int64_t>(1, std::llround(double(N - a[size_t(l)]) / double(E) * ratio)));
+    }
+    const int64_t finish_rows = (units + E - 1) / std::max(1, E);
+    int64_t budget_rows = std::max<int64_t>(1, std::llround(double(finish_rows) * ratio));
+    if (in_parts) {
+      budget_rows = 0;
+      for (int64_t r : layer_rows) budget_rows += r;
+    }
+    demands.push_back({t->encode_next, N, t->request.priority, budget_rows, step_cost.ChunkMsPerRow(),
+                       double(finish_rows) * phase_ms_per_row, std::move(layer_rows)});
   }
   const std::vector<StepShare> shares =
       PlanChunks(demands, budget, opt.scheduler.max_prefill_chunk, opt.scheduler.prefill_order, budget_ms);
   std::vector<TurnChunks> plan;
-  for (size_t i = 0; i < pre.size(); ++i)
-    if (!shares[i].chunks.empty() || shares[i].finish)
-      plan.push_back({pre[i], shares[i].chunks, shares[i].finish, demands[i].finish_rows});
+  for (size_t i = 0; i < pre.size(); ++i) {
+    const StepShare& s = shares[i];
+    if (s.chunks.empty() && !s.finish && s.finish_layers == 0) continue;
+    // ObserveFinish's rows: the encoder rows of the layers planned (all of them when whole).
+    int64_t units = 0;
+    const size_t layers = s.finish_layers > 0 ? size_t(s.finish_layers) : s.finish ? units_of[i].size() : 0;
+    for (size_t k = 0; k < layers; ++k) units += units_of[i][k];
+    plan.push_back({pre[i], s.chunks, s.finish, s.finish_layers, (units + E - 1) / std::max(1, E)});
+  }
   return plan;
 }
 
@@ -272,7 +311,20 @@ void SessionManager::Impl::PrefillAlone(const TurnChunks& p) {
     }
     const auto t1 = std::chrono::steady_clock::now();
     step_cost.ObserveChunks(rows, Ms(t0, t1));
-    if (p.finish) {
+    step_cost.ObservePureChunks(rows, Ms(t0, t1));  // the decode rows run apart here
+    if (p.finish_layers > 0) {  // part of the decoder phase (the same bits as whole)
+      Sequence* seq = t.state.get();
+      std::vector<std::optional<PrefillResult>> r = backend->PrefillFinishLayers({&seq, 1}, {&t.mode, 1}, {&p.finish_layers, 1});
+      const double ms = Ms(t1, std::chrono::steady_clock::now());
+      step_cost.ObserveFinish(p.finish_rows, ms);
+      if (p.finish_rows > 0) t.finish_ms_per_row = ms / double(p.finish_rows);
+      t.finish_layers_done += p.finish_layers;
+      if (r[0].has_value() != p.finish) throw std::logic_error("the decoder phase did not end where it was planned to");
+      if (r[0])
+        EndPrefill(t, std::move(*r[0]));
+      else
+        metrics.decoder_phase_pauses++;
+    } else if (p.finish) {
       SequenceState* host = t.speculating ? backend->MutableHostState(*t.state) : nullptr;
       PrefillResult r = host ? cedar::PrefillFinish(*model, *host, t.mode, &t.spec_capture) : backend->PrefillFinish(*t.state, t.mode);
       step_cost.ObserveFinish(p.finish_rows, Ms(t1, std::chrono::steady_clock::now()));

@@ -150,12 +150,13 @@ std::unique_ptr<SessionManager> SessionManager::Start(std::shared_ptr<const Mode
   if (options.scheduler.batch_prefill && !m->impl_->backend->SupportsBatchedPrefill())
     spdlog::warn("the {} backend has no batched prefill: each turn's chunks run alone", m->device_);
   m->scheduler_ = m->impl_->opt.scheduler.kind;
-  spdlog::info("scheduler {}: step {} tokens{}, prefill chunks of {} ({}){}, {} prefilling turns at most, {} queued turns at most",
+  spdlog::info("scheduler {}: step {} tokens{}, prefill chunks of {} ({}){}{}, {} prefilling turns at most, {} queued turns at most",
                SchedulerName(m->scheduler_), options.scheduler.step_tokens,
                options.scheduler.step_ms > 0 ? fmt::format(" or {} ms", options.scheduler.step_ms) : "",
                options.scheduler.max_prefill_chunk,
                PrefillOrderName(options.scheduler.prefill_order),
                options.scheduler.batch_prefill ? " (batched across turns)" : "",
+               options.scheduler.decoder_phase_in_parts ? ", decoder phases in parts" : "",
                options.scheduler.max_prefilling_turns, options.scheduler.max_queued_turns);
   Impl* raw = m->impl_.get();
   raw->PublishStats();  // before the engine thread starts: the budgets are known at once

@@ -173,6 +173,7 @@ struct EngineMetrics {
   int64_t prefill_batches = 0;        // batched prefill passes (--batch-prefill): encode or finish
   int64_t prefill_batch_turns_max = 0;  // the most turns' chunks in one such pass
   int64_t decode_rows_in_prefill = 0;   // decode rows that rode in a batched prefill pass
+  int64_t decoder_phase_pauses = 0;     // steps that ended with a decoder phase between two layers (in parts)
   int64_t sessions = 0;
   // Session memory (--session-ram): live states plus the cache RAM their pins hold.
   uint64_t live_state_bytes = 0;      // live states: idle sessions' and in-flight turns'
@@ -232,6 +233,16 @@ struct SchedulerOptions {
                                        // engine/batch_prefill.h EncodeDecodeBatch: the layer's weights
                                        // come from cache for them) instead of a decode pass of their
                                        // own; same bits either way
+  bool decoder_phase_in_parts = false;  // --decoder-phase-in-parts on|off: a turn's decoder phase (the
+                                       // bounded replay or exact staircase after its last chunk) runs
+                                       // as many layers a step as the budget holds
+                                       // (engine/batch_prefill.h PrefillFinishLayers), instead of
+                                       // whole in one step (at 16K on `small` ~140-170 ms, twice a
+                                       // step). Same bits either way; needs a backend with it (the
+                                       // CPU). Off by default: on `small` it did not lower the
+                                       // benchmark's p99 (its layers are priced alike, but the first,
+                                       // which scores the whole prefix, took 53 of the phase's 139 ms
+                                       // at 16K) and it raised the undisturbed p99 (docs/SERVER.md)
   PrefillOrder prefill_order = PrefillOrder::kFcfs;  // --prefill-order: how a step's budget is
                                  // shared among prefilling turns (session/chunk_plan.h); fcfs by
                                  // default (issue 14), round-robin for short turns beside long ones

@@ -12,6 +12,10 @@ void StepCostModel::ObserveChunks(int64_t rows, double ms) {
   if (rows > 0 && ms >= 0) Update(&chunk_ms_per_row_, ms / double(rows));
 }
 
+void StepCostModel::ObservePureChunks(int64_t rows, double ms) {
+  if (rows > 0 && ms >= 0) Update(&pure_chunk_ms_per_row_, ms / double(rows));
+}
+
 void StepCostModel::ObserveFinish(int64_t finish_rows, double ms) {
   if (finish_rows > 0 && ms >= 0) Update(&finish_ms_per_row_, ms / double(finish_rows));
 }

@@ -53,6 +53,8 @@ struct ActiveTurn {
   int64_t seq = 0;                         // arrival order: first come first served among equal priorities
   PrefillMode mode = PrefillMode::kBounded;  // the decoder phase of this turn's prefill
   int64_t encode_next = 0;                 // the next prompt position to encode (mixed scheduler)
+  int finish_layers_done = 0;              // decoder layers of its phase run in earlier steps (in parts)
+  double finish_ms_per_row = 0;            // its phase's ms per estimated row, measured on its parts so far
   bool waited_for_memory = false;          // admission was deferred for session memory (counted once)
   // Speculative decoding (--spec-tokens, session/speculation.cpp), decided when the turn begins:
   bool spec_decided = false;               // Speculates() has looked at the request

@@ -248,6 +248,7 @@ bool SessionManager::Impl::BeginTurn(ActiveTurn& t) {
     a.tokens_encoded = fresh_rows;
     a.no_cache_units = N * c.n_layers;
     t.encode_next = p0;
+    backend->Reserve(st, fresh_rows);  // no reallocation mid-prompt (SequenceState::Reserve)
     if (fresh_rows > 0) {
       const bool live_decoder = st.decoder_pos() == p0 && p0 > 0;
       if (rq.decoder == DecoderPolicy::kExact || (live_decoder && fresh_rows <= c.window && rq.decoder == DecoderPolicy::kAuto))

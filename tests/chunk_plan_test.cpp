@@ -2,10 +2,12 @@
 // turns. Pure function: exact expected plans for small cases, and invariants over random ones.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <limits>
 #include <random>
 
 #include "session/chunk_plan.h"
+#include "session/step_cost.h"
 
 using namespace cedar::session;
 using Chunks = std::vector<std::vector<int64_t>>;
@@ -88,6 +90,30 @@ TEST_CASE("the decoder phase follows the last chunk in the same step only if it 
   CHECK(PlanChunks(two, 460, 256, PrefillOrder::kRoundRobin) == std::vector<StepShare>{{{100}, true}, {{256, 44}, false}});
 }
 
+TEST_CASE("a decoder phase in parts: a step takes as many of its layers as fit") {
+  for (PrefillOrder o : {PrefillOrder::kFcfs, PrefillOrder::kRoundRobin}) {
+    CAPTURE(PrefillOrderName(o));
+    // Nothing left to encode; four layers of 10 rows each.
+    const std::vector<ChunkDemand> d = {{300, 300, 0, 40, 0, 0, {10, 10, 10, 10}}};
+    CHECK(PlanChunks(d, 25, 256, o) == std::vector<StepShare>{{{}, false, 2}});
+    CHECK(PlanChunks(d, 40, 256, o) == std::vector<StepShare>{{{}, true, 4}});
+    CHECK(PlanChunks(d, 0, 256, o) == std::vector<StepShare>{{{}, false, 1}});  // the first item always runs
+    // After the last chunk, in the same step: 100 + 10 + 10 fit in 125, a third layer does not.
+    const std::vector<ChunkDemand> end = {{0, 100, 0, 40, 0, 0, {10, 10, 10, 10}}};
+    CHECK(PlanChunks(end, 125, 100, o) == std::vector<StepShare>{{{100}, false, 2}});
+    // Predicted ms: 400 ms over 40 rows is 100 ms a layer; 250 ms take two.
+    std::vector<ChunkDemand> timed = d;
+    timed[0].finish_ms = 400;
+    CHECK(PlanChunks(timed, 1000, 256, o, 250.0) == std::vector<StepShare>{{{}, false, 2}});
+    // Layers of unequal cost (an exact staircase): 30 then 5 + 5 fit in 40 only from the front.
+    const std::vector<ChunkDemand> stair = {{300, 300, 0, 45, 0, 0, {30, 5, 5, 5}}};
+    CHECK(PlanChunks(stair, 40, 256, o) == std::vector<StepShare>{{{}, false, 3}});
+  }
+  // fcfs: the next turn gets what the phase's layers leave.
+  const std::vector<ChunkDemand> two = {{300, 300, 0, 40, 0, 0, {10, 10, 10, 10}}, {0, 500, 0, 1 << 20}};
+  CHECK(PlanChunks(two, 70, 30, PrefillOrder::kFcfs) == std::vector<StepShare>{{{}, true, 4}, {{30}, false, 0}});
+}
+
 TEST_CASE("round-robin: a lower priority value is planned whole before the next priority") {
   const auto d = With({{0, 600, -1}, {0, 600, 0}, {0, 50, 0}}, 1 << 20);
   CHECK(ChunksOf(PlanChunks(d, 700, 256, PrefillOrder::kRoundRobin)) == Chunks{{256, 256, 88}, {}, {50}});
@@ -126,11 +152,19 @@ TEST_CASE("random demands: boundaries, budget and progress hold for both orders"
       prio += int(rng() % 3 == 0);
       const int64_t end = 1 + int64_t(rng() % 3000), next = int64_t(rng() % uint64_t(end + 1));
       d.push_back({next, end, prio, 1 + int64_t(rng() % 400), double(rng() % 4) * 0.5, double(rng() % 800)});
+      if (rng() % 2) {  // a phase in parts: 1-12 layers that sum to finish_rows
+        const int64_t k = 1 + int64_t(rng() % 12);
+        d.back().finish_rows = std::max(d.back().finish_rows, k);
+        for (int64_t j = 0; j < k; ++j) d.back().finish_layer_rows.push_back(d.back().finish_rows / k + (j < d.back().finish_rows % k));
+      }
     }
     const int64_t chunk = 1 + int64_t(rng() % 600), budget = int64_t(rng() % 2000) - 100;
     // Every other case has a budget in ms too (as many as the rows, up to about 4x).
     const double budget_ms = it % 2 ? double(rng() % 6000) - 100 : std::numeric_limits<double>::infinity();
     const auto item_ms = [&](size_t i, int64_t len) { return len > 0 ? double(len) * d[i].ms_per_row : d[i].finish_ms; };
+    const auto layer_ms = [&](size_t i, int k) {
+      return d[i].finish_ms * double(d[i].finish_layer_rows[size_t(k)]) / double(d[i].finish_rows);
+    };
     for (PrefillOrder o : {PrefillOrder::kFcfs, PrefillOrder::kRoundRobin}) {
       CAPTURE(it);
       const std::vector<StepShare> p = PlanChunks(d, budget, chunk, o, budget_ms);
@@ -147,7 +181,17 @@ TEST_CASE("random demands: boundaries, budget and progress hold for both orders"
           items++;
         }
         CHECK(at <= d[i].end);
-        if (p[i].finish) {
+        const bool in_parts = !d[i].finish_layer_rows.empty();
+        if (in_parts) {
+          CHECK(p[i].finish == (p[i].finish_layers == int(d[i].finish_layer_rows.size())));
+          if (p[i].finish_layers > 0) CHECK(at == d[i].end);  // the decoder phase only after the last chunk
+          for (int k = 0; k < p[i].finish_layers; ++k) {
+            rows += d[i].finish_layer_rows[size_t(k)];
+            ms += layer_ms(i, k);
+            items++;
+          }
+        } else if (p[i].finish) {
+          CHECK(p[i].finish_layers == 0);
           CHECK(at == d[i].end);  // the decoder phase only after the last chunk
           rows += d[i].finish_rows;
           ms += item_ms(i, 0);
@@ -167,10 +211,25 @@ TEST_CASE("random demands: boundaries, budget and progress hold for both orders"
           if (at < d[i].end) {
             const int64_t len = std::min(chunk, d[i].end - at);
             CHECK((len > budget - rows || item_ms(i, len) > budget_ms - ms + 1e-9));
+          } else if (!p[i].finish && !d[i].finish_layer_rows.empty()) {
+            const int k = p[i].finish_layers;
+            CHECK((d[i].finish_layer_rows[size_t(k)] > budget - rows || layer_ms(i, k) > budget_ms - ms + 1e-9));
           } else if (!p[i].finish) {
             CHECK((d[i].finish_rows > budget - rows || item_ms(i, 0) > budget_ms - ms + 1e-9));
           }
         }
     }
   }
+}
+
+TEST_CASE("the step cost model prices a decoder-phase row in chunk rows, by the chunks' own rate") {
+  StepCostModel m;
+  CHECK(m.FinishRowCost() == 1.0);  // nothing measured
+  m.ObserveFinish(50, 100.0);       // 2 ms a phase row
+  CHECK(m.FinishRowCost() == 1.0);  // no chunk rate yet
+  m.ObserveChunks(100, 100.0);      // 1 ms a chunk row with decode rows riding
+  CHECK(m.FinishRowCost() == doctest::Approx(2.0));
+  m.ObservePureChunks(100, 50.0);   // 0.5 ms a chunk row alone: the rate phases compare with
+  CHECK(m.FinishRowCost() == doctest::Approx(4.0));
+  CHECK(m.ChunkMsPerRow() == doctest::Approx(1.0));  // the step's own rate keeps the riding rows
 }

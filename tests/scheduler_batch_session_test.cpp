@@ -102,7 +102,9 @@ TEST_CASE("batched prefill: one at a time, all at once and shuffled give the bit
         if (run > 0) std::shuffle(order.begin(), order.end(), std::mt19937(uint32_t(run)));
         // Budgets that give several chunks per turn per step (run 0), one (run 2), a cap of 3 turns
         // (run 1); decode rows in a pass of their own (run 3).
-        auto sm = SessionManager::Start(model, Mixed(true, run == 2 ? chunk + 8 : 200, chunk, run == 1 ? 3 : 20, run != 3));
+        ManagerOptions mo = Mixed(true, run == 2 ? chunk + 8 : 200, chunk, run == 1 ? 3 : 20, run != 3);
+        mo.scheduler.decoder_phase_in_parts = run == 2;  // decoder phases a few layers a step: must not matter
+        auto sm = SessionManager::Start(model, mo);
         std::vector<std::future<TurnResult>> futs(reqs.size());
         TurnRequest driver;
         driver.prompt = RandomTokens(12, 512, 99);
@@ -123,6 +125,7 @@ TEST_CASE("batched prefill: one at a time, all at once and shuffled give the bit
         CHECK(mt.prefill_batches > 0);
         CHECK(mt.prefill_batch_turns_max >= 2);  // chunks of different turns did share a pass
         if (run == 1) CHECK(mt.prefill_batch_turns_max <= 3);
+        if (run == 2) CHECK(mt.decoder_phase_pauses > 0);  // decoder phases ran over several steps
         if (run == 3) CHECK(mt.decode_rows_in_prefill == 0);
         else CHECK(mt.decode_rows_in_prefill > 0);  // decode rows did ride in prefill passes
       }

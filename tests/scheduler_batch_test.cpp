@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
+#include <optional>
 
 #include "engine/backend.h"
 #include "engine/batch_prefill.h"
@@ -211,4 +212,125 @@ TEST_CASE("the CPU backend offers batched prefill; its default loops over the si
   PrefillEncode(m, lone, t2);
   CHECK(SameBits(r[1].logits, PrefillFinish(m, lone, PrefillMode::kBounded).logits));
   CHECK(s2->decoder_pos() == 25);
+}
+
+TEST_CASE_TEMPLATE("a decoder phase run in parts equals PrefillFinish bit for bit, wherever it pauses", T, CEDAR_MODEL_VARIANTS) {
+  for (const bool rowinv : {true, false}) {
+    CAPTURE(rowinv);
+    RowInvariant on(rowinv);
+    const Model& m = cedar::test::PresetModel(T::kName);
+    const ModelConfig& c = m.config();
+    const int D = c.n_layers - c.n_encoder_layers;  // decoder layers
+    REQUIRE(D >= 2);
+    constexpr int S = 4;
+    const int heads[S] = {0, 20, 33, 0};
+    const int lens[S] = {150, 9, 97, 40};
+    auto mode_of = [](int i) { return i % 2 ? PrefillMode::kBounded : PrefillMode::kExact; };
+    std::vector<SequenceState> alone, parts;
+    for (int i = 0; i < S; ++i) {
+      alone.emplace_back(c);
+      parts.emplace_back(c);
+      if (heads[i] > 0) {
+        PrefillOptions o;
+        o.mode = PrefillMode::kExact;
+        auto head = RandomTokens(heads[i], c.vocab_size, 70 + uint64_t(i));
+        Prefill(m, alone.back(), head, o);
+        Prefill(m, parts.back(), head, o);
+      }
+      auto prompt = RandomTokens(lens[i], c.vocab_size, 900 + uint64_t(i));
+      PrefillEncode(m, alone.back(), prompt);
+      PrefillEncode(m, parts.back(), prompt);
+    }
+    std::vector<PrefillResult> want(S);
+    for (int i = 0; i < S; ++i) want[size_t(i)] = PrefillFinish(m, alone[size_t(i)], mode_of(i));
+    // Calls of 1..3 layers per job; a job sits out some calls, so the jobs of a call stand at
+    // different layers and run some layers together, some alone.
+    std::vector<std::optional<PrefillResult>> got(S);
+    std::vector<int> results(S, 0);
+    uint64_t rng = 12345;
+    auto next = [&rng](int n) { rng = rng * 6364136223846793005ull + 1442695040888963407ull; return int((rng >> 33) % uint64_t(n)); };
+    int calls = 0, paused_checks = 0;
+    for (bool any = true; any; ++calls) {
+      any = false;
+      std::vector<FinishJob> jobs;
+      std::vector<int> who;
+      for (int i = 0; i < S; ++i) {
+        if (got[size_t(i)] || (calls > 0 && next(4) == 0)) continue;
+        jobs.push_back(FinishJob{&parts[size_t(i)], mode_of(i), 1 + next(3)});
+        who.push_back(i);
+      }
+      auto res = PrefillFinishLayers(m, jobs);
+      REQUIRE(res.size() == jobs.size());
+      for (size_t j = 0; j < who.size(); ++j) {
+        SequenceState& st = parts[size_t(who[j])];
+        if (res[j]) {
+          results[size_t(who[j])]++;
+          got[size_t(who[j])] = std::move(res[j]);
+          CHECK(!st.decoder_run);
+        } else if (paused_checks++ < 3) {  // paused between layers: nothing else may touch it
+          REQUIRE(st.decoder_run);
+          CHECK(st.decoder_pos < st.pos);
+          CHECK_THROWS_AS(CopyState(st, c), std::logic_error);
+          CHECK_THROWS_AS(PrefillEncode(m, st, RandomTokens(3, c.vocab_size, 1)), std::logic_error);
+          CHECK_THROWS_AS(PrefillFinish(m, st, mode_of(who[j])), std::logic_error);
+          std::vector<FinishJob> other{{&st, mode_of(who[j]) == PrefillMode::kExact ? PrefillMode::kBounded : PrefillMode::kExact, 1}};
+          CHECK_THROWS_AS(PrefillFinishLayers(m, other), std::invalid_argument);
+          std::vector<FinishJob> zero{{&st, mode_of(who[j]), 0}};
+          CHECK_THROWS_AS(PrefillFinishLayers(m, zero), std::invalid_argument);
+          std::vector<FinishJob> whole{{&st, mode_of(who[j])}};
+          CHECK_THROWS_AS(PrefillFinishBatch(m, whole), std::invalid_argument);
+        }
+      }
+      for (int i = 0; i < S; ++i) any = any || !got[size_t(i)];
+      REQUIRE(calls < 100);
+    }
+    CHECK(calls > 2);
+    CHECK(paused_checks > 0);
+    for (int i = 0; i < S; ++i) {
+      CAPTURE(i);
+      CHECK(results[size_t(i)] == 1);
+      REQUIRE(got[size_t(i)]);
+      CHECK(SameBits(got[size_t(i)]->logits, want[size_t(i)].logits));
+      CHECK(got[size_t(i)]->stats.layer_token_units == want[size_t(i)].stats.layer_token_units);
+      CHECK(got[size_t(i)]->stats.decoder_rows == want[size_t(i)].stats.decoder_rows);
+      CHECK(StateHash(parts[size_t(i)]) == StateHash(alone[size_t(i)]));
+      ExpectStatesMatch(c, parts[size_t(i)], alone[size_t(i)], 0.0);
+      CHECK(SameBits(DecodeStep(m, parts[size_t(i)], 5), DecodeStep(m, alone[size_t(i)], 5)));
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("Reserve: a prompt's chunks fill the reserved state in place, with the same bits", T, CEDAR_MODEL_VARIANTS) {
+  const Model& m = cedar::test::PresetModel(T::kName);
+  const ModelConfig& c = m.config();
+  const int n = 300, chunk = 40;
+  const auto prompt = RandomTokens(n, c.vocab_size, 4242);
+  SequenceState plain(c), reserved(c);
+  reserved.Reserve(c, n);
+  const float* h_e = reserved.h_e.raw().data();
+  const float* win_e = reserved.windows[size_t(c.n_encoder_layers)].raw().data();
+  std::vector<const float*> entries, keys;
+  for (const Pool& p : reserved.pools) {
+    entries.push_back(p.entries.data());
+    keys.push_back(p.keys.data());
+  }
+  const int32_t* tokens = reserved.tokens.data();
+  for (int c0 = 0; c0 < n; c0 += chunk) {
+    const std::span<const int32_t> part(prompt.data() + c0, size_t(std::min(chunk, n - c0)));
+    PrefillEncode(m, plain, part);
+    PrefillEncode(m, reserved, part);
+    // Nothing the chunks append to moved (no reallocation mid-prompt).
+    CHECK(reserved.h_e.raw().data() == h_e);
+    CHECK(reserved.windows[size_t(c.n_encoder_layers)].raw().data() == win_e);
+    for (size_t i = 0; i < reserved.pools.size(); ++i) {
+      CHECK(reserved.pools[i].entries.data() == entries[i]);
+      CHECK(reserved.pools[i].keys.data() == keys[i]);
+    }
+    CHECK(reserved.tokens.data() == tokens);
+  }
+  REQUIRE(reserved.h_e.size() == n);  // the chunks did fill it
+  const PrefillResult a = PrefillFinish(m, plain, PrefillMode::kBounded);
+  const PrefillResult b = PrefillFinish(m, reserved, PrefillMode::kBounded);
+  CHECK(SameBits(a.logits, b.logits));
+  CHECK(StateHash(plain) == StateHash(reserved));
 }

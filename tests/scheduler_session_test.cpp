@@ -103,6 +103,8 @@ TEST_CASE("mixed scheduler: turns one at a time, all at once and shuffled give t
     // Run 3 plans by time as well (--step-ms): a budget smaller than most items, so how many
     // chunks a step holds follows the measured rates (the machine's load), and must not matter.
     if (run == 3) o.scheduler.step_ms = 0.5;
+    // Runs 2 and 3 run decoder phases in parts, a few layers a step (must not matter either).
+    o.scheduler.decoder_phase_in_parts = run >= 2;
     auto sm = SessionManager::Start(Tiny(), o);
     std::vector<std::future<TurnResult>> futs(jobs.size());
     // Submitted from one callback: all arrive in the same step.
@@ -125,6 +127,7 @@ TEST_CASE("mixed scheduler: turns one at a time, all at once and shuffled give t
     if (run == 3) CHECK(sm->Metrics().steps > steps_rows_only);  // the ms budget cut steps short
     CHECK(sm->Metrics().prefilling_turns_max >= 2);                 // prefills overlapped
     if (run < 2) CHECK(sm->Metrics().step_decode_rows_max > 16);  // steps decoded two groups of rows
+    if (run == 2) CHECK(sm->Metrics().decoder_phase_pauses > 0);  // decoder phases ran over several steps
   }
 }
 
