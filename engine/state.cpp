@@ -82,10 +82,10 @@ void SequenceState::Reserve(const ModelConfig& c, int64_t rows) {
   windows[size_t(c.n_encoder_layers)].Reserve(rows);
   for (Pool& p : pools) {
     const int64_t more = rows / std::max(1, p.ratio) + 1;
-    p.entries.reserve(p.entries.size() + size_t(more) * size_t(c.head_dim));
-    p.keys.reserve(p.keys.size() + size_t(more) * size_t(c.index_head_dim));
+    RowStore::ReserveGrowing(p.entries, p.entries.size() + size_t(more) * size_t(c.head_dim));
+    RowStore::ReserveGrowing(p.keys, p.keys.size() + size_t(more) * size_t(c.index_head_dim));
   }
-  tokens.reserve(tokens.size() + size_t(rows));
+  RowStore::ReserveGrowing(tokens, tokens.size() + size_t(rows));
 }
 
 Pool& SequenceState::PoolOfLayer(const ModelConfig& c, int layer) {

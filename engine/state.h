@@ -36,8 +36,15 @@ class RowStore {
     skip_ = 0;
     lo_ = hi_ = 0;
   }
-  // Capacity for `rows` more rows past hi(), so that appending them never reallocates.
-  void Reserve(int64_t rows) { data_.reserve(size_t(skip_ + size() + rows) * size_t(dim_)); }
+  // Capacity for `rows` more rows past hi(), so that appending them never reallocates (at
+  // least doubling when it grows, as appending would, so that a reserve per turn of a long
+  // session does not copy the store every turn).
+  void Reserve(int64_t rows) { ReserveGrowing(data_, size_t(skip_ + size() + rows) * size_t(dim_)); }
+  // v.capacity() >= n afterwards; grows to at least twice the old capacity when it grows.
+  template <class V>
+  static void ReserveGrowing(V& v, size_t n) {
+    if (n > v.capacity()) v.reserve(n > 2 * v.capacity() ? n : 2 * v.capacity());
+  }
   RowStore Copy() const;
   size_t Bytes() const { return size_t(size()) * dim_ * sizeof(float); }  // of the rows held
   // The rows held, [size, dim]. Moves them to the front of the buffer first if DropBefore left

@@ -334,3 +334,16 @@ TEST_CASE_TEMPLATE("Reserve: a prompt's chunks fill the reserved state in place,
   CHECK(SameBits(a.logits, b.logits));
   CHECK(StateHash(plain) == StateHash(reserved));
 }
+
+TEST_CASE("Reserve grows a full store at least twofold, so a reserve per turn does not copy it every turn") {
+  RowStore r(4);
+  r.Reserve(10);
+  const size_t cap = r.raw().capacity();
+  CHECK(cap >= 40);
+  for (int64_t p = 0; p < 10; ++p) r.Append(p)[0] = float(p);
+  r.Reserve(0);
+  CHECK(r.raw().capacity() == cap);  // room enough: nothing moves
+  r.Reserve(1);
+  CHECK(r.raw().capacity() >= 2 * cap);
+  CHECK(r.Row(9)[0] == 9.0f);
+}
