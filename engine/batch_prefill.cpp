@@ -183,23 +183,13 @@ std::vector<std::optional<PrefillResult>> PrefillFinishLayers(const Model& m, st
     lo = std::min(lo, run[i]->next_layer);
     hi = std::max(hi, stop[i]);
   }
-  // Layer by layer, the jobs that run it share one pass (their rows side by side in h).
-  std::vector<size_t> who;
+  // Layer by layer, the jobs that run it share one pass (their rows side by side in h). Rows are
+  // gathered into h when the set of jobs changes and handed back to the jobs when it changes
+  // again or the call ends: a whole phase (the default) copies them once each way, as before.
+  std::vector<size_t> who, next;
   std::vector<Segment> segs;
   std::vector<float> h;
-  for (int l = lo; l < hi; ++l) {
-    who.clear();
-    segs.clear();
-    h.clear();
-    for (size_t i = 0; i < B; ++i) {
-      DecoderRun& r = *run[i];
-      if (r.next_layer != l || l >= stop[i]) continue;
-      who.push_back(i);
-      segs.push_back(Segment{jobs[i].st, &r.ctx, r.h.first, r.h.n, r.starts[size_t(l)], DecoderPhaseFloor(c, r.mode, l, jobs[i].st->pos)});
-      h.insert(h.end(), r.h.h.begin(), r.h.h.end());
-    }
-    if (who.empty()) continue;
-    RunLayerSegments(m, l, segs, h);
+  const auto hand_back = [&] {
     size_t r0 = 0;
     for (size_t k = 0; k < who.size(); ++k) {
       DecoderRun& r = *run[who[k]];
@@ -207,9 +197,33 @@ std::vector<std::optional<PrefillResult>> PrefillFinishLayers(const Model& m, st
       r.h.n = segs[k].n;
       r.h.h.assign(h.begin() + r0 * size_t(rw), h.begin() + (r0 + size_t(r.h.n)) * size_t(rw));
       r0 += size_t(r.h.n);
-      r.next_layer = l + 1;
     }
+  };
+  for (int l = lo; l < hi; ++l) {
+    next.clear();
+    for (size_t i = 0; i < B; ++i)
+      if (run[i]->next_layer == l && l < stop[i]) next.push_back(i);
+    if (next != who) {
+      hand_back();
+      who.swap(next);
+      segs.clear();
+      h.clear();
+      for (size_t i : who) {
+        DecoderRun& r = *run[i];
+        segs.push_back(Segment{jobs[i].st, &r.ctx, r.h.first, r.h.n, r.h.first, 0});
+        h.insert(h.end(), r.h.h.begin(), r.h.h.end());
+      }
+    }
+    if (who.empty()) continue;
+    for (size_t k = 0; k < who.size(); ++k) {
+      const DecoderRun& r = *run[who[k]];
+      segs[k].out_from = r.starts[size_t(l)];
+      segs[k].floor = DecoderPhaseFloor(c, r.mode, l, jobs[who[k]].st->pos);
+    }
+    RunLayerSegments(m, l, segs, h);
+    for (size_t i : who) run[i]->next_layer = l + 1;
   }
+  hand_back();
   std::vector<std::optional<PrefillResult>> res(B);
   int ended = 0;
   for (size_t i = 0; i < B; ++i) {

@@ -101,6 +101,7 @@ void SessionManager::Impl::PrefillBatched(const std::vector<TurnChunks>& plan, s
   std::vector<Sequence*> seqs;
   std::vector<PrefillMode> modes;
   std::vector<int> layers;
+  std::vector<bool> ends;  // the phase ends in this step (as planned)
   int64_t finish_rows = 0;
   bool in_parts = false;
   for (const TurnChunks& p : plan)
@@ -109,6 +110,7 @@ void SessionManager::Impl::PrefillBatched(const std::vector<TurnChunks>& plan, s
       seqs.push_back(p.t->state.get());
       modes.push_back(p.t->mode);
       layers.push_back(p.finish_layers);
+      ends.push_back(p.finish);
       finish_rows += p.finish_rows;
       in_parts = in_parts || p.finish_layers > 0;
     }
@@ -121,10 +123,7 @@ void SessionManager::Impl::PrefillBatched(const std::vector<TurnChunks>& plan, s
         res = backend->PrefillFinishLayers(seqs, modes, layers);
         for (size_t i = 0; i < fin.size(); ++i) {
           fin[i]->finish_layers_done += layers[i];
-          bool planned_end = false;
-          for (const TurnChunks& p : plan)
-            if (p.t == fin[i]) planned_end = p.finish;
-          if (res[i].has_value() != planned_end) throw std::logic_error("a decoder phase did not end where it was planned to");
+          if (res[i].has_value() != ends[i]) throw std::logic_error("a decoder phase did not end where it was planned to");
         }
       } else {
         for (PrefillResult& r : backend->PrefillFinishBatch(seqs, modes)) res.emplace_back(std::move(r));
