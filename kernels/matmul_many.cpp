@@ -76,35 +76,33 @@ void MatVecRows(const float* w, size_t w_stride, const float* x, float* y, size_
 #elif defined(__AVX2__) && defined(__FMA__)
 namespace {
 
-constexpr int kPrefetchFloats = 256;  // 1 KiB ahead per weight stream
+// The AVX-512 path's reading pattern on AVX2: a thread's slice as kMatVecSpread parts side by
+// side, row i of every part at once, without software prefetch. On an AVX2 EPYC (Zen 3 VM, 2
+// cores, ~20-35 GB/s) a products-only pass over small's and medium's decode shapes (one-row
+// products through MatmulMany, variants alternating in one process, each over the read probe
+// taken beside it) streamed 0.89-0.93 of the probe with 4 parts against 0.68-0.78 one row at a
+// time with 1 KiB NTA prefetch (the earlier pattern, tuned on an older AVX2 VM), 0.85 with 2
+// parts, 0.87-0.94 with 6; prefetch on top of the parts cost 10-25%.
+constexpr int kMatVecSpread = 4;
+constexpr int kSpreadMinRows = 16;  // rows per part at least, else one row at a time
 
 // The AVX-512 path's order on AVX2 (gemm_rowinv.h's lane-16 order): two 8-lane accumulators per
 // row stand for lanes 0-7 and 8-15 of the 16-lane one, and the lane sum is
 // _mm512_reduce_add_ps's. So decode gives the same bits here as on AVX-512 machines, and the
-// row-invariant GEMM reproduces it for any number of rows. 6 rows side by side: 12
-// accumulators and the 2 halves of x in 14 of the 16 registers (MatVec now runs R = 1).
+// row-invariant GEMM reproduces it for any number of rows. R rows a stride apart: 2R
+// accumulators and the 2 halves of x (R = 4: 10 of the 16 registers).
+// Row k is w + k * w_stride, its output y[k * y_stride].
 template <int R>
-void MatVecRows(const float* w, const float* x, float* y, int in, const float* pf_end) {
+void MatVecRows(const float* w, size_t w_stride, const float* x, float* y, size_t y_stride, int in) {
   const int in16 = in / 16 * 16;
   __m256 a[R][2];
   for (int k = 0; k < R; ++k) a[k][0] = a[k][1] = _mm256_setzero_ps();
-  // Software prefetch kPrefetchFloats ahead in each of the R row streams, continuing into the
-  // next R rows when a row ends (a read-only loop over 1-2 KiB rows in this pattern ran 10-30%
-  // faster with it on this VM; decode's rows are that short, so the hardware prefetchers, which
-  // ramp up per stream, never reach full speed on their own). Non-temporal (NTA): the weights are
-  // read once, so they do not evict what decode reuses (activations, attention entries) from the
-  // caches. Never at or past pf_end, the end of the caller's slice (another thread's bytes).
   for (int i = 0; i < in16; i += 16) {
-    const int pi = i + kPrefetchFloats;
-    const float* pf = pi < in16 ? w + pi : w + size_t(R) * in + (pi - in16);
-#pragma GCC unroll 8
-    for (int k = 0; k < R; ++k)
-      if (pf + size_t(k) * in < pf_end) _mm_prefetch(reinterpret_cast<const char*>(pf + size_t(k) * in), _MM_HINT_NTA);
     const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
 #pragma GCC unroll 8
     for (int k = 0; k < R; ++k) {
-      a[k][0] = _mm256_fmadd_ps(_mm256_loadu_ps(w + size_t(k) * in + i), x0, a[k][0]);
-      a[k][1] = _mm256_fmadd_ps(_mm256_loadu_ps(w + size_t(k) * in + i + 8), x1, a[k][1]);
+      a[k][0] = _mm256_fmadd_ps(_mm256_loadu_ps(w + k * w_stride + i), x0, a[k][0]);
+      a[k][1] = _mm256_fmadd_ps(_mm256_loadu_ps(w + k * w_stride + i + 8), x1, a[k][1]);
     }
   }
   if (in16 < in) {  // the tail as zero-padded lanes, as the AVX-512 path's masked loads do
@@ -112,18 +110,18 @@ void MatVecRows(const float* w, const float* x, float* y, int in, const float* p
     Lane16TailMasks(in - in16, &m0, &m1);
     const __m256 x0 = _mm256_maskload_ps(x + in16, m0), x1 = _mm256_maskload_ps(x + in16 + 8, m1);
     for (int k = 0; k < R; ++k) {
-      a[k][0] = _mm256_fmadd_ps(_mm256_maskload_ps(w + size_t(k) * in + in16, m0), x0, a[k][0]);
-      a[k][1] = _mm256_fmadd_ps(_mm256_maskload_ps(w + size_t(k) * in + in16 + 8, m1), x1, a[k][1]);
+      a[k][0] = _mm256_fmadd_ps(_mm256_maskload_ps(w + k * w_stride + in16, m0), x0, a[k][0]);
+      a[k][1] = _mm256_fmadd_ps(_mm256_maskload_ps(w + k * w_stride + in16 + 8, m1), x1, a[k][1]);
     }
   }
-  for (int k = 0; k < R; ++k) y[k] = Lane16Sum(a[k][0], a[k][1]);
+  for (int k = 0; k < R; ++k) y[k * y_stride] = Lane16Sum(a[k][0], a[k][1]);
 }
 
 }  // namespace
 #endif
 
 void MatVec(const float* w, const float* x, float* y, int rows, int in) {
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
   int r = 0;
   if (rows >= kMatVecSpread * kSpreadMinRows) {
     // The slice as kMatVecSpread equal parts read side by side, row i of each at once.
@@ -131,22 +129,14 @@ void MatVec(const float* w, const float* x, float* y, int rows, int in) {
     for (; r < per; ++r) MatVecRows<kMatVecSpread>(w + size_t(r) * in, size_t(per) * in, x, y + r, size_t(per), in);
     r = per * kMatVecSpread;
   }
+#if defined(__AVX512F__)
   for (; r + 8 <= rows; r += 8) MatVecRows<8>(w + size_t(r) * in, in, x, y + r, 1, in);
   if (r + 4 <= rows) {
     MatVecRows<4>(w + size_t(r) * in, in, x, y + r, 1, in);
     r += 4;
   }
+#endif
   for (; r < rows; ++r) MatVecRows<1>(w + size_t(r) * in, in, x, y + r, 1, in);
-#elif defined(__AVX2__) && defined(__FMA__)
-  // One row at a time, so memory is read in address order: rows side by side (6 interleaved
-  // 2 KiB streams) kept this AVX2 VM's prefetchers from ramping up (cedar bench small f32 decode,
-  // 1 thread: 27.6 -> 36.1 tokens/s). Each row's sum does not depend on its neighbours.
-  // The first kPrefetchFloats of the slice are requested at once (the loop's prefetches run
-  // ahead only once it runs: each thread's share of each product otherwise started with 1 KiB of
-  // demand misses one at a time).
-  const float* end = w + size_t(rows) * in;
-  for (const float* p = w; p < std::min(end, w + kPrefetchFloats); p += 16) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
-  for (int r = 0; r < rows; ++r) MatVecRows<1>(w + size_t(r) * in, x, y + r, in, end);
 #else
   cblas_sgemv(CblasRowMajor, CblasNoTrans, rows, in, 1.0f, w, in, x, 1, 0.0f, y, 1);
 #endif

@@ -55,7 +55,7 @@ constexpr int64_t kPrefetchBytes = 1024;
 // Adjacent weight rows read side by side at decode (one row of x): one, so memory is read in
 // address order. Decode's rows are 0.5-2 KiB, and R interleaved short streams kept this AVX2 VM's
 // prefetchers from ramping (a read of 1 KiB rows 4 at a time: ~5 GB/s; one at a time: ~12).
-// (AVX-512 builds read BF16 / INT8 slices as parts far apart instead: kSpreadOf below.)
+// (BF16 everywhere and INT8 on AVX-512 read slices as parts far apart instead: kSpreadOf below.)
 // Every output still has its own accumulator, so the bits do not depend on R.
 constexpr int kOneRowR = 1;
 
@@ -259,6 +259,26 @@ inline __m256 Step16(const __m512 v[2], const float* xp, __m256 s, __m256 acc) {
 }
 #endif
 
+// Decode's one-row products read a thread's slice as kSpreadOf<D> equal parts side by side (row
+// i of every part at once; on AVX-512 with the decoder's prefetch in each stream) instead of in address
+// order: on the AVX-512 EPYC (Zen 5, 2 cores) a products-only pass over medium's decode shapes
+// streamed BF16 38-52 -> 47-61 GB/s and INT8 (compute bound there) 38-51 -> 45-58 with 2 parts,
+// alternating, and `cedar bench` medium decode INT8 58 -> 70-73 tokens/s (4 parts: 65-67),
+// BF16 within its noise (48-54 either way). On an AVX2 EPYC (Zen 3 VM, 2 cores, ~20-35 GB/s;
+// the same kind of pass, each variant over the read probe taken beside it) BF16 streamed
+// 0.85-0.95 of the probe as 4 parts without software prefetch against 0.63-0.67 in address
+// order with it (4 parts with prefetch 0.78, 2 parts 0.74-0.81); INT8 is compute bound there
+// (~0.7 with or without parts), and FP8 / FP4 were not measured: those keep address order.
+// Each row keeps its own accumulator: the bits do not change.
+template <class D>
+constexpr int kSpreadOf = kQuantAvx512 ? (std::is_same_v<D, DecBf16> || std::is_same_v<D, DecI8> ? 2 : 1)
+                                       : (std::is_same_v<D, DecBf16> ? 4 : 1);
+// Whether decode's one-row products prefetch in software (the parts' streams do better without
+// on the AVX2 machine above; the AVX-512 measurements were taken with it).
+template <class D>
+constexpr bool kOneRowPrefetchOf = kQuantAvx512 || kSpreadOf<D> == 1;
+constexpr int64_t kSpreadMinRows = 16;  // rows per part at least, else address order
+
 // N rows of x (stride in) against weight rows [r, r + R): y[n * ys + k]. Row and scale pointers
 // are computed once, so the block loop holds only the accumulators, the decoded block and the
 // decoder's constants (N * R + 4 + 3 registers at most for the shapes Rows picks).
@@ -304,7 +324,7 @@ void Block(const D& d, const float* x, const WeightView& w, int64_t r, float* y,
 #pragma GCC unroll 4
     for (int k = 0; k < R; ++k) {
       const uint8_t* pf = row[k] + b * D::kBlockBytes + D::kPrefetch;
-      if (pf < pf_end) _mm_prefetch(reinterpret_cast<const char*>(pf), kHint);
+      if ((N > 1 || kOneRowPrefetchOf<D>) && pf < pf_end) _mm_prefetch(reinterpret_cast<const char*>(pf), kHint);
     }
 #pragma GCC unroll 4
     for (int k = 0; k < R; ++k) {
@@ -330,16 +350,6 @@ void Block(const D& d, const float* x, const WeightView& w, int64_t r, float* y,
     for (int k = 0; k < R; ++k) y[n * ys + k * rs] = HSum(acc[n][k]);
 }
 
-// Decode's one-row products read a thread's slice as kSpreadOf<D> equal parts side by side (row
-// i of every part at once, with the decoder's prefetch in each stream) instead of in address
-// order: on the AVX-512 EPYC (Zen 5, 2 cores) a products-only pass over medium's decode shapes
-// streamed BF16 38-52 -> 47-61 GB/s and INT8 (compute bound there) 38-51 -> 45-58 with 2 parts,
-// alternating, and `cedar bench` medium decode INT8 58 -> 70-73 tokens/s (4 parts: 65-67),
-// BF16 within its noise (48-54 either way). Not measured on AVX2 machines or for FP8 / FP4, so
-// those keep address order. Each row keeps its own accumulator: the bits do not change.
-template <class D>
-constexpr int kSpreadOf = kQuantAvx512 && (std::is_same_v<D, DecBf16> || std::is_same_v<D, DecI8>) ? 2 : 1;
-constexpr int64_t kSpreadMinRows = 16;  // rows per part at least, else address order
 
 // Weight rows [r0, r1) for N rows of x: R rows side by side (several weight streams in flight,
 // accumulators within the 16 registers).
