@@ -225,7 +225,8 @@ void RowsVnni(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t
 // ~20-35 GB/s) a products-only pass over small's and medium's decode shapes (variants alternating
 // in one process, each over the read probe taken beside it) streamed 0.74-0.82 of the probe with 3
 // parts against 0.46-0.50 one row at a time with the prefetch it had (one line per 2 it read),
-// 0.62-0.68 one row at a time with both lines prefetched, 0.65-0.79 with 2 parts, 0.68-0.75 with 4.
+// 0.62 one row at a time without prefetch, 0.66-0.68 with both lines prefetched, 0.65-0.79 with 2
+// parts, 0.68-0.75 with 4.
 // Batched rows (N > 1) keep address order and that prefetch (not measured). Every row keeps its
 // own accumulators: the bits are those of one row at a time.
 constexpr int kSpreadAvx2 = 3;

@@ -82,7 +82,7 @@ namespace {
 // products through MatmulMany, variants alternating in one process, each over the read probe
 // taken beside it) streamed 0.89-0.93 of the probe with 4 parts against 0.68-0.78 one row at a
 // time with 1 KiB NTA prefetch (the earlier pattern, tuned on an older AVX2 VM), 0.85 with 2
-// parts, 0.87-0.94 with 6; prefetch on top of the parts cost 10-25%.
+// parts, 0.87-0.94 with 6; 2 or 4 parts with prefetch 0.70-0.71.
 constexpr int kMatVecSpread = 4;
 constexpr int kSpreadMinRows = 16;  // rows per part at least, else one row at a time
 

@@ -266,7 +266,7 @@ inline __m256 Step16(const __m512 v[2], const float* xp, __m256 s, __m256 acc) {
 // alternating, and `cedar bench` medium decode INT8 58 -> 70-73 tokens/s (4 parts: 65-67),
 // BF16 within its noise (48-54 either way). On an AVX2 EPYC (Zen 3 VM, 2 cores, ~20-35 GB/s;
 // the same kind of pass, each variant over the read probe taken beside it) BF16 streamed
-// 0.85-0.95 of the probe as 4 parts without software prefetch against 0.63-0.67 in address
+// 0.74-0.95 of the probe as 4 parts without software prefetch against 0.63-0.71 in address
 // order with it (4 parts with prefetch 0.78, 2 parts 0.74-0.81); INT8 is compute bound there
 // (~0.7 with or without parts), and FP8 / FP4 were not measured: those keep address order.
 // Each row keeps its own accumulator: the bits do not change.
