@@ -87,8 +87,10 @@ TEST_CASE("the row-invariant GEMM matches the reference over a sweep of shapes")
 TEST_CASE("a row of a few-row product equals the same row alone, bit for bit (batched decode == decode)") {
   for (int threads : {1, 2}) {
     k::SetPoolThreads(threads);
-    // n covers every group split of the AVX2 kernel (groups of <= 6: 7 = 4 + 3, 13 = 5 + 4 + 4);
-    // in = 600 makes its weight blocks 54 rows, so out = 263 crosses several.
+    // n covers every pass shape of the AVX2 kernel (2-6 rows in one pass, near-equal passes of
+    // 3 and 4 above: 7 = 3 + 4, 9 = 3 x 3, 13 = 3 + 3 + 3 + 4, 16 = 4 x 4) and out = 7, 64, 263
+    // leave rows over after its parts; in = 600 makes its blocks 9-27 rows per part, so out = 263
+    // crosses several.
     for (int n : {2, 3, 4, 5, 6, 7, 8, 9, 13, 16})
       for (int in : {1, 17, 64, 200, 600})
         for (int out : {1, 7, 64, 263}) {
