@@ -83,70 +83,66 @@ namespace {
 
 constexpr int kAvx2BlockBytes = 128 << 10;  // weight rows per block: 128 KiB, re-read from L2 by the next group
 
+// One column of 8 floats at i for NH held rows (loaded once into registers) against NS streamed
+// rows: a[h][s] += held[h] * streamed[s]. Either set may be the weights (an FMA's two factors
+// commute: same bits). Kept in registers for the other set's FMAs: left alone GCC folds a load
+// into every FMA, NH * NS loads a column instead of NH + NS.
+template <int NH, int NS>
+inline void Column(const float* held, size_t held_stride, const float* streamed, size_t streamed_stride, int i,
+                   __m256 (&a)[NH][NS]) {
+  __m256 hv[NH];
+#pragma GCC unroll 8
+  for (int h = 0; h < NH; ++h) {
+    hv[h] = _mm256_loadu_ps(held + size_t(h) * held_stride + i);
+    if constexpr (NS > 1) __asm__("" : "+x"(hv[h]));
+  }
+#pragma GCC unroll 8
+  for (int s = 0; s < NS; ++s) {
+    __m256 sv = _mm256_loadu_ps(streamed + size_t(s) * streamed_stride + i);
+    if constexpr (NH > 1) __asm__("" : "+x"(sv));
+#pragma GCC unroll 8
+    for (int h = 0; h < NH; ++h) a[h][s] = _mm256_fmadd_ps(hv[h], sv, a[h][s]);
+  }
+}
+
 // RX rows of x against RW weight rows (rs floats apart; their outputs yk apart), in MatVec's
 // AVX2 order (matmul_many.cpp MatVecRows: an FMA chain over i = 0, 16, 32, ... per 8-lane half
 // of the 16 lanes, the tail as zero-padded lanes, then _mm512_reduce_add_ps's lane sum), so
 // every row of the batch gets the bits it gets alone. The two halves run as two sweeps so that
 // RX x RW pairs fit in 12 accumulators: a sweep loads RX + RW vectors for RX * RW FMAs (4 x 3: 7
 // loads for 12 FMAs) where one weight row against all x rows loaded 2 + 2N for 2N, and the load
-// ports, not the FMAs, set the pace.
+// ports, not the FMAs, set the pace. The smaller set is held (12 accumulators + it + 1 of 16).
 template <int RX, int RW>
 void Block2(const float* x, const float* w, size_t rs, float* y, int yk, int in, int y_stride) {
+  constexpr bool kHoldWeights = RW <= RX;
+  constexpr int NH = kHoldWeights ? RW : RX, NS = kHoldWeights ? RX : RW;
+  const float* held = kHoldWeights ? w : x;
+  const float* streamed = kHoldWeights ? x : w;
+  const size_t held_stride = kHoldWeights ? rs : size_t(in), streamed_stride = kHoldWeights ? size_t(in) : rs;
   const int in16 = in / 16 * 16;
-  __m256 acc[2][RX][RW];  // [lanes 0-7 | 8-15][x row][weight row]
+  __m256 acc[2][NH][NS];  // [lanes 0-7 | 8-15][held row][streamed row]
   for (int h = 0; h < 2; ++h) {
-    __m256 a[RX][RW];
-    for (int b = 0; b < RX; ++b)
-      for (int k = 0; k < RW; ++k) a[b][k] = _mm256_setzero_ps();
-    for (int i = h * 8; i < in16; i += 16) {
-      // The smaller set stays in registers for the other's FMAs (12 accumulators + RW + 1 or
-      // RX + 1 of 16): left alone GCC folds a load into every FMA, RX * RW loads a sweep.
-      if constexpr (RW <= RX) {
-        __m256 wv[RW];
-#pragma GCC unroll 8
-        for (int k = 0; k < RW; ++k) {
-          wv[k] = _mm256_loadu_ps(w + size_t(k) * rs + i);
-          if constexpr (RX > 1) __asm__("" : "+x"(wv[k]));
-        }
-#pragma GCC unroll 8
-        for (int b = 0; b < RX; ++b) {
-          __m256 xv = _mm256_loadu_ps(x + size_t(b) * in + i);
-          if constexpr (RW > 1) __asm__("" : "+x"(xv));
-#pragma GCC unroll 8
-          for (int k = 0; k < RW; ++k) a[b][k] = _mm256_fmadd_ps(wv[k], xv, a[b][k]);
-        }
-      } else {
-        __m256 xv[RX];
-#pragma GCC unroll 8
-        for (int b = 0; b < RX; ++b) {
-          xv[b] = _mm256_loadu_ps(x + size_t(b) * in + i);
-          if constexpr (RX > 1) __asm__("" : "+x"(xv[b]));
-        }
-#pragma GCC unroll 8
-        for (int k = 0; k < RW; ++k) {
-          __m256 wv = _mm256_loadu_ps(w + size_t(k) * rs + i);
-          if constexpr (RX > 1) __asm__("" : "+x"(wv));
-#pragma GCC unroll 8
-          for (int b = 0; b < RX; ++b) a[b][k] = _mm256_fmadd_ps(wv, xv[b], a[b][k]);
-        }
+    __m256 a[NH][NS];
+    for (int p = 0; p < NH; ++p)
+      for (int q = 0; q < NS; ++q) a[p][q] = _mm256_setzero_ps();
+    for (int i = h * 8; i < in16; i += 16) Column<NH, NS>(held, held_stride, streamed, streamed_stride, i, a);
+    if (in16 < in) {
+      __m256i mask[2];
+      Lane16TailMasks(in - in16, &mask[0], &mask[1]);
+      for (int p = 0; p < NH; ++p) {
+        const __m256 hv = _mm256_maskload_ps(held + size_t(p) * held_stride + in16 + h * 8, mask[h]);
+        for (int q = 0; q < NS; ++q)
+          a[p][q] = _mm256_fmadd_ps(hv, _mm256_maskload_ps(streamed + size_t(q) * streamed_stride + in16 + h * 8, mask[h]), a[p][q]);
       }
     }
-    for (int b = 0; b < RX; ++b)
-      for (int k = 0; k < RW; ++k) acc[h][b][k] = a[b][k];
-  }
-  if (in16 < in) {
-    __m256i mask[2];
-    Lane16TailMasks(in - in16, &mask[0], &mask[1]);
-    for (int h = 0; h < 2; ++h)
-      for (int k = 0; k < RW; ++k) {
-        const __m256 wv = _mm256_maskload_ps(w + size_t(k) * rs + in16 + h * 8, mask[h]);
-        for (int b = 0; b < RX; ++b)
-          acc[h][b][k] = _mm256_fmadd_ps(wv, _mm256_maskload_ps(x + size_t(b) * in + in16 + h * 8, mask[h]), acc[h][b][k]);
-      }
+    for (int p = 0; p < NH; ++p)
+      for (int q = 0; q < NS; ++q) acc[h][p][q] = a[p][q];
   }
   for (int b = 0; b < RX; ++b)
-    for (int k = 0; k < RW; ++k)
-      y[size_t(b) * y_stride + size_t(k) * yk] = Lane16Sum(acc[0][b][k], acc[1][b][k]);
+    for (int k = 0; k < RW; ++k) {
+      const int p = kHoldWeights ? k : b, q = kHoldWeights ? b : k;
+      y[size_t(b) * y_stride + size_t(k) * yk] = Lane16Sum(acc[0][p][q], acc[1][p][q]);
+    }
 }
 
 // The last rows % RW weight rows: one block of that many (RW - 1 at most), not single rows,
