@@ -81,7 +81,7 @@ void Rows(const float* x, const float* w, float* y, int rows, int in, int y_stri
 #if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
 namespace {
 
-constexpr int kAvx2BlockBytes = 128 << 10;  // weight rows per block: 128 KiB, re-read from L2 by the next group
+constexpr int kAvx2BlockBytes = 128 << 10;  // weight rows per block: 128 KiB, re-read from L2 by the next pass
 
 // One column of 8 floats at i for NH held rows (loaded once into registers) against NS streamed
 // rows: a[h][s] += held[h] * streamed[s]. Either set may be the weights (an FMA's two factors
@@ -188,7 +188,8 @@ void WithPassShape(int n, int nb, F&& f) {
 // blocks small enough to stay in L2 for the next pass; the last rows % RW rows after them.
 void FewRowsAvx2(const float* x, const float* w, float* y, int n, int in, int rows, int y_stride) {
   const int passes = n <= 6 ? 1 : (n + 3) / 4;
-  const int rw = n == 2 ? 6 : n == 3 ? 4 : n == 4 || n > 6 ? 3 : 2;
+  int rw = 0;  // the weight rows side by side, the same in every pass (WithPassShape)
+  WithPassShape(n, n <= 6 ? n : 4, [&](auto shape) { rw = decltype(shape)::kW; });
   const int part = rows / rw;
   const int blk = std::max(8, (kAvx2BlockBytes / int(sizeof(float))) / std::max(in, 1) / rw);  // rows per part
   auto each_pass = [&](auto&& run) {
