@@ -16,7 +16,7 @@ bool ParsePrefillOrder(const std::string& s, PrefillOrder* out) {
 }
 
 std::vector<StepShare> PlanChunks(std::span<const ChunkDemand> demands, int64_t budget, int64_t chunk,
-                                  PrefillOrder order, double budget_ms) {
+                                  PrefillOrder order, double budget_ms, uint64_t round_start) {
   const size_t n = demands.size();
   std::vector<StepShare> plan(n);
   std::vector<int64_t> at(n);
@@ -62,9 +62,10 @@ std::vector<StepShare> PlanChunks(std::span<const ChunkDemand> demands, int64_t 
   for (size_t g = 0; g < n && !spent();) {
     size_t h = g;
     while (h < n && demands[h].priority == demands[g].priority) ++h;
+    const size_t size = h - g, first = size_t(round_start % size);
     for (bool any = true; any && !spent();) {
       any = false;
-      for (size_t i = g; i < h && !spent(); ++i) any = take(i) || any;
+      for (size_t k = 0; k < size && !spent(); ++k) any = take(g + (first + k) % size) || any;
     }
     g = h;
   }

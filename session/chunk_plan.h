@@ -20,7 +20,10 @@
 //   next turn gets any (a long prompt that arrived first holds the whole budget until it is
 //   done; what the turns behind it wait for is its whole prefill).
 // round-robin: among turns of equal priority, one chunk each per round, rounds
-//   until the budget is spent; lower priority values are planned first, as in fcfs. With a
+//   until the budget is spent; lower priority values are planned first, as in fcfs. The turn
+//   that opens the rounds rotates from step to step (`round_start`): were it always the oldest,
+//   a step whose budget its first item fills (a slow step under --step-ms, or a decoder phase
+//   priced above what is left) would never reach the others until it was done. With a
 //   chunk smaller than the step (e.g. 512-row steps of 256-row chunks) a short prompt (an
 //   agent's tool result) shares the step with a long prompt's chunk instead of waiting for all
 //   of it (vLLM's partial prefills; SGLang's chunked prefill is fcfs).
@@ -66,8 +69,11 @@ struct StepShare {
 // step's budget less its decode rows; may be <= 0, then only the first item runs); `chunk` >= 1.
 // `budget_ms`: the predicted ms the step's prefill items may take (--step-ms less the decode
 // rows' prediction, step_cost.h); an item after the first runs only if it fits both budgets.
+// `round_start`: round-robin only; each group of equal priority starts its rounds at its
+// (round_start mod group size)-th turn (the caller counts its steps).
 std::vector<StepShare> PlanChunks(std::span<const ChunkDemand> demands, int64_t budget, int64_t chunk,
                                   PrefillOrder order,
-                                  double budget_ms = std::numeric_limits<double>::infinity());
+                                  double budget_ms = std::numeric_limits<double>::infinity(),
+                                  uint64_t round_start = 0);
 
 }  // namespace cedar::session

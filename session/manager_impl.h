@@ -53,6 +53,7 @@ struct SessionManager::Impl {
   // prefilling turn's final size with it (scheduler.cpp).
   double state_bytes_per_token = 0;
   StepCostModel step_cost;  // what the mixed steps' parts took (--step-ms planning)
+  uint64_t prefill_steps = 0;  // mixed steps that planned prefill items (round-robin's rotation)
   bool sessionless_refusal_logged = false;  // a partial insert of a turn without a session was logged
 
   void Loop();
@@ -108,7 +109,7 @@ struct SessionManager::Impl {
     int64_t finish_rows = 0;    // those layers' (or the whole phase's) cost estimate in encoder rows
   };
   // This step's prefill chunks (PlanChunks over the prefilling turns in priority order), within
-  // `budget` rows and `budget_ms` predicted ms.
+  // `budget` rows and `budget_ms` predicted ms; round-robin's rounds start where prefill_steps says.
   std::vector<TurnChunks> PlanStep(const std::vector<ActiveTurn*>& pre, int64_t budget, double budget_ms) const;
   // scheduler.cpp: runs one turn's planned chunks alone, then its decoder phase if planned.
   void PrefillAlone(const TurnChunks& p);

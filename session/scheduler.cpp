@@ -200,6 +200,7 @@ void SessionManager::Impl::StepMixed() {
   const double budget_ms = so.step_ms > 0 ? so.step_ms - step_cost.DecodeMs(int64_t(going.size()))
                                           : std::numeric_limits<double>::infinity();
   const std::vector<TurnChunks> plan = PlanStep(pre, int64_t(so.step_tokens) - int64_t(going.size()), budget_ms);
+  if (!plan.empty()) prefill_steps++;
   int64_t rows = 0;
   for (const TurnChunks& p : plan)
     for (int64_t len : p.lens) rows += len;
@@ -277,7 +278,7 @@ std::vector<SessionManager::Impl::TurnChunks> SessionManager::Impl::PlanStep(con
                        double(finish_rows) * phase_ms_per_row, std::move(layer_rows)});
   }
   const std::vector<StepShare> shares =
-      PlanChunks(demands, budget, opt.scheduler.max_prefill_chunk, opt.scheduler.prefill_order, budget_ms);
+      PlanChunks(demands, budget, opt.scheduler.max_prefill_chunk, opt.scheduler.prefill_order, budget_ms, prefill_steps);
   std::vector<TurnChunks> plan;
   for (size_t i = 0; i < pre.size(); ++i) {
     const StepShare& s = shares[i];

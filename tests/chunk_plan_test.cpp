@@ -31,6 +31,8 @@ std::vector<ChunkDemand> With(std::vector<ChunkDemand> d, int64_t finish) {
   return d;
 }
 
+constexpr double kNoMs = std::numeric_limits<double>::infinity();
+
 }  // namespace
 
 TEST_CASE("fcfs: the first turn takes every chunk that fits before the next gets any") {
@@ -51,6 +53,28 @@ TEST_CASE("round-robin: one chunk each per round among equal priorities") {
   // Chunks are cut from each turn's own position, whatever the order.
   const auto e = With({{1000, 1300, 0}}, 1 << 20);
   CHECK(ChunksOf(PlanChunks(e, 1000, 256, PrefillOrder::kRoundRobin)) == Chunks{{256, 44}});
+}
+
+TEST_CASE("round-robin: the turn that opens the rounds rotates from step to step") {
+  // Budget 0: only a step's first item runs. Were the rounds always opened by the oldest turn,
+  // the other two would wait for all of its chunks.
+  const auto d = With({{0, 4096, 0}, {0, 100, 0}, {0, 300, 0}}, 1 << 20);
+  CHECK(ChunksOf(PlanChunks(d, 0, 256, PrefillOrder::kRoundRobin, kNoMs, 0)) == Chunks{{256}, {}, {}});
+  CHECK(ChunksOf(PlanChunks(d, 0, 256, PrefillOrder::kRoundRobin, kNoMs, 1)) == Chunks{{}, {100}, {}});
+  CHECK(ChunksOf(PlanChunks(d, 0, 256, PrefillOrder::kRoundRobin, kNoMs, 5)) == Chunks{{}, {}, {256}});
+  // A round goes on from there, wrapping: 100 + 256 + 256 rows fit in 700; in the next round the
+  // third turn's last 44 rows fit and the first turn's next 256 do not.
+  CHECK(ChunksOf(PlanChunks(d, 700, 256, PrefillOrder::kRoundRobin, kNoMs, 1)) == Chunks{{256}, {100}, {256, 44}});
+  // A decoder phase priced above what its turn's chunk leaves still runs when its turn opens.
+  const std::vector<ChunkDemand> e = {{0, 4096, 0, 1 << 20}, {100, 100, 0, 400}};
+  CHECK(PlanChunks(e, 300, 256, PrefillOrder::kRoundRobin, kNoMs, 0) == std::vector<StepShare>{{{256}, false}, {{}, false}});
+  CHECK(PlanChunks(e, 300, 256, PrefillOrder::kRoundRobin, kNoMs, 1) == std::vector<StepShare>{{{}, false}, {{}, true}});
+  // Each priority group rotates on its own; a lower value is still planned first.
+  const std::vector<ChunkDemand> p = With({{0, 50, -1}, {0, 4096, 0}, {0, 100, 0}}, 1 << 20);
+  CHECK(ChunksOf(PlanChunks(p, 60, 256, PrefillOrder::kRoundRobin, kNoMs, 1)) == Chunks{{50}, {}, {}});
+  CHECK(ChunksOf(PlanChunks(p, 150, 256, PrefillOrder::kRoundRobin, kNoMs, 1)) == Chunks{{50}, {}, {100}});
+  // fcfs ignores it.
+  CHECK(ChunksOf(PlanChunks(d, 0, 256, PrefillOrder::kFcfs, kNoMs, 1)) == Chunks{{256}, {}, {}});
 }
 
 TEST_CASE("the first item of a step always runs; nothing else past the budget") {
@@ -167,7 +191,7 @@ TEST_CASE("random demands: boundaries, budget and progress hold for both orders"
     };
     for (PrefillOrder o : {PrefillOrder::kFcfs, PrefillOrder::kRoundRobin}) {
       CAPTURE(it);
-      const std::vector<StepShare> p = PlanChunks(d, budget, chunk, o, budget_ms);
+      const std::vector<StepShare> p = PlanChunks(d, budget, chunk, o, budget_ms, uint64_t(it) % 7);  // any rotation
       REQUIRE(p.size() == d.size());
       int64_t rows = 0, items = 0;
       double ms = 0;

@@ -316,10 +316,13 @@ TEST_CASE("scheduler names parse and print") {
 }
 
 TEST_CASE("round-robin prefill: a short prompt shares the steps of a long one; fcfs makes it wait") {
-  // A long prompt (260 rows: 17 chunks of 16) and a short one (9 rows) arrive in the same step,
-  // the long one first; steps of 48 rows. Round-robin gives the short prompt its chunk in the
-  // first step, so its first token comes long before the long prompt's; fcfs gives the long
-  // prompt every chunk that fits until it is done, so its first token comes first.
+  // A long prompt (596 rows: 38 chunks of 16, at most 3 a step, so at least 13 steps) and a
+  // short one (9 rows) arrive in the same step, the long one first; steps of 48 rows.
+  // Round-robin opens every other step with the short prompt (the rotation, chunk_plan.h), so
+  // its chunk and the 4 layers of its decoder phase have run by the 10th step whatever the
+  // measured step costs price them at (the default --step-ms is on), and its first token comes
+  // long before the long prompt's; fcfs gives the long prompt every chunk that fits until it is
+  // done, so its first token comes first.
   for (PrefillOrder order : {PrefillOrder::kRoundRobin, PrefillOrder::kFcfs}) {
     CAPTURE(PrefillOrderName(order));
     ManagerOptions o = Mixed(48, 16);
@@ -332,7 +335,7 @@ TEST_CASE("round-robin prefill: a short prompt shares the steps of a long one; f
       if (k != 0) return;
       for (int i = 0; i < 2; ++i) {
         TurnRequest rq;
-        rq.prompt = RandomTokens(i == 0 ? 260 : 9, 512, 900 + uint64_t(i));
+        rq.prompt = RandomTokens(i == 0 ? 596 : 9, 512, 900 + uint64_t(i));
         rq.prompt[0] = int32_t(10 + i);
         rq.max_tokens = 2;
         auto seen = std::make_shared<bool>(false);
@@ -357,7 +360,7 @@ TEST_CASE("round-robin prefill: a short prompt shares the steps of a long one; f
     auto alone = SessionManager::Start(Tiny(), Mixed(48, 16));
     for (int i = 0; i < 2; ++i) {
       TurnRequest rq;
-      rq.prompt = RandomTokens(i == 0 ? 260 : 9, 512, 900 + uint64_t(i));
+      rq.prompt = RandomTokens(i == 0 ? 596 : 9, 512, 900 + uint64_t(i));
       rq.prompt[0] = int32_t(10 + i);
       rq.max_tokens = 2;
       const TurnResult r = alone->Submit(std::move(rq)).get();
