@@ -354,7 +354,7 @@ int RunEngineBenchMain(int argc, char** argv) {
     for (auto& st : states) ptrs.push_back(st.get());
     std::vector<int32_t> toks(size_t(batch), 1);
     std::vector<double> tpss;
-    double in_matmul_gbs = 0, matmul_share = 0, matmul_bytes_per_token = 0, s = 0;
+    double in_matmul_gbs = 0, matmul_share = 0, attention_share = 0, matmul_bytes_per_token = 0, s = 0;
     ExpertCache::Stats before{};  // of the last rep
     for (int rep = 0; rep < reps; ++rep) {
       kernels::ResetWorkCounters();
@@ -369,6 +369,7 @@ int RunEngineBenchMain(int argc, char** argv) {
       if (!on_gpu) {
         const kernels::WorkCounters w = kernels::ReadWorkCounters();
         matmul_share = w.matmul_seconds / s;
+        attention_share = w.attention_seconds / s;
         // Weight bytes the matmuls read per token (2 FLOPs per weight; batch 1: every row its own).
         matmul_bytes_per_token = w.matmul_flops / 2.0 * weight_bytes / (double(batch) * decode_n);
         // Weight bytes the matmul calls streamed per second (the held bytes per weight; 2 FLOPs per weight).
@@ -393,6 +394,7 @@ int RunEngineBenchMain(int argc, char** argv) {
     AddSpread("fraction_of_bound", {tps.min / bound, tps.median / bound, tps.max / bound}, &j);
     if (!on_gpu) {
       j["matmul_share_of_time"] = matmul_share;  // of the last rep
+      j["attention_share_of_time"] = attention_share;  // the same rep's attention (not in the bound)
       // (batch 1 only: in a batch each routed expert sees a different number of rows)
       if (batch == 1) j["weight_gbs_while_in_matmuls"] = in_matmul_gbs;
       j["matmul_weight_bytes_per_token"] = matmul_bytes_per_token;  // of the last rep, at the held precision

@@ -278,6 +278,15 @@ constexpr int kSpreadOf = kQuantAvx512 ? (std::is_same_v<D, DecBf16> || std::is_
 template <class D>
 constexpr bool kOneRowPrefetchOf = kQuantAvx512 || kSpreadOf<D> == 1;
 constexpr int64_t kSpreadMinRows = 16;  // rows per part at least, else address order
+// Whether 2-4 rows of x (Rows' R = 4 or 2 weight rows per Block) take those weight rows from R
+// parts of the slice instead of R adjacent rows, as the F32 few-row kernel does (session 19).
+// AVX2 EPYC (Zen 3 VM, 2 cores), a products-only pass over medium's shapes through MatmulMany
+// (dense at N rows, 8 experts at NE rows), the two variants in alternating processes, ms per
+// pass: BF16 N=1 NE=2 78 / 74 / 79 / 67 -> 59 / 65 / 66 / 59; N=4 NE=4 88 / 79 / 79 / 99 ->
+// 70 / 69 / 74 / 134 (one outlier); N=8 NE=2 120 / 127 / 146 -> 110 / 119 / 112. INT8 (compute
+// bound) N=1 NE=2 47 / 48 / 48 / 48 -> 47 / 41 / 49 / 42. FP8 / FP4 not measured: address order.
+template <class D>
+constexpr bool kFewRowsSpreadOf = std::is_same_v<D, DecBf16> || std::is_same_v<D, DecI8>;
 
 // N rows of x (stride in) against weight rows [r, r + R): y[n * ys + k]. Row and scale pointers
 // are computed once, so the block loop holds only the accumulators, the decoded block and the
@@ -365,6 +374,15 @@ void Rows(const float* x, const WeightView& w, int64_t r0, int64_t r1, float* y,
       const int64_t per = (r1 - r0) / S;
       for (int64_t i = 0; i < per; ++i) Block<D, 1, S, kHint>(d, x, w, r0 + i, y + i, ys, pf_end, per);
       r = r0 + per * S;
+    }
+  }
+  if constexpr (N > 1 && R > 1 && kFewRowsSpreadOf<D>) {
+    // Batched decode's few rows (2-4: experts with a few routed rows): the R weight rows of a
+    // Block come from R parts of the slice too (kFewRowsSpreadOf).
+    if (r1 - r0 >= R * kSpreadMinRows) {
+      const int64_t per = (r1 - r0) / R;
+      for (int64_t i = 0; i < per; ++i) Block<D, N, R, kHint>(d, x, w, r0 + i, y + i, ys, pf_end, per);
+      r = r0 + per * R;
     }
   }
   for (; r + R <= r1; r += R) Block<D, N, R, kHint>(d, x, w, r, y + (r - r0), ys, pf_end);
