@@ -319,8 +319,9 @@ TEST_CASE("round-robin prefill: a short prompt shares the steps of a long one; f
   // A long prompt (596 rows: 38 chunks of 16, at most 3 a step, so at least 13 steps) and a
   // short one (9 rows) arrive in the same step, the long one first; steps of 48 rows.
   // Round-robin opens every other step with the short prompt (the rotation, chunk_plan.h), so
-  // its chunk and the 4 layers of its decoder phase have run by the 10th step whatever the
-  // measured step costs price them at (the default --step-ms is on), and its first token comes
+  // its chunk and its decoder phase (one item by default; 4 layers if run in parts) have run by
+  // the 10th step whatever the measured step costs price them at (the default --step-ms is on),
+  // and its first token comes
   // long before the long prompt's; fcfs gives the long prompt every chunk that fits until it is
   // done, so its first token comes first.
   for (PrefillOrder order : {PrefillOrder::kRoundRobin, PrefillOrder::kFcfs}) {
