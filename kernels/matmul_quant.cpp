@@ -284,9 +284,11 @@ constexpr int64_t kSpreadMinRows = 16;  // rows per part at least, else address 
 // (dense at N rows, 8 experts at NE rows), the two variants in alternating processes, ms per
 // pass: BF16 N=1 NE=2 78 / 74 / 79 / 67 -> 59 / 65 / 66 / 59; N=4 NE=4 88 / 79 / 79 / 99 ->
 // 70 / 69 / 74 / 134 (one outlier); N=8 NE=2 120 / 127 / 146 -> 110 / 119 / 112. INT8 (compute
-// bound) N=1 NE=2 47 / 48 / 48 / 48 -> 47 / 41 / 49 / 42. FP8 / FP4 not measured: address order.
+// bound) N=1 NE=2 47 / 48 / 48 / 48 -> 47 / 41 / 49 / 42. FP8 (QuantizeWeight of random
+// weights, same pass) N=1 NE=2 93 / 69 / 63 / 68 -> 57 / 44 / 44 / 53. FP4 keeps address order:
+// N=1 NE=2 no change (medians of nine passes 65 -> 64) and N=4 NE=4 86 / 90 -> 97 / 92.
 template <class D>
-constexpr bool kFewRowsSpreadOf = std::is_same_v<D, DecBf16> || std::is_same_v<D, DecI8>;
+constexpr bool kFewRowsSpreadOf = std::is_same_v<D, DecBf16> || std::is_same_v<D, DecI8> || std::is_same_v<D, DecFp8>;
 
 // N rows of x (stride in) against weight rows [r, r + R): y[n * ys + k]. Row and scale pointers
 // are computed once, so the block loop holds only the accumulators, the decoded block and the
