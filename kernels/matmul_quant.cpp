@@ -369,22 +369,14 @@ void Rows(const float* x, const WeightView& w, int64_t r0, int64_t r1, float* y,
   constexpr int R = N == 1 ? kOneRowR : N <= 2 ? 4 : N <= 4 ? 2 : 1;
   const D d;
   int64_t r = r0;
-  if constexpr (N == 1 && kSpreadOf<D> > 1) {
-    // Decode: the slice as S equal parts read side by side, row i of each at once (kSpreadOf).
-    constexpr int S = kSpreadOf<D>;
+  // The slice as S equal parts read side by side, row i of each at once: decode's one row
+  // (kSpreadOf) and 2-4 rows whose Block holds R weight rows (kFewRowsSpreadOf).
+  constexpr int S = N == 1 ? kSpreadOf<D> : kFewRowsSpreadOf<D> ? R : 1;
+  if constexpr (S > 1) {
     if (r1 - r0 >= S * kSpreadMinRows) {
       const int64_t per = (r1 - r0) / S;
-      for (int64_t i = 0; i < per; ++i) Block<D, 1, S, kHint>(d, x, w, r0 + i, y + i, ys, pf_end, per);
+      for (int64_t i = 0; i < per; ++i) Block<D, N, S, kHint>(d, x, w, r0 + i, y + i, ys, pf_end, per);
       r = r0 + per * S;
-    }
-  }
-  if constexpr (N > 1 && R > 1 && kFewRowsSpreadOf<D>) {
-    // Batched decode's few rows (2-4: experts with a few routed rows): the R weight rows of a
-    // Block come from R parts of the slice too (kFewRowsSpreadOf).
-    if (r1 - r0 >= R * kSpreadMinRows) {
-      const int64_t per = (r1 - r0) / R;
-      for (int64_t i = 0; i < per; ++i) Block<D, N, R, kHint>(d, x, w, r0 + i, y + i, ys, pf_end, per);
-      r = r0 + per * R;
     }
   }
   for (; r + R <= r1; r += R) Block<D, N, R, kHint>(d, x, w, r, y + (r - r0), ys, pf_end);
