@@ -99,15 +99,18 @@ float ScaleOf(const WeightView& w, int64_t r, int64_t b) {
 // live in registers for the whole loop: a function-local static read inside the loop made GCC
 // spill the accumulators around its guard, measured 3x slower for FP8/FP4).
 //   Row(w, r): row r's first element byte; Scales(w, r): row r's scale row (once per row, no
-//   division in the block loop); Scale(p, b): block b's scale; Load(row, b, v): v[j] lane i =
-//   the unscaled element 32 b + 8 j + i (a full block). Every Load decodes exactly (the values
-//   are the scalar DecodeE4M3 / DecodeE2M1 / Bf16ToFloat values), so the order of Step below is
-//   the only thing that fixes the bits.
+//   division in the block loop); Scale(p, b): block b's scale / kLoadUnit; Load(row, b, v): v[j]
+//   lane i = the unscaled element 32 b + 8 j + i (a full block) times kLoadUnit. Every Load
+//   decodes exactly (the values are the scalar DecodeE4M3 / DecodeE2M1 / Bf16ToFloat / int8
+//   values, times a power of two), so the order of Step below is the only thing that fixes the
+//   bits: a kLoadUnit of 2^k scales every product and partial sum of a block by exactly 2^k and
+//   Scale undoes it inside the block's last FMA, whose product is then the same real number.
 struct DecBf16 {
   static constexpr int64_t kBlockBytes = 64;  // stored bytes of a block of 32
   static constexpr int64_t kPrefetch = 4 * kPrefetchBytes;
   static constexpr bool kScaled = false;
   static constexpr bool kWide = true;  // has Load16 (AVX-512 builds)
+  static constexpr float kLoadUnit = 1.0f;
   static const uint8_t* Row(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.data) + r * w.cols * 2; }
   static const void* Scales(const WeightView&, int64_t) { return nullptr; }
   float Scale(const void*, int64_t) const { return 1.0f; }
@@ -136,12 +139,35 @@ struct DecI8 {
   static constexpr bool kWide = true;  // has Load16 (AVX-512 builds)
   static const uint8_t* Row(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.data) + r * w.cols; }
   static const void* Scales(const WeightView& w, int64_t r) { return static_cast<const float*>(w.scales) + r * Blocks(w.cols); }
+#if CEDAR_QUANT_AVX512
+  static constexpr float kLoadUnit = 1.0f;  // Load16 sign-extends: the element itself
   float Scale(const void* p, int64_t b) const { return static_cast<const float*>(p)[b]; }
+#else
+  // AVX2: each 16 bytes broadcast to both halves, then one in-lane byte shuffle per 8 weights puts
+  // byte i in the top byte of dword i, i.e. the int32 element * 2^24, and one conversion. The
+  // cross-lane vpmovsxbd it replaces is 1.5 cycles of the two shuffle pipes per 8 weights on Zen 3
+  // (llvm-mca -mcpu=znver3 on the one-row loop: 6.5 -> 4.0 cycles a block of 32; measured in L2,
+  // 4 rows at once: 6.0 -> 5.7). With kSpreadOf 4 below, a products-only
+  // pass over medium's decode shapes (one row of x, 2 threads, AVX2 Zen 3 VM) streamed a median
+  // 21.9 GB/s (8 processes, 18.8-24.2) before and 26.0 (21.3-27.9) after; 4 parts with the old
+  // Load 23.2. Exact (module comment above) while every product of a block stays below 2^104
+  // in magnitude and no scale is below 2^-102: far outside what a model holds.
+  static constexpr float kLoadUnit = 0x1p24f;
+  __m256i lo8 = _mm256_setr_epi8(-1, -1, -1, 0, -1, -1, -1, 1, -1, -1, -1, 2, -1, -1, -1, 3, -1, -1, -1, 4, -1, -1, -1, 5, -1, -1, -1, 6,
+                                 -1, -1, -1, 7);
+  __m256i hi8 = _mm256_setr_epi8(-1, -1, -1, 8, -1, -1, -1, 9, -1, -1, -1, 10, -1, -1, -1, 11, -1, -1, -1, 12, -1, -1, -1, 13, -1, -1,
+                                 -1, 14, -1, -1, -1, 15);
+  float Scale(const void* p, int64_t b) const { return static_cast<const float*>(p)[b] * (1.0f / kLoadUnit); }
   void Load(const uint8_t* row, int64_t b, __m256 v[4]) const {
     const uint8_t* p = row + b * B;
-    for (int j = 0; j < 4; ++j)
-      v[j] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * j))));
+    const __m256i a = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));       // bytes 0-15
+    const __m256i c = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));  // 16-31
+    v[0] = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(a, lo8));
+    v[1] = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(a, hi8));
+    v[2] = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(c, lo8));
+    v[3] = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(c, hi8));
   }
+#endif
 #if CEDAR_QUANT_AVX512
   void Load16(const uint8_t* row, int64_t b, __m512 v[2]) const {
     const uint8_t* p = row + b * B;
@@ -160,6 +186,7 @@ struct DecFp8 {
   static constexpr int64_t kPrefetch = kPrefetchBytes;
   static constexpr bool kScaled = true;
   static constexpr bool kWide = true;  // has Load16 (AVX-512 builds)
+  static constexpr float kLoadUnit = 1.0f;
   const float* e8m0 = E8m0Table();
   __m256i mask = _mm256_set1_epi32(int(0x87F00000u));
   __m256 k2p120 = _mm256_set1_ps(0x1p120f);
@@ -199,6 +226,7 @@ struct DecFp4 {
   // No Load16: joining the 8-wide quarters into 16 lanes cost more than the FMAs it saved
   // (bench_weights in cache: 3.8 GB/s against 5.9 on the 8-wide Step).
   static constexpr bool kWide = false;
+  static constexpr float kLoadUnit = 1.0f;
   const float* e8m0 = E8m0Table();
   // bf16 bits of E2M1 nibble i: 0, 0.5, 1, 1.5, 2, 3, 4, 6 = 0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000,
   // 0x4040, 0x4080, 0x40C0; nibbles 8..15 the same with the sign bit 0x8000.
@@ -267,12 +295,13 @@ inline __m256 Step16(const __m512 v[2], const float* xp, __m256 s, __m256 acc) {
 // BF16 within its noise (48-54 either way). On an AVX2 EPYC (Zen 3 VM, 2 cores, ~20-35 GB/s;
 // the same kind of pass, each variant over the read probe taken beside it) BF16 streamed
 // 0.74-0.95 of the probe as 4 parts without software prefetch against 0.63-0.71 in address
-// order with it (4 parts with prefetch 0.78, 2 parts 0.74-0.81); INT8 is compute bound there
-// (~0.7 with or without parts), and FP8 / FP4 were not measured: those keep address order.
+// order with it (4 parts with prefetch 0.78, 2 parts 0.74-0.81); INT8 was compute bound there
+// (~0.7 with or without parts) until its Load lost the cross-lane shuffle: with it, 4 parts
+// (session 21, DecI8). FP8 / FP4 were not measured: those keep address order.
 // Each row keeps its own accumulator: the bits do not change.
 template <class D>
 constexpr int kSpreadOf = kQuantAvx512 ? (std::is_same_v<D, DecBf16> || std::is_same_v<D, DecI8> ? 2 : 1)
-                                       : (std::is_same_v<D, DecBf16> ? 4 : 1);
+                                       : (std::is_same_v<D, DecBf16> || std::is_same_v<D, DecI8> ? 4 : 1);
 // Whether decode's one-row products prefetch in software (the parts' streams do better without
 // on the AVX2 machine above; the AVX-512 measurements were taken with it).
 template <class D>
@@ -302,7 +331,7 @@ __attribute__((noinline)) void TailBlock(const D& d, const float* x, const Weigh
   alignas(32) float wb[B], xb[B];
   for (int k = 0; k < R; ++k) {
     std::fill(wb, wb + B, 0.0f);
-    for (int64_t c = nb * B; c < in; ++c) wb[c - nb * B] = RawAt(w, r + k * rs, c);
+    for (int64_t c = nb * B; c < in; ++c) wb[c - nb * B] = RawAt(w, r + k * rs, c) * D::kLoadUnit;  // as Load gives it
     const __m256 v[4] = {_mm256_load_ps(wb), _mm256_load_ps(wb + 8), _mm256_load_ps(wb + 16), _mm256_load_ps(wb + 24)};
     const __m256 s = _mm256_set1_ps(d.Scale(sc[k], nb));
     for (int n = 0; n < N; ++n) {
