@@ -105,6 +105,25 @@ float ScaleOf(const WeightView& w, int64_t r, int64_t b) {
 //   values, times a power of two), so the order of Step below is the only thing that fixes the
 //   bits: a kLoadUnit of 2^k scales every product and partial sum of a block by exactly 2^k and
 //   Scale undoes it inside the block's last FMA, whose product is then the same real number.
+
+// The 32 bytes of a block, byte 8 j + i in the top byte of dword i of t[j] (the rest zero): the
+// in-lane vpshufb of 16 bytes broadcast to both halves, one per 8 bytes. It replaces the
+// cross-lane vpmovsxbd, 1.5 cycles of Zen 3's two shuffle pipes per 8 bytes (llvm-mca
+// -mcpu=znver3 on the one-row INT8 loop: 6.5 -> 4.0 cycles a block; measured in L2, 4 rows at
+// once: 6.0 -> 5.7). Sign-extending is then an arithmetic shift, or the int32 is the byte * 2^24.
+struct BytesToDwordTops {
+  __m256i lo8 = _mm256_setr_epi8(-1, -1, -1, 0, -1, -1, -1, 1, -1, -1, -1, 2, -1, -1, -1, 3, -1, -1, -1, 4, -1, -1, -1, 5, -1, -1, -1, 6,
+                                 -1, -1, -1, 7);
+  __m256i hi8 = _mm256_setr_epi8(-1, -1, -1, 8, -1, -1, -1, 9, -1, -1, -1, 10, -1, -1, -1, 11, -1, -1, -1, 12, -1, -1, -1, 13, -1, -1,
+                                 -1, 14, -1, -1, -1, 15);
+  void operator()(const uint8_t* p, __m256i t[4]) const {
+    const __m256i a = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));       // bytes 0-15
+    const __m256i c = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));  // 16-31
+    t[0] = _mm256_shuffle_epi8(a, lo8), t[1] = _mm256_shuffle_epi8(a, hi8);
+    t[2] = _mm256_shuffle_epi8(c, lo8), t[3] = _mm256_shuffle_epi8(c, hi8);
+  }
+};
+
 struct DecBf16 {
   static constexpr int64_t kBlockBytes = 64;  // stored bytes of a block of 32
   static constexpr int64_t kPrefetch = 4 * kPrefetchBytes;
@@ -139,35 +158,21 @@ struct DecI8 {
   static constexpr bool kWide = true;  // has Load16 (AVX-512 builds)
   static const uint8_t* Row(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.data) + r * w.cols; }
   static const void* Scales(const WeightView& w, int64_t r) { return static_cast<const float*>(w.scales) + r * Blocks(w.cols); }
-#if CEDAR_QUANT_AVX512
-  static constexpr float kLoadUnit = 1.0f;  // Load16 sign-extends: the element itself
-  float Scale(const void* p, int64_t b) const { return static_cast<const float*>(p)[b]; }
-#else
-  // AVX2: each 16 bytes broadcast to both halves, then one in-lane byte shuffle per 8 weights puts
-  // byte i in the top byte of dword i, i.e. the int32 element * 2^24, and one conversion. The
-  // cross-lane vpmovsxbd it replaces is 1.5 cycles of the two shuffle pipes per 8 weights on Zen 3
-  // (llvm-mca -mcpu=znver3 on the one-row loop: 6.5 -> 4.0 cycles a block of 32; measured in L2,
-  // 4 rows at once: 6.0 -> 5.7). With kSpreadOf 4 below, a products-only
-  // pass over medium's decode shapes (one row of x, 2 threads, AVX2 Zen 3 VM) streamed a median
-  // 21.9 GB/s (8 processes, 18.8-24.2) before and 26.0 (21.3-27.9) after; 4 parts with the old
-  // Load 23.2. Exact (module comment above) while every product of a block stays below 2^104
-  // in magnitude and no scale is below 2^-102: far outside what a model holds.
-  static constexpr float kLoadUnit = 0x1p24f;
-  __m256i lo8 = _mm256_setr_epi8(-1, -1, -1, 0, -1, -1, -1, 1, -1, -1, -1, 2, -1, -1, -1, 3, -1, -1, -1, 4, -1, -1, -1, 5, -1, -1, -1, 6,
-                                 -1, -1, -1, 7);
-  __m256i hi8 = _mm256_setr_epi8(-1, -1, -1, 8, -1, -1, -1, 9, -1, -1, -1, 10, -1, -1, -1, 11, -1, -1, -1, 12, -1, -1, -1, 13, -1, -1,
-                                 -1, 14, -1, -1, -1, 15);
+  // AVX2: the int8 times 2^24 (BytesToDwordTops), converted; Scale divides by 2^24. With
+  // kSpreadOf 4 below, a products-only pass over medium's decode shapes (one row of x, 2
+  // threads, AVX2 Zen 3 VM) streamed a median 21.9 GB/s (8 processes, 18.8-24.2) before and
+  // 26.0 (21.3-27.9) after; 4 parts with the old vpmovsxbd Load 23.2. Exact (module comment
+  // above) while every product of a block stays below 2^104 in magnitude and no scale is below
+  // 2^-102: far outside what a model holds. AVX-512 builds use Load16 (sign-extended, unit 1);
+  // their Load matches it.
+  static constexpr float kLoadUnit = kQuantAvx512 ? 1.0f : 0x1p24f;
+  BytesToDwordTops tops;
   float Scale(const void* p, int64_t b) const { return static_cast<const float*>(p)[b] * (1.0f / kLoadUnit); }
   void Load(const uint8_t* row, int64_t b, __m256 v[4]) const {
-    const uint8_t* p = row + b * B;
-    const __m256i a = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));       // bytes 0-15
-    const __m256i c = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));  // 16-31
-    v[0] = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(a, lo8));
-    v[1] = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(a, hi8));
-    v[2] = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(c, lo8));
-    v[3] = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(c, hi8));
+    __m256i t[4];
+    tops(row + b * B, t);
+    for (int j = 0; j < 4; ++j) v[j] = _mm256_cvtepi32_ps(kLoadUnit == 1.0f ? _mm256_srai_epi32(t[j], 24) : t[j]);
   }
-#endif
 #if CEDAR_QUANT_AVX512
   void Load16(const uint8_t* row, int64_t b, __m512 v[2]) const {
     const uint8_t* p = row + b * B;
@@ -179,7 +184,8 @@ struct DecI8 {
 // E4M3 by bit placement: the byte sign-extended to 32 bits and shifted left by 20 puts the sign in
 // bit 31 (and copies of it in bits 27..30, cleared by the mask) and the 7 exponent+mantissa bits
 // in bits 20..26: a float of 2^-120 times the value (subnormals included, as float subnormals),
-// then * 2^120 (exact). 3 operations per 8 weights besides the multiply (was 6).
+// then * 2^120 (exact). 3 operations per 8 weights besides the multiply (was 6); on AVX2 the
+// sign extension and shift are one in-lane shuffle (BytesToDwordTops) and one arithmetic shift.
 // 0x7F/0xFF (NaN) decode as +-480: the released weights have none.
 struct DecFp8 {
   static constexpr int64_t kBlockBytes = 32;  // stored bytes of a block of 32
@@ -195,12 +201,13 @@ struct DecFp8 {
     return static_cast<const uint8_t*>(w.scales) + ((w.row0 + r) / B) * Blocks(w.cols);
   }
   float Scale(const void* p, int64_t b) const { return e8m0[static_cast<const uint8_t*>(p)[b]]; }
+  BytesToDwordTops tops;
+  // The byte at the top of its dword, shifted right arithmetically by 4: the sign-extended byte
+  // shifted left by 20.
   void Load(const uint8_t* row, int64_t b, __m256 v[4]) const {
-    const uint8_t* p = row + b * B;
-    for (int j = 0; j < 4; ++j) {
-      const __m256i e = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * j)));
-      v[j] = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(e, 20), mask)), k2p120);
-    }
+    __m256i t[4];
+    tops(row + b * B, t);
+    for (int j = 0; j < 4; ++j) v[j] = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(t[j], 4), mask)), k2p120);
   }
 #if CEDAR_QUANT_AVX512
   __m512i mask16 = _mm512_set1_epi32(int(0x87F00000u));
@@ -297,11 +304,13 @@ inline __m256 Step16(const __m512 v[2], const float* xp, __m256 s, __m256 acc) {
 // 0.74-0.95 of the probe as 4 parts without software prefetch against 0.63-0.71 in address
 // order with it (4 parts with prefetch 0.78, 2 parts 0.74-0.81); INT8 was compute bound there
 // (~0.7 with or without parts) until its Load lost the cross-lane shuffle: with it, 4 parts
-// (session 21, DecI8). FP8 / FP4 were not measured: those keep address order.
+// (session 21, DecI8). FP8 likewise: one thread, one row against a 512 x 2048 FP8 matrix in cache
+// (compute bound), 8.9 / 9.0 / 9.0 GB/s in address order with the old Load -> 10.0 / 10.1 / 9.9
+// with BytesToDwordTops and 4 parts, alternating. FP4 was not measured: address order.
 // Each row keeps its own accumulator: the bits do not change.
 template <class D>
 constexpr int kSpreadOf = kQuantAvx512 ? (std::is_same_v<D, DecBf16> || std::is_same_v<D, DecI8> ? 2 : 1)
-                                       : (std::is_same_v<D, DecBf16> || std::is_same_v<D, DecI8> ? 4 : 1);
+                                       : (std::is_same_v<D, DecBf16> || std::is_same_v<D, DecI8> || std::is_same_v<D, DecFp8> ? 4 : 1);
 // Whether decode's one-row products prefetch in software (the parts' streams do better without
 // on the AVX2 machine above; the AVX-512 measurements were taken with it).
 template <class D>
