@@ -158,13 +158,10 @@ struct DecI8 {
   static constexpr bool kWide = true;  // has Load16 (AVX-512 builds)
   static const uint8_t* Row(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.data) + r * w.cols; }
   static const void* Scales(const WeightView& w, int64_t r) { return static_cast<const float*>(w.scales) + r * Blocks(w.cols); }
-  // AVX2: the int8 times 2^24 (BytesToDwordTops), converted; Scale divides by 2^24. With
-  // kSpreadOf 4 below, a products-only pass over medium's decode shapes (one row of x, 2
-  // threads, AVX2 Zen 3 VM) streamed a median 21.9 GB/s (8 processes, 18.8-24.2) before and
-  // 26.0 (21.3-27.9) after; 4 parts with the old vpmovsxbd Load 23.2. Exact (module comment
-  // above) while every product of a block stays below 2^104 in magnitude and no scale is below
-  // 2^-102: far outside what a model holds. AVX-512 builds use Load16 (sign-extended, unit 1);
-  // their Load matches it.
+  // AVX2: the int8 times 2^24 (BytesToDwordTops), converted; Scale divides by 2^24. Exact
+  // (module comment above) while every product of a block stays below 2^104 in magnitude and no
+  // scale is below 2^-102: far outside what a model holds. AVX-512 builds use Load16
+  // (sign-extended, unit 1); their Load matches it. Measured: kSpreadOf below.
   static constexpr float kLoadUnit = kQuantAvx512 ? 1.0f : 0x1p24f;
   BytesToDwordTops tops;
   float Scale(const void* p, int64_t b) const { return static_cast<const float*>(p)[b] * (1.0f / kLoadUnit); }
@@ -303,14 +300,16 @@ inline __m256 Step16(const __m512 v[2], const float* xp, __m256 s, __m256 acc) {
 // the same kind of pass, each variant over the read probe taken beside it) BF16 streamed
 // 0.74-0.95 of the probe as 4 parts without software prefetch against 0.63-0.71 in address
 // order with it (4 parts with prefetch 0.78, 2 parts 0.74-0.81); INT8 was compute bound there
-// (~0.7 with or without parts) until its Load lost the cross-lane shuffle: with it, 4 parts
-// (session 21, DecI8). FP8 likewise: one thread, one row against a 512 x 2048 FP8 matrix in cache
+// (~0.7 with or without parts) until its Load lost the cross-lane shuffle: with it and 4 parts, a
+// products-only pass over medium's decode shapes (one row, 2 threads) streamed a median 21.9
+// GB/s (8 processes, 18.8-24.2) before and 26.0 (21.3-27.9) after; 4 parts with the old Load
+// 23.2 (session 21). FP8 likewise: one thread, one row against a 512 x 2048 FP8 matrix in cache
 // (compute bound), 8.9 / 9.0 / 9.0 GB/s in address order with the old Load -> 10.0 / 10.1 / 9.9
 // with BytesToDwordTops and 4 parts, alternating. FP4 was not measured: address order.
 // Each row keeps its own accumulator: the bits do not change.
 template <class D>
 constexpr int kSpreadOf = kQuantAvx512 ? (std::is_same_v<D, DecBf16> || std::is_same_v<D, DecI8> ? 2 : 1)
-                                       : (std::is_same_v<D, DecBf16> || std::is_same_v<D, DecI8> || std::is_same_v<D, DecFp8> ? 4 : 1);
+                                       : (std::is_same_v<D, DecFp4> ? 1 : 4);
 // Whether decode's one-row products prefetch in software (the parts' streams do better without
 // on the AVX2 machine above; the AVX-512 measurements were taken with it).
 template <class D>
