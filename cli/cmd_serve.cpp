@@ -106,6 +106,7 @@ int RunServe(int argc, char** argv) {
   std::string server_id;  // --server-id: this instance's name in a cluster (X-Cedar-Server)
   std::string decoder_policy = "auto", restore_policy = "staircase", device = "auto";
   int port = 0, io_threads = 2, threads = 0, max_sessions = 1024, default_max_tokens = 256, spec_tokens = 0;
+  uint64_t seed = 0;  // --seed
   uint64_t max_connections = 1024, max_unix_connections = 256, max_body = 32u << 20, cache_ram = 0, cache_disk = 8ull << 30, max_ram = 0;
   double read_timeout = 60, drain_timeout = 10, auth_timeout = 5, sse_keepalive = 5;
   session::SchedulerOptions sched;  // defaults: session/session_manager.h
@@ -191,6 +192,9 @@ int RunServe(int argc, char** argv) {
       "layers, CPU; turns with a grammar, logit_bias, penalties or logprobs decode plainly)")(
       "default-max-tokens", IntOption("--default-max-tokens", &default_max_tokens, 1, 1 << 24),
       "max_tokens when a request gives none")(
+      "seed", OptionalIntOption<uint64_t>("--seed", &seed, 0, UINT64_MAX),
+      "seeds the seeds drawn for sampled requests that give no `seed` (the same requests in the same order "
+      "then sample the same tokens); default: random")(
       "io-threads", IntOption("--io-threads", &io_threads, 1, 256), "I/O threads")(
       "threads", IntOption("--threads", &threads, 0, 4096), "CPU threads for the model (0 = default)")(
       "max-connections", IntOption<uint64_t>("--max-connections", &max_connections, 1, 1 << 20),
@@ -314,6 +318,7 @@ int RunServe(int argc, char** argv) {
   ao.model_name = model_name;
   ao.tokenizer = tokenizer;
   ao.default_max_tokens = default_max_tokens;
+  if (vm.count("seed")) ao.seed = seed;
   ao.access_log = vm.count("no-access-log") == 0;
   // deepseek_v41 replay memory beside the disk cache (when the cache made its directory).
   if (!mo.cache_dir.empty() && std::filesystem::is_directory(mo.cache_dir)) {

@@ -128,7 +128,8 @@ Api::Api(session::SessionManager& manager, ApiOptions options)
       memory_(options_.remembered_turns_per_session),
       created_(UnixNow()),
       responses_(options_.responses_max_stored),
-      rng_(std::random_device{}()) {
+      rng_(std::random_device{}()),
+      seed_rng_(options_.seed ? *options_.seed : std::random_device{}()) {
   if (format_ == bridge::ChatFormat::kDeepseekV41) {
     // The released encoding is text over the released BPE vocabulary; the byte tokenizer has
     // none of its special tokens.

@@ -34,6 +34,7 @@
 #include <optional>
 #include <random>
 #include <shared_mutex>
+#include <span>
 #include <string>
 
 #include "session/session_manager.h"
@@ -75,6 +76,10 @@ struct ApiOptions {
   // One info-level line per request (method, route, status, ms, prompt/cached/generated tokens,
   // session); --no-access-log turns it off.
   bool access_log = true;
+  // --seed: seeds the generator of the seeds drawn for turns that give no `seed`, so a server
+  // started with it answers the same requests in the same order with the same samples (as
+  // vLLM's and llama.cpp's --seed). Unset: std::random_device.
+  std::optional<uint64_t> seed;
 };
 
 // "auto", "exact", "bounded" / "replay", "recompute"; Parse* return false for other names.
@@ -193,6 +198,12 @@ class Api {
   // built on first use (sorting 129K tokens takes tens of ms) and shared by every turn.
   std::shared_ptr<const grammar::TokenVocab> GrammarVocab();
   std::string NewId(const char* prefix);
+  // The 12 hex digits that name a turn's tool calls ("call_" + stem + "_0"): a hash of the
+  // prompt's ids under the sampling seed, so the same request with the same seed answers with
+  // the same call ids, and a conversation that sends its replies back (formats that render the
+  // ids into the prompt) stays reproducible turn after turn. Unique within a conversation:
+  // every turn's prompt extends the last.
+  static std::string CallIdStem(std::span<const int32_t> prompt, uint64_t seed);
 
   session::SessionManager& manager_;
   ApiOptions options_;
@@ -219,8 +230,9 @@ class Api {
 
   // Session existence is the SessionManager's alone (one source of truth keeps create, delete
   // and turns on one id linearizable); the Api keeps no set of its own.
-  std::mutex mu_;  // guards rng_
+  std::mutex mu_;  // guards rng_ and seed_rng_
   std::mt19937_64 rng_;  // response ids (chatcmpl-...), which name nothing a client can reach
+  std::mt19937_64 seed_rng_;  // the seeds of turns without one (ApiOptions::seed)
 };
 
 template <class F>

@@ -29,10 +29,9 @@ Api::TurnPlan Api::PlanChatBody(const nlohmann::ordered_json& chat_body, const H
     prompt.dsml->ids.clear();
     plan.dsml = std::move(prompt.dsml);
   }
-  // The response's own id shape; call ids keep the random part, so they stay unique.
-  const std::string random = plan.meta.id.substr(plan.meta.id.find('-') + 1);
-  plan.meta.id = id_prefix + random;
-  plan.meta.call_ids.prefix = std::string(call_prefix) + random.substr(0, 12) + "_";
+  // The response's own id shape; its calls' the API's prefix on the stem PlanTurn chose.
+  plan.meta.id = id_prefix + plan.meta.id.substr(plan.meta.id.find('-') + 1);
+  plan.meta.call_ids.prefix = std::string(call_prefix) + CallIdStem(plan.request.prompt, plan.request.sampling.seed) + "_";
   output.format = format_;
   output.thinking = plan.meta.thinking;
   output.tools = chat.tools;

@@ -96,7 +96,7 @@ class MessagesEvents final : public EventFormatter {
     out += NamedSseEvent("message_delta", {{"type", "message_delta"},
                                            {"delta", std::move(delta)},
                                            {"usage", AnthropicUsage(r.accounting, output_tokens)},
-                                           {"cedar", CedarJson(r.accounting, echo_.session_id, turn.manager_ms())}});
+                                           {"cedar", CedarJson(r.accounting, echo_.session_id, turn)}});
     return out + NamedSseEvent("message_stop", {{"type", "message_stop"}});
   }
 
@@ -207,7 +207,7 @@ HttpResponse Api::MessagesTurn(const HttpRequest& request, std::chrono::steady_c
                               {"stop_reason", bridge::AnthropicStopReason(!out.tool_calls.empty(), matched, r.finish_reason)},
                               {"stop_sequence", matched.empty() ? json(nullptr) : json(matched)},
                               {"usage", AnthropicUsage(r.accounting, int64_t(r.output.size()))},
-                              {"cedar", CedarJson(r.accounting, echo.session_id, turn->manager_ms())}});
+                              {"cedar", CedarJson(r.accounting, echo.session_id, *turn)}});
   }
   HttpResponse response;
   response.content_type = "text/event-stream";

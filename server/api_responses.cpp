@@ -72,7 +72,7 @@ json FinishedResponse(const Echo& e, json output, const LiveTurn& turn, int64_t 
   json j = ResponseObject(e, cut ? "incomplete" : "completed", std::move(output));
   if (cut) j["incomplete_details"] = {{"reason", r.finish_reason == "length" ? "max_output_tokens" : "cancelled"}};
   j["usage"] = ResponsesUsage(r.accounting, output_tokens);
-  j["cedar"] = CedarJson(r.accounting, session_id, turn.manager_ms());
+  j["cedar"] = CedarJson(r.accounting, session_id, turn);
   return j;
 }
 

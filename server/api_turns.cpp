@@ -7,7 +7,10 @@
 // worker waits for the turn's end (HttpResponse::complete).
 #include <spdlog/spdlog.h>
 
+#include <xxhash.h>
+
 #include <algorithm>
+#include <cstdio>
 
 #include "tools_bridge/lib/json_limits.h"
 #include "tools_bridge/lib/openai_json.h"
@@ -50,6 +53,13 @@ Api::TurnPlan Api::PlanTurn(const GenerationParams& params, std::vector<int32_t>
   r.prompt = std::move(prompt);
   r.max_tokens = params.max_tokens.value_or(options_.default_max_tokens);
   r.sampling = params.sampling;
+  // Without `seed` every turn samples afresh, as OpenAI, vLLM and llama.cpp do (a client that
+  // retries a sampled request expects another answer); `cedar.seed` names the one drawn, below
+  // 2^53 so that a JavaScript client reads it back exactly (ApiOptions::seed: reproducible).
+  if (!params.seeded) {
+    std::lock_guard<std::mutex> lk(mu_);
+    r.sampling.seed = seed_rng_() >> 11;
+  }
   for (const auto& [id, bias] : params.adjust.bias)
     if (!tokenizer_.InVocab(id))
       throw InvalidRequest("logit_bias: token id " + std::to_string(id) + " is outside the vocabulary (size " +
@@ -81,9 +91,14 @@ Api::TurnPlan Api::PlanTurn(const GenerationParams& params, std::vector<int32_t>
   m.top_logprobs = params.top_logprobs;
   m.return_token_ids = params.return_token_ids;
   if (m.return_token_ids) m.prompt_ids = r.prompt;
-  // Call ids unique across the conversation: the response id's random part names the turn.
-  m.call_ids.prefix = "call_" + m.id.substr(m.id.find('-') + 1, 12) + "_";
+  m.call_ids.prefix = "call_" + CallIdStem(r.prompt, r.sampling.seed) + "_";
   return plan;
+}
+
+std::string Api::CallIdStem(std::span<const int32_t> prompt, uint64_t seed) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)XXH3_64bits_withSeed(prompt.data(), prompt.size_bytes(), seed));
+  return std::string(buf, 12);
 }
 
 namespace {

@@ -20,6 +20,7 @@ std::shared_ptr<LiveTurn> LiveTurn::Submit(session::SessionManager& manager, ses
     request.on_logprobs = [turn](const TokenLogprobs& lp) { turn->staged_logprobs_ = lp; };
   request.cancelled = turn->cancelled_;  // the scheduler ends the turn at its next step once set
   turn->submitted_ = std::chrono::steady_clock::now();
+  turn->seed_ = request.sampling.seed;
   turn->future_ = manager.Submit(std::move(request));
   return turn;
 }

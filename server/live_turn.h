@@ -61,6 +61,8 @@ class LiveTurn {
   // Submit -> result, as the server saw it: the session manager's whole time for the turn
   // (queueing, compute, and its bookkeeping after TurnAccounting::total_ms). Valid once finished.
   double manager_ms() const { return manager_ms_; }
+  // The sampling seed the turn ran with (the request's, or the one the Api drew): `cedar.seed`.
+  uint64_t seed() const { return seed_; }
   // Seconds between consecutive tokens as on_token received them (n - 1 gaps). Valid once finished.
   const std::vector<float>& token_gaps() const { return gaps_; }
 
@@ -89,6 +91,7 @@ class LiveTurn {
   std::string matched_stop_;
   std::chrono::steady_clock::time_point submitted_;
   double manager_ms_ = 0;
+  uint64_t seed_ = 0;
 };
 
 }  // namespace cedar::server

@@ -143,7 +143,7 @@ GenerationParams ReadParams(const json& body, const HttpRequest& request) {
   }
   if (auto t = ReadNumber(body, "temperature", 0, 2, false, "[0, 2]")) p.sampling.temperature = float(*t);
   if (auto t = ReadNumber(body, "top_p", 0, 1, true, "(0, 1]")) p.sampling.top_p = float(*t);
-  if (auto s = ReadInt(body, "seed")) p.sampling.seed = uint64_t(*s);
+  if (auto s = ReadInt(body, "seed")) p.sampling.seed = uint64_t(*s), p.seeded = true;
   p.adjust.bias = ReadLogitBias(body);
   if (auto x = ReadNumber(body, "presence_penalty", -2, 2, false, "[-2, 2]")) p.adjust.presence_penalty = float(*x);
   if (auto x = ReadNumber(body, "frequency_penalty", -2, 2, false, "[-2, 2]")) p.adjust.frequency_penalty = float(*x);

@@ -22,6 +22,7 @@ struct GenerationParams {
   std::string session_id;            // body `session_id` or header X-Session-Id ("" = none)
   std::optional<int> max_tokens;     // max_completion_tokens or max_tokens; unset = default
   SamplingParams sampling;           // temperature, top_p, seed
+  bool seeded = false;               // the body gave `seed`; else the Api draws one per turn
   std::vector<std::string> stop;     // `stop`: up to kMaxStopStrings non-empty strings
   bool stream = false;
   bool include_usage = false;        // stream_options.include_usage

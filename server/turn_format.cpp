@@ -90,7 +90,7 @@ class ChatChunks final : public ChunkFormatter {
                                     {"logprobs", TakeChatLogprobs(meta_, tokenizer_)},
                                     {"finish_reason", FinishReasonOf(deltas_.tool_call_count() > 0, matched_stop,
                                                                      result.finish_reason)}}});
-    last["cedar"] = CedarJson(result.accounting, meta_.session_id, turn.manager_ms());
+    last["cedar"] = CedarJson(result.accounting, meta_.session_id, turn);
     out += SseEvent(last);
     return out;
   }
@@ -144,7 +144,7 @@ class CompletionChunks final : public ChunkFormatter {
                    {"finish_reason", FinishReasonOf(false, matched_stop, result.finish_reason)}};
     TakeCompletionExtras(meta_, tokenizer_, choice);
     last["choices"] = json::array({std::move(choice)});
-    last["cedar"] = CedarJson(result.accounting, meta_.session_id, turn.manager_ms());
+    last["cedar"] = CedarJson(result.accounting, meta_.session_id, turn);
     return out + SseEvent(last);
   }
 
@@ -198,7 +198,7 @@ class TurnStream final : public BodySource {
         json u = Base(meta_, chat_ ? "chat.completion.chunk" : "text_completion");
         u["choices"] = json::array();
         u["usage"] = UsageJson(r.accounting, completion_tokens_);
-        u["cedar"] = CedarJson(r.accounting, meta_.session_id, turn_->manager_ms());
+        u["cedar"] = CedarJson(r.accounting, meta_.session_id, *turn_);
         *out += SseEvent(u);
       }
     }
@@ -224,7 +224,7 @@ json UsageJson(const session::TurnAccounting& a, int64_t completion_tokens) {
           {"prompt_tokens_details", {{"cached_tokens", a.cached_tokens()}}}};
 }
 
-json CedarJson(const session::TurnAccounting& a, const std::string& session_id, double manager_ms) {
+json CedarJson(const session::TurnAccounting& a, const std::string& session_id, const LiveTurn& turn) {
   json j = {{"prompt_tokens", a.prompt_tokens},
             {"cached_tokens", a.cached_tokens()},
             {"cached_tokens_by_tier",
@@ -240,7 +240,8 @@ json CedarJson(const session::TurnAccounting& a, const std::string& session_id, 
              {{"decoder_only_cached_units", a.decoder_only_cached_units}, {"no_cache_units", a.no_cache_units}}},
             {"ttft_ms", a.ttft_ms},
             {"total_ms", a.total_ms},
-            {"manager_ms", manager_ms}};
+            {"manager_ms", turn.manager_ms()},
+            {"seed", turn.seed()}};
   if (!session_id.empty()) j["session_id"] = session_id;
   if (a.spec_passes > 0)  // --spec-tokens: this turn decoded speculatively
     j["speculative"] = {{"passes", a.spec_passes}, {"drafted", a.spec_drafted}, {"accepted", a.spec_accepted}};
@@ -272,7 +273,7 @@ json ChatCompletionJson(const TurnMeta& meta, const bridge::AssistantOutput& out
         {"logprobs", nullptr},
         {"finish_reason", FinishReasonOf(!output.tool_calls.empty(), matched_stop, result.finish_reason)}}});
   j["usage"] = UsageJson(result.accounting, int64_t(result.output.size()));
-  j["cedar"] = CedarJson(result.accounting, meta.session_id, turn.manager_ms());
+  j["cedar"] = CedarJson(result.accounting, meta.session_id, turn);
   return j;
 }
 
@@ -293,7 +294,7 @@ json CompletionJson(const TurnMeta& meta, const std::string& text, const LiveTur
                                {"logprobs", nullptr},
                                {"finish_reason", FinishReasonOf(false, matched_stop, result.finish_reason)}}});
   j["usage"] = UsageJson(result.accounting, int64_t(result.output.size()));
-  j["cedar"] = CedarJson(result.accounting, meta.session_id, turn.manager_ms());
+  j["cedar"] = CedarJson(result.accounting, meta.session_id, turn);
   return j;
 }
 

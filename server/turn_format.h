@@ -42,8 +42,9 @@ struct TurnMeta {
 };
 
 nlohmann::json UsageJson(const session::TurnAccounting& a, int64_t completion_tokens);
-// The turn's accounting; `manager_ms` is LiveTurn::manager_ms (for server-overhead numbers).
-nlohmann::json CedarJson(const session::TurnAccounting& a, const std::string& session_id, double manager_ms);
+// The turn's accounting, with the turn's LiveTurn::manager_ms (for server-overhead numbers) and
+// LiveTurn::seed.
+nlohmann::json CedarJson(const session::TurnAccounting& a, const std::string& session_id, const LiveTurn& turn);
 
 // finish_reason: "tool_calls" when the message has calls, "stop" for a stop string or stop
 // id, else the manager's reason ("length", "cancelled").

@@ -81,6 +81,33 @@ TEST_CASE("tool_choice required, named, none and parallel_tool_calls false are e
   }
 }
 
+// A client that sends a reply back puts its call ids into the next prompt (Cedar's own chat
+// format renders them), so a seeded conversation is reproducible only if the ids are: the
+// server derives them from the prompt and the seed (Api::CallIdStem), not from its random
+// response id.
+TEST_CASE("tool call ids are the same for the same prompt and seed, and differ across seeds and prompts") {
+  ApiFixture f;
+  const json body = Chat(3, {{"tools", Tools()}, {"tool_choice", "required"}, {"parallel_tool_calls", false}});
+  auto first_call = [&](const json& b) {
+    const json j = f.Ok("/v1/chat/completions", b);
+    const json calls = CheckedCalls(j["choices"][0]["message"]);
+    REQUIRE(calls.size() == 1);
+    return std::make_pair(j["id"].get<std::string>(), calls[0]["id"].get<std::string>());
+  };
+  const auto [id_a, call_a] = first_call(body);
+  const auto [id_b, call_b] = first_call(body);
+  CHECK(id_a != id_b);  // response ids stay random
+  CHECK(call_a == call_b);
+  CHECK(call_a.rfind("call_", 0) == 0);
+  CHECK(call_a.size() == std::string("call_").size() + 12 + 2);  // call_ + 12 hex + _0
+  json other_seed = body;
+  other_seed["seed"] = 4;
+  CHECK(first_call(other_seed).second != call_a);
+  json other_prompt = body;
+  other_prompt["messages"][0]["content"] = "hello";
+  CHECK(first_call(other_prompt).second != call_a);
+}
+
 TEST_CASE("response_format json_schema and json_object on chat and completions") {
   ApiFixture f;
   const json schema = json::parse(R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 10},

@@ -173,6 +173,49 @@ TEST_CASE("chat: logprobs and top_logprobs, streamed and whole, equal the engine
   CHECK(f.Ok("/v1/chat/completions", Chat({}))["choices"][0]["logprobs"].is_null());
 }
 
+// Without `seed` a sampled turn draws a seed of its own (OpenAI's, vLLM's and llama.cpp's
+// behaviour: a retry gets another sample) and names it in `cedar.seed`; sending that seed back
+// repeats the turn token for token.
+TEST_CASE("without seed each sampled turn draws a seed, named in cedar.seed, that repeats it") {
+  ApiFixture f;
+  const json body = Completion({{"temperature", 1.0}, {"max_tokens", 24}, {"return_token_ids", true}});
+  auto run = [&](const json& b) {
+    const json j = f.Ok("/v1/completions", b);
+    REQUIRE(j["cedar"]["seed"].is_number_unsigned());
+    return std::make_pair(j["cedar"]["seed"].get<uint64_t>(), j["choices"][0]["token_ids"].get<std::vector<int32_t>>());
+  };
+  const auto [seed_a, ids_a] = run(body);
+  const auto [seed_b, ids_b] = run(body);
+  CHECK(seed_a != seed_b);
+  CHECK(seed_a < (uint64_t(1) << 53));  // exact in a JavaScript number
+  // 24 tokens sampled at temperature 1 over the tiny model's near-uniform logits: two draws
+  // agree with probability far below 1e-9.
+  CHECK(ids_a != ids_b);
+  json again = body;
+  again["seed"] = seed_a;
+  const auto [seed_c, ids_c] = run(again);
+  CHECK(seed_c == seed_a);
+  CHECK(ids_c == ids_a);
+}
+
+// `cedar serve --seed S` (ApiOptions::seed): two servers started with the same S draw the same
+// seeds for the same requests in the same order; another S draws others.
+TEST_CASE("ApiOptions::seed makes the drawn seeds reproducible from server to server") {
+  auto drawn = [](uint64_t server_seed) {
+    server::ApiOptions o;
+    o.seed = server_seed;
+    ApiFixture f({}, o);
+    std::vector<uint64_t> seeds;
+    for (int i = 0; i < 3; ++i)
+      seeds.push_back(f.Ok("/v1/completions", Completion({{"temperature", 1.0}}))["cedar"]["seed"].get<uint64_t>());
+    return seeds;
+  };
+  const std::vector<uint64_t> a = drawn(5);
+  CHECK(a == drawn(5));
+  CHECK(a != drawn(6));
+  CHECK(a[0] != a[1]);
+}
+
 TEST_CASE("logit_bias moves greedy decoding; -100 bans a token") {
   ApiFixture f({}, Exact());
   const std::vector<int32_t> plain =

@@ -11,16 +11,16 @@
 //              turn's cache_read_input_tokens cover the first turn's prompt and output.
 //   responses  openai's responses.create: a forced function call, its output sent back with
 //              previous_response_id only (cached_tokens cover the previous context), streamed.
-//   aisdk      the Vercel AI SDK (@ai-sdk/openai, the Responses API): generateObject with a zod
-//              schema, generateText with a forced tool and its result (two steps); the later
-//              calls report cached input tokens.
+//   aisdk      the Vercel AI SDK (@ai-sdk/openai, the Responses API): generateObject with a JSON
+//              schema (jsonSchema with a validator: zod counts lengths otherwise, below),
+//              generateText with a forced tool and its result (two steps); the later calls
+//              report cached input tokens.
 // The tiny model has random weights: its text is noise, but the forced tool calls and the
 // schema-constrained object are valid because the server's grammar enforces them.
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { createOpenAI } from '@ai-sdk/openai';
-import { generateObject, generateText, tool, stepCountIs } from 'ai';
-import { z } from 'zod';
+import { generateObject, generateText, jsonSchema, tool, stepCountIs } from 'ai';
 import { parseArgs } from 'node:util';
 import { unixSocketFetch, closeUnixSocketAgents } from '../agent/unix_fetch.mjs';
 
@@ -47,6 +47,18 @@ function check(cond, what, detail) {
     console.error(`FAIL: ${what}${detail === undefined ? '' : ': ' + JSON.stringify(detail)}`);
   }
 }
+
+// JSON Schema counts a string's maxLength in code points (RFC 8259 characters), and so does the
+// server's grammar (as xgrammar's and llama.cpp's); zod's .max() counts UTF-16 code units, so a
+// valid string with a character outside the BMP (an emoji) at the limit fails zod's own check.
+// The AI SDK parts send JSON Schema and check it in code points.
+const codePoints = (s) => [...s].length;
+function checkedSchema(schema, valid) {
+  return jsonSchema(schema, {
+    validate: (value) => (valid(value) ? { success: true, value } : { success: false, error: new Error(`${JSON.stringify(value)} does not match ${JSON.stringify(schema)}`) }),
+  });
+}
+const isInt = (x) => Number.isInteger(x);
 
 const weatherSchema = {
   type: 'object',
@@ -89,7 +101,7 @@ async function anthropic() {
     .finalMessage();
   const use = first.content.find((b) => b.type === 'tool_use');
   check(first.stop_reason === 'tool_use' && use?.name === 'get_weather', 'anthropic: forced tool_use', first.content);
-  check(typeof use?.input?.city === 'string' && use.input.city.length <= 10, 'anthropic: input matches input_schema', use?.input);
+  check(typeof use?.input?.city === 'string' && codePoints(use.input.city) <= 10, 'anthropic: input matches input_schema', use?.input);
   messages.push({ role: 'assistant', content: first.content });
   messages.push({ role: 'user', content: [{ type: 'tool_result', tool_use_id: use.id, content: 'Sunny, 21 C' }] });
   const second = await client.messages.create({ ...base, tools, messages }, { headers });
@@ -140,11 +152,17 @@ async function responses() {
 async function aisdk() {
   const provider = createOpenAI({ baseURL: `${root}/v1`, apiKey, fetch: fetchFn });
   const model = provider('cedar');  // the Responses API (the provider's default)
-  const schema = z.object({ name: z.string().max(8), age: z.number().int(), pets: z.array(z.enum(['cat', 'dog'])).max(2) });
+  const schema = checkedSchema(
+    {
+      type: 'object', additionalProperties: false, required: ['name', 'age', 'pets'],
+      properties: { name: { type: 'string', maxLength: 8 }, age: { type: 'integer' }, pets: { type: 'array', items: { enum: ['cat', 'dog'] }, maxItems: 2 } },
+    },
+    (o) => typeof o?.name === 'string' && codePoints(o.name) <= 8 && isInt(o.age) && Array.isArray(o.pets) && o.pets.length <= 2 &&
+      o.pets.every((p) => p === 'cat' || p === 'dog') && Object.keys(o).length === 3);
   const objects = [];
   for (let i = 0; i < 2; i++) {
     const r = await generateObject({ model, schema, prompt: 'Describe a person as JSON.', temperature: 1, seed: 9 + i, maxRetries: 0, maxOutputTokens: 1500 });
-    check(schema.safeParse(r.object).success, 'aisdk: generateObject matches the schema', r.object);
+    check(schema.validate(r.object).success, 'aisdk: generateObject matches the schema', r.object);
     objects.push(r);
   }
   const inputs = objects[0].usage.inputTokens;
@@ -156,7 +174,7 @@ async function aisdk() {
     tools: {
       get_weather: tool({
         description: 'Weather for a city.',
-        inputSchema: z.object({ city: z.string().max(10), days: z.number().int().optional() }),
+        inputSchema: checkedSchema(weatherSchema, (i) => typeof i?.city === 'string' && codePoints(i.city) <= 10 && (i.days === undefined || isInt(i.days))),
         execute: async ({ city }) => { executed++; return `Sunny in ${city}`; },
       }),
     },
@@ -164,7 +182,7 @@ async function aisdk() {
     prepareStep: ({ stepNumber }) => (stepNumber > 0 ? { toolChoice: 'none', maxOutputTokens: 8 } : {}),
     stopWhen: stepCountIs(2),
   });
-  check(executed === 1, 'aisdk: the forced tool ran once', executed);
+  check(executed === 1, 'aisdk: the forced tool ran once', [executed, result.steps[0]?.content]);
   check(result.steps.length === 2, 'aisdk: two steps', result.steps.length);
   const [s0, s1] = result.steps;
   check(s0.toolCalls[0]?.toolName === 'get_weather', 'aisdk: step 1 called the forced tool', s0.toolCalls);
@@ -184,6 +202,7 @@ try {
 } catch (e) {
   failures++;
   console.error('FAIL: exception', e?.stack ?? e);
+  if (e?.text !== undefined) console.error('the model\'s text:', JSON.stringify(e.text));
 } finally {
   closeUnixSocketAgents();
 }

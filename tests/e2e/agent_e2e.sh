@@ -5,7 +5,8 @@
 # once over the Unix socket (whole responses) and once over TCP (streamed responses; an API key
 # on the tiny model). Asserts, through check_runs.mjs: every turn after the first has cached
 # tokens covering the previous context (down to one partial page), the forced calls, streamed
-# and whole runs give the same text for the same seed, and the server's /metrics agree with
+# and whole runs (scheduled differently) give the same text and tool calls, ids included, for
+# the same seed, and the server's /metrics agree with
 # what the client saw; and here: the socket's mode is 0600, SIGTERM stops the server with exit
 # 0 and removes the socket. Prints the v41 part's wall time.
 #
@@ -42,8 +43,10 @@ timeout 300 node "$TMP/agent/agent.mjs" --socket "$SOCK" --turns 5 --max-result-
 stop_server unix
 [ -e "$SOCK" ] && fail "the socket file is still there after shutdown"
 
-# 2. TCP on a free port (the kernel picks it; the server prints it), an API key, streaming.
-start_server tcp --socket none --host 127.0.0.1 --port 0 --api-key e2e-key
+# 2. TCP on a free port (the kernel picks it; the server prints it), an API key, streaming, and
+# other scheduling: one kernel thread and one 64-row prefill chunk per step (the Unix run: two
+# threads, two chunks). The tokens must not depend on either.
+start_server tcp --socket none --host 127.0.0.1 --port 0 --api-key e2e-key --threads 1 --step-tokens 64
 PORT=$(node -e 'const l=require("fs").readFileSync(process.argv[1],"utf8").split("\n").find(x=>x.includes("listening"));console.log(JSON.parse(l).tcp.split(":").pop())' "$TMP/tcp.out")
 STATUS=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/v1/models" 2>/dev/null || echo none)
 [ "$STATUS" = "401" ] || [ "$STATUS" = "none" ] || fail "TCP without the API key answered $STATUS, not 401"
@@ -51,7 +54,7 @@ timeout 300 node "$TMP/agent/agent.mjs" --base-url "http://127.0.0.1:$PORT/v1" -
   >"$TMP/tcp.jsonl" 2>"$TMP/tcp.agent.err" || { cat "$TMP/tcp.agent.err" "$TMP/tcp.err"; fail "the agent over TCP"; }
 stop_server tcp
 
-timeout 60 node "$HERE/check_runs.mjs" "$TMP/unix.jsonl" "$TMP/tcp.jsonl" 5 ids-in-prompt || fail "check_runs"
+timeout 60 node "$HERE/check_runs.mjs" "$TMP/unix.jsonl" "$TMP/tcp.jsonl" 5 || fail "check_runs"
 
 # 3. A v41-tiny model in the released architecture and layout (`cedar init --arch v41`: mHC,
 # released KV, FP8/FP4 shards) with the released tokenizer (DeepSeek-V3's tokenizer.json + the

@@ -23,17 +23,20 @@ for p in @anthropic-ai/sdk openai ai @ai-sdk/openai zod; do
 done
 
 timeout 120 "$CEDAR" init --preset tiny --seed 1 --out "$TMP/tiny" >/dev/null || fail "cedar init"
+# The seeds of requests that give none (the AI SDK's Responses provider sends none): fixed, so a
+# failure repeats with the same SERVER_SEED.
+SERVER_SEED=${SERVER_SEED:-1}
 
 # 1. The Unix socket.
 SOCK="$TMP/cedar.sock"
-start_server unix --socket "$SOCK"
+start_server unix --socket "$SOCK" --seed "$SERVER_SEED"
 timeout 300 node "$CHECK" --socket "$SOCK" >"$TMP/unix.jsonl" 2>"$TMP/unix.check.err" ||
   { cat "$TMP/unix.check.err"; tail -20 "$TMP/unix.err"; fail "the clients over the Unix socket"; }
 cat "$TMP/unix.jsonl"
 stop_server unix
 
 # 2. TCP with an API key.
-start_server tcp --socket none --host 127.0.0.1 --port 0 --api-key e2e-key
+start_server tcp --socket none --host 127.0.0.1 --port 0 --api-key e2e-key --seed "$SERVER_SEED"
 PORT=$(node -e 'const l=require("fs").readFileSync(process.argv[1],"utf8").split("\n").find(x=>x.includes("listening"));console.log(JSON.parse(l).tcp.split(":").pop())' "$TMP/tcp.out")
 DENIED=$(curl -s -w '\n%{http_code}' -H 'content-type: application/json' -d '{}' "http://127.0.0.1:$PORT/v1/messages")
 [ "$(tail -1 <<<"$DENIED")" = "401" ] || fail "/v1/messages without a key answered $(tail -1 <<<"$DENIED")"

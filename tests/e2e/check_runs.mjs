@@ -2,9 +2,8 @@
 // fresh server): usage and cached tokens turn by turn against the server's page size, the tool
 // calls the grammar forced, the server's /metrics against the client's sums (exact replays
 // included), and that both runs produced the same text.
-//   node check_runs.mjs whole.jsonl streamed.jsonl [TOOL_TURNS [ids-in-prompt]]
+//   node check_runs.mjs whole.jsonl streamed.jsonl [TOOL_TURNS]
 // TOOL_TURNS: the agent's --turns (each run must have that many tool turns + the last one).
-// ids-in-prompt: the chat format renders tool-call ids into prompts (Cedar's own format).
 import { readFileSync } from 'node:fs';
 
 let failures = 0;
@@ -98,8 +97,7 @@ function checkRun(run) {
   });
 }
 
-const [wholePath, streamedPath, turnsArg, idsArg] = process.argv.slice(2);
-const idsInPrompt = idsArg === 'ids-in-prompt';
+const [wholePath, streamedPath, turnsArg] = process.argv.slice(2);
 const toolTurns = turnsArg === undefined ? null : Number(turnsArg);
 const [whole, streamed] = [wholePath, streamedPath].map(load);
 const sizes = new Set(whole.turns.flatMap((t) => t.tool_result_bytes ?? []));
@@ -107,17 +105,16 @@ check(toolTurns === null || toolTurns < 10 || sizes.size >= 8, `tool results of 
 checkRun(whole);
 checkRun(streamed);
 check(whole.turns.length === streamed.turns.length, 'both runs played the same number of turns');
-// The two runs are the same conversation with the same seed, except for the call ids the server
-// draws at random: where the chat format renders ids into the prompt (Cedar's format; the
-// released encoding does not), the turns after the first see different prompt bytes, so only
-// their shapes are compared.
+// The two runs are the same conversation with the same seed, against servers that schedule it
+// differently (agent_e2e.sh): every turn's prompt, text, tool calls (their ids included: the
+// server derives them from the prompt and the seed, and Cedar's own chat format renders them
+// into the next prompt), finish reason and lengths must agree.
 whole.turns.forEach((w, i) => {
   const s = streamed.turns[i];
   if (!s) return;
   for (const k of ['prompt_tokens', 'cached_tokens']) check(w[k] === s[k], `turn ${w.turn}: ${k} ${s[k]} != ${w[k]}`);
-  if (idsInPrompt && i > 0) return;
   check(w.text === s.text, `turn ${w.turn}: streamed text ${JSON.stringify(s.text)} != whole ${JSON.stringify(w.text)}`);
-  const calls = (t) => JSON.stringify(t.tool_calls.map((c) => [c.function.name, c.function.arguments]));
+  const calls = (t) => JSON.stringify(t.tool_calls.map((c) => [c.id, c.function.name, c.function.arguments]));
   check(calls(w) === calls(s), `turn ${w.turn}: tool calls differ: streamed ${calls(s)}, whole ${calls(w)}`);
   check(w.finish_reason === s.finish_reason, `turn ${w.turn}: finish_reason ${s.finish_reason} != ${w.finish_reason}`);
   check(w.completion_tokens === s.completion_tokens, `turn ${w.turn}: completion_tokens ${s.completion_tokens} != ${w.completion_tokens}`);
