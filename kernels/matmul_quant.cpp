@@ -99,12 +99,14 @@ float ScaleOf(const WeightView& w, int64_t r, int64_t b) {
 // live in registers for the whole loop: a function-local static read inside the loop made GCC
 // spill the accumulators around its guard, measured 3x slower for FP8/FP4).
 //   Row(w, r): row r's first element byte; Scales(w, r): row r's scale row (once per row, no
-//   division in the block loop); Scale(p, b): block b's scale / kLoadUnit; Load(row, b, v): v[j]
-//   lane i = the unscaled element 32 b + 8 j + i (a full block) times kLoadUnit. Every Load
-//   decodes exactly (the values are the scalar DecodeE4M3 / DecodeE2M1 / Bf16ToFloat / int8
-//   values, times a power of two), so the order of Step below is the only thing that fixes the
-//   bits: a kLoadUnit of 2^k scales every product and partial sum of a block by exactly 2^k and
-//   Scale undoes it inside the block's last FMA, whose product is then the same real number.
+//   division in the block loop); Scale(p, b): block b's scale; Load(row, b, v): v[j] lane i =
+//   the unscaled element 32 b + 8 j + i (a full block) times kLoadUnit. Every Load decodes
+//   exactly (the values are the scalar DecodeE4M3 / DecodeE2M1 / Bf16ToFloat / int8 values,
+//   times a power of two), so the order of Step below is the only thing that fixes the bits: a
+//   kLoadUnit of 2^k scales every product, partial sum and accumulator by exactly 2^k (rounding
+//   commutes with a power of two), and Block's last multiply by 1 / kLoadUnit gives the same
+//   float. (That multiply once per output replaced one per block on the scale: a vmulss and a
+//   vbroadcastss on the shuffle pipes, in a loop bound by those pipes.)
 
 // The 32 bytes of a block, byte 8 j + i in the top byte of dword i of t[j] (the rest zero): the
 // in-lane vpshufb of 16 bytes broadcast to both halves, one per 8 bytes. It replaces the
@@ -158,13 +160,14 @@ struct DecI8 {
   static constexpr bool kWide = true;  // has Load16 (AVX-512 builds)
   static const uint8_t* Row(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.data) + r * w.cols; }
   static const void* Scales(const WeightView& w, int64_t r) { return static_cast<const float*>(w.scales) + r * Blocks(w.cols); }
-  // AVX2: the int8 times 2^24 (BytesToDwordTops), converted; Scale divides by 2^24. Exact
-  // (module comment above) while every product of a block stays below 2^104 in magnitude and no
-  // scale is below 2^-102: far outside what a model holds. AVX-512 builds use Load16
-  // (sign-extended, unit 1); their Load matches it. Measured: kSpreadOf below.
+  // AVX2: the int8 times 2^24 (BytesToDwordTops), converted; Block's sums are 2^24 times the
+  // true ones until its last multiply. Exact (module comment above) while every product and sum
+  // stays below 2^104 in magnitude and a nonzero output above 2^-126: far outside what a model
+  // holds. AVX-512 builds use Load16 (sign-extended, unit 1); their Load matches it. Measured:
+  // kSpreadOf below.
   static constexpr float kLoadUnit = kQuantAvx512 ? 1.0f : 0x1p24f;
   BytesToDwordTops tops;
-  float Scale(const void* p, int64_t b) const { return static_cast<const float*>(p)[b] * (1.0f / kLoadUnit); }
+  float Scale(const void* p, int64_t b) const { return static_cast<const float*>(p)[b]; }
   void Load(const uint8_t* row, int64_t b, __m256 v[4]) const {
     __m256i t[4];
     tops(row + b * B, t);
@@ -395,7 +398,10 @@ void Block(const D& d, const float* x, const WeightView& w, int64_t r, float* y,
   }
   if (in % B) TailBlock<D, N, R>(d, x, w, r, rs, sc, acc);
   for (int n = 0; n < N; ++n)
-    for (int k = 0; k < R; ++k) y[n * ys + k * rs] = HSum(acc[n][k]);
+    for (int k = 0; k < R; ++k) {
+      const float sum = HSum(acc[n][k]);
+      y[n * ys + k * rs] = D::kLoadUnit == 1.0f ? sum : sum * (1.0f / D::kLoadUnit);
+    }
 }
 
 
@@ -485,7 +491,7 @@ void DecodeRowT(const WeightView& w, int64_t r, float* out) {
 #endif
     __m256 v[4];
     d.Load(row, b, v);
-    const __m256 s = _mm256_set1_ps(d.Scale(sc, b));
+    const __m256 s = _mm256_set1_ps(d.Scale(sc, b) * (1.0f / D::kLoadUnit));
     for (int j = 0; j < 4; ++j) _mm256_storeu_ps(out + b * B + 8 * j, _mm256_mul_ps(v[j], s));
   }
   for (int64_t c = nb * B; c < w.cols; ++c) out[c] = RawAt(w, r, c) * ScaleOf(w, r, nb);
