@@ -29,7 +29,8 @@ Api::TurnPlan Api::PlanChatBody(const nlohmann::ordered_json& chat_body, const H
     prompt.dsml->ids.clear();
     plan.dsml = std::move(prompt.dsml);
   }
-  // The response's own id shape; its calls' the API's prefix on the stem PlanTurn chose.
+  // The response's own id shape; its calls' ids take the API's prefix (call_, toolu_) on the
+  // stem PlanTurn chose.
   plan.meta.id = id_prefix + plan.meta.id.substr(plan.meta.id.find('-') + 1);
   plan.meta.call_ids.prefix = std::string(call_prefix) + CallIdStem(plan.request.prompt, plan.request.sampling.seed) + "_";
   output.format = format_;
