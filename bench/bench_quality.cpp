@@ -2,7 +2,7 @@
 //
 //   build/bench/bench_quality --model DIR --tokens FILE [--cuts 128,320] [--decode 128]
 //                             [--replay 128:144,384:400] [--modes exact,bounded,bounded-paper]
-//                             [--threads T] [--weights f32|bf16|int8|as-stored] [--kl-ref f32]   (--help: all)
+//                             [--threads T] [--weights f32|bf16|int8|as-stored|fp8-fp4] [--kl-ref f32]   (--help: all)
 //
 // FILE: one sequence per line, comma-separated token ids. For each sequence, with the C++
 // engine (F32, or the matmul weights at --weights: compare `full`'s NLL across two runs for the
@@ -190,8 +190,8 @@ int Main(int argc, char** argv) {
       "modes", po::value(&modes_s)->default_value(modes_s), "prefill modes (comma-separated)")(
       "threads", cedar::cli::IntOption("--threads", &threads, 0, 4096), "BLAS threads (0: the library's default)")(
       "weights", po::value(&weights)->default_value(weights),
-      "matmul weights' precision for every scenario: f32|bf16|int8|as-stored (docs/WEIGHTS.md)")(
-      "int8-activations", "INT8 weights: decode products on 8-bit activations (kernels::SetInt8Activations; the --kl-ref F32 run is unaffected)")(
+      "matmul weights' precision for every scenario: f32|bf16|int8|as-stored|fp8-fp4 (docs/WEIGHTS.md)")(
+      "int8-activations", "INT8 and FP4 weights: decode products on 8-bit activations (kernels::SetInt8Activations; the --kl-ref F32 run is unaffected)")(
       "kl-ref", po::value(&kl_ref),
       "also run every scenario at this precision and print kl_ref / nll_ref per row (bench/quality/weights_kl.py)");
   po::variables_map vm;

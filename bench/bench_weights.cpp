@@ -1,6 +1,7 @@
 // The typed-weight products at decode (one row of x), kernel by kernel (issue 20):
 //
 //   build/bench/bench_weights [--rows 8192] [--cols 4096] [--reps 20] [--threads 1,2] [--int8-activations 0|1]
+//   build/bench/bench_weights --v41-layer 20 [--threads 1,2]   (one V4.1-Flash layer's decode products: BenchV41Layer)
 //
 // For F32, BF16, INT8, FP8 and FP4 weights [rows, cols] (64+ MB as F32, so each pass streams
 // from memory): seconds per product, GB/s of the stored bytes (scales included) and the
@@ -83,12 +84,131 @@ Stored Make(const std::vector<float>& w, int64_t rows, int64_t cols, k::WeightTy
   return k::QuantizeWeight(w, rows, cols, t);
 }
 
+
+// --v41-layer N: one decode token's products of one DeepSeek-V4.1-Flash layer, N passes, at the
+// released precisions (../shared/spec/v41-released-notes.md section 1.1: d 5120, q rank 1280,
+// 64 heads x 512, 8 output groups x 1024, 1 shared + top-6 routed experts of inner dim 2304):
+// the attention projections and the shared expert FP8 (32x32 E8M0 blocks), the six routed
+// experts FP4 (E8M0 per 32). Grouped into MatmulMany calls as the engine groups them (wq_a with
+// wkv; wq_b; the 8 wo_a groups; wo_b; every expert's w1 and w3; their w2). The compressor and
+// indexer projections are left out (a few percent of the layer). Two layers of distinct weights
+// alternate, ~550 MB, so every pass reads from memory. Weights are random bytes (no NaN codes):
+// the products' speed does not depend on the values. Each pass runs with FP4's decode products on
+// F32 activations and then on 8-bit ones (kernels::SetInt8Activations), alternating.
+struct TypedMatrix {
+  std::vector<uint8_t> data, scales;
+  k::WeightView view;
+};
+
+TypedMatrix RandomTyped(k::WeightType t, int64_t rows, int64_t cols, std::mt19937_64& rng) {
+  TypedMatrix m;
+  const bool fp4 = t == k::WeightType::kFP4;
+  m.data.resize(size_t(fp4 ? rows * cols / 2 : rows * cols));
+  m.scales.resize(size_t(fp4 ? rows * (cols / 32) : ((rows + 31) / 32) * ((cols + 31) / 32)));
+  for (uint8_t& b : m.data) {
+    b = uint8_t(rng());
+    if (!fp4 && (b & 0x7F) == 0x7F) b ^= 1;  // E4M3's NaN codes
+  }
+  for (uint8_t& s : m.scales) s = uint8_t(118 + rng() % 6);
+  m.view = k::WeightView{t, m.data.data(), m.scales.data(), rows, cols, 0};
+  return m;
+}
+
+void BenchV41Layer(int passes, const std::vector<int>& threads) {
+  using WT = k::WeightType;
+  constexpr int64_t d = 5120, q_rank = 1280, heads = 64, c = 512, groups = 8, group_rank = 1024, inter = 2304, routed = 6;
+  struct Layer {
+    std::vector<TypedMatrix> attn;                     // wq_a, wkv, wq_b, wo_a x 8, wo_b
+    std::vector<TypedMatrix> w13, w2;                  // shared first, then the routed experts
+  };
+  std::mt19937_64 rng(7);
+  std::vector<Layer> layers(2);
+  for (Layer& l : layers) {
+    l.attn.push_back(RandomTyped(WT::kFP8, q_rank, d, rng));
+    l.attn.push_back(RandomTyped(WT::kFP8, c, d, rng));
+    l.attn.push_back(RandomTyped(WT::kFP8, heads * c, q_rank, rng));
+    for (int g = 0; g < groups; ++g) l.attn.push_back(RandomTyped(WT::kFP8, group_rank, heads / groups * c, rng));
+    l.attn.push_back(RandomTyped(WT::kFP8, d, groups * group_rank, rng));
+    for (int e = 0; e <= routed; ++e) {
+      const WT t = e == 0 ? WT::kFP8 : WT::kFP4;
+      l.w13.push_back(RandomTyped(t, inter, d, rng));
+      l.w13.push_back(RandomTyped(t, inter, d, rng));
+      l.w2.push_back(RandomTyped(t, d, inter, rng));
+    }
+  }
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(size_t(heads * c)), y(size_t(heads * c * 2));
+  for (float& v : x) v = nd(rng);
+  double dense_bytes = 0, expert_bytes = 0;
+  auto bytes = [](const TypedMatrix& m) { return double(m.view.rows) * k::WeightRowBytes(m.view.type, m.view.cols); };
+  for (const TypedMatrix& m : layers[0].attn) dense_bytes += bytes(m);
+  for (const auto* v : {&layers[0].w13, &layers[0].w2})
+    for (const TypedMatrix& m : *v) (m.view.type == WT::kFP4 ? expert_bytes : dense_bytes) += bytes(m);
+  // One layer's products: seconds in the attention projections and in the experts.
+  auto run = [&](const Layer& l, double* attn_s, double* expert_s) {
+    const double t0 = Now();
+    std::vector<k::MatmulJob> jobs;
+    auto call = [&](std::initializer_list<const TypedMatrix*> ms) {
+      jobs.clear();
+      float* out = y.data();
+      for (const TypedMatrix* m : ms) {
+        jobs.push_back(k::JobW(x.data(), m->view, out, 1));
+        out += m->view.rows;
+      }
+      k::MatmulMany(jobs.data(), int(jobs.size()));
+    };
+    call({&l.attn[0], &l.attn[1]});
+    call({&l.attn[2]});
+    call({&l.attn[3], &l.attn[4], &l.attn[5], &l.attn[6], &l.attn[7], &l.attn[8], &l.attn[9], &l.attn[10]});
+    call({&l.attn[11]});
+    const double t1 = Now();
+    jobs.clear();
+    for (size_t i = 0; i < l.w13.size(); ++i) jobs.push_back(k::JobW(x.data(), l.w13[i].view, y.data() + i * inter, 1));
+    k::MatmulMany(jobs.data(), int(jobs.size()));
+    jobs.clear();
+    for (size_t i = 0; i < l.w2.size(); ++i) jobs.push_back(k::JobW(x.data(), l.w2[i].view, y.data() + i * d, 1));
+    k::MatmulMany(jobs.data(), int(jobs.size()));
+    *attn_s += t1 - t0;
+    *expert_s += Now() - t1;
+  };
+  const double bw = k::MeasureReadBandwidthGBs(1024, 5);
+  for (int th : threads) {
+    k::SetPoolThreads(th);
+    std::vector<double> total[2], attn[2], expert[2];
+    for (int p = -1; p < passes; ++p)  // pass -1: warm-up
+      for (int a8 = 0; a8 < 2; ++a8) {
+        k::SetInt8Activations(a8 == 1);
+        double as = 0, es = 0;
+        for (const Layer& l : layers) run(l, &as, &es);
+        k::SetInt8Activations(false);
+        if (p < 0) continue;
+        attn[a8].push_back(as / 2);
+        expert[a8].push_back(es / 2);
+        total[a8].push_back((as + es) / 2);
+      }
+    auto med = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    for (int a8 = 0; a8 < 2; ++a8) {
+      const double t = med(total[a8]), ts = med(attn[a8]), te = med(expert[a8]);
+      std::printf("%s\n", nlohmann::json{{"bench", "v41_flash_layer_decode_products"}, {"threads", th}, {"fp4_int8_activations", a8 == 1},
+                                         {"passes", passes}, {"dense_fp8_bytes", dense_bytes}, {"expert_fp4_bytes", expert_bytes},
+                                         {"seconds_median", t}, {"gbs", (dense_bytes + expert_bytes) / t / 1e9},
+                                         {"fraction_of_read_bandwidth", (dense_bytes + expert_bytes) / t / 1e9 / bw},
+                                         {"attention_seconds_median", ts}, {"experts_seconds_median", te},
+                                         {"experts_gbs", expert_bytes / te / 1e9}, {"read_gbs", bw}, {"load1", Load1()}}
+                                  .dump().c_str());
+    }
+  }
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   int64_t rows = 8192, cols = 4096;
   int reps = 20;
   int int8_acts_flag = 1;  // --int8-activations 0 skips the INT8-activation comparison (slow to set up)
+  int v41_layer = 0;       // --v41-layer N: only the V4.1-Flash layer pass, N times
   std::vector<int> threads = {1, 2};
   auto desc = cedar::bench::Options("bench_weights: typed-weight products at decode, kernel by kernel, as JSON lines");
   desc.add_options()("rows", cedar::cli::IntOption<int64_t>("--rows", &rows, 4, int64_t(1) << 20),
@@ -98,8 +218,14 @@ int main(int argc, char** argv) {
       "reps", cedar::cli::IntOption("--reps", &reps, 1, 1 << 20), "products timed per figure")(
       "int8-activations", cedar::cli::IntOption("--int8-activations", &int8_acts_flag, 0, 1),
       "1: also time the INT8-activation comparison (slow to set up); 0 skips it")(
-      "threads", cedar::bench::IntListOption("--threads", &threads, 1, 4096), "pool sizes to run (comma-separated)");
+      "threads", cedar::bench::IntListOption("--threads", &threads, 1, 4096), "pool sizes to run (comma-separated)")(
+      "v41-layer", cedar::cli::IntOption("--v41-layer", &v41_layer, 0, 1 << 20),
+      "N > 0: instead, N passes of one DeepSeek-V4.1-Flash layer's decode products at the released precisions (FP8 dense, FP4 experts), FP4 on F32 and on 8-bit activations");
   if (const int rc = cedar::bench::ParseFlags("bench_weights", desc, argc, argv); rc >= 0) return rc;
+  if (v41_layer > 0) {
+    BenchV41Layer(v41_layer, threads);
+    return 0;
+  }
   cols = cols / 32 * 32;
   const bool int8_acts = int8_acts_flag != 0;
   rows = rows / 4 * 4;
@@ -112,9 +238,10 @@ int main(int argc, char** argv) {
   std::printf("%s\n", nlohmann::json{{"bench", "bandwidth"}, {"read_gbs", bw}}.dump().c_str());
   for (int th : threads) {
     k::SetPoolThreads(th);
-    // int8-a8: INT8 weights with kernels::SetInt8Activations (8-bit activations, VNNI).
+    // int8-a8 / fp4-a8: INT8 / FP4 weights with kernels::SetInt8Activations (8-bit activations).
     const std::pair<k::WeightType, bool> kinds[] = {{k::WeightType::kF32, false}, {k::WeightType::kBF16, false}, {k::WeightType::kI8, false},
-                                                    {k::WeightType::kI8, true},   {k::WeightType::kFP8, false}, {k::WeightType::kFP4, false}};
+                                                    {k::WeightType::kI8, true},   {k::WeightType::kFP8, false}, {k::WeightType::kFP4, false},
+                                                    {k::WeightType::kFP4, true}};
     for (const auto& [t, a8] : kinds) {
       k::SetInt8Activations(a8);
       Stored s = Make(w, rows, cols, t);
@@ -131,7 +258,7 @@ int main(int argc, char** argv) {
       std::sort(cpu.begin(), cpu.end());
       const double med = secs[secs.size() / 2];
       k::SetInt8Activations(false);
-      std::printf("%s\n", nlohmann::json{{"bench", "matvec"}, {"weights", a8 ? "int8-a8" : k::WeightTypeName(t)}, {"threads", th}, {"rows", rows},
+      std::printf("%s\n", nlohmann::json{{"bench", "matvec"}, {"weights", a8 ? std::string(k::WeightTypeName(t)) + "-a8" : std::string(k::WeightTypeName(t))}, {"threads", th}, {"rows", rows},
                                          {"cols", cols}, {"bytes", bytes}, {"seconds_min", secs.front()}, {"seconds_median", med},
                                          {"gbs_median", bytes / med / 1e9}, {"fraction_of_read_bandwidth", bytes / med / 1e9 / bw},
                                          {"cpu_seconds_median", cpu[cpu.size() / 2]},

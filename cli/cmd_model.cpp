@@ -187,7 +187,7 @@ int RunInfo(int argc, char** argv) {
   po::options_description desc("cedar info");
   std::string model, preset, config, checkpoint, kv_dtype, weights;
   desc.add_options()("model", po::value(&model), "model directory")("preset", po::value(&preset), "tiny | small | flash")(
-      "weights", po::value(&weights), "f32 | bf16 | int8 | as-stored: report the weight bytes one decode token streams at this precision (default: as-stored with --model, the file's matmul type; f32 otherwise)")(
+      "weights", po::value(&weights), "f32 | bf16 | int8 | as-stored | fp8-fp4: report the weight bytes one decode token streams at this precision (default: as-stored with --model, the file's matmul type; f32 otherwise)")(
       "kv-dtype", po::value(&kv_dtype), "f32 | released: report cache sizes at this KV precision (default: the model's)")(
       "config", po::value(&config), "a released DeepSeek-V4.1 config.json or inference/config.json (no weights read)")(
       "checkpoint", po::value(&checkpoint), "check this checkpoint directory's tensor names, dtypes and shapes (headers only)")(
@@ -237,9 +237,11 @@ int RunInfo(int argc, char** argv) {
     wt = head->dtype == DType::I8 ? kernels::WeightType::kI8 : head->dtype == DType::BF16 ? kernels::WeightType::kBF16 : kernels::WeightType::kF32;
     weights = std::string("as-stored (") + kernels::WeightTypeName(wt) + ")";
   }
-  const double decode_bytes = DecodeWeightBytes(info, wt, c.dim);
+  const bool released = wp == WeightPrecision::kFp8Fp4;
+  const double decode_bytes = released ? DecodeWeightBytesReleased(info, c) : DecodeWeightBytes(info, wt, c.dim);
   j["weights"] = WeightPrecisionName(wp);
-  j["weight_type"] = kernels::WeightTypeName(wt);  // the matmul weights' type the bytes are counted at
+  // the matmul weights' type the bytes are counted at
+  j["weight_type"] = released ? "fp8 (routed experts fp4, head bf16)" : kernels::WeightTypeName(wt);
   j["decode_weight_bytes_per_token"] = decode_bytes;
   if (vm.count("json")) {
     std::cout << j.dump(2) << "\n";
@@ -250,7 +252,7 @@ int RunInfo(int argc, char** argv) {
   std::printf("parameters: total %.1fM, largest layer active %.1fM\n", m(info.total_params), m(info.active_per_layer_max));
   std::printf("active per prefill token %.1fM, per decode token %.1fM\n", m(info.active_per_prefill_token), m(info.active_per_decode_token));
   std::printf("weights streamed per decode token at --weights %s: %.1f MB (matmul %.1fM params at %s, the rest F32)\n", weights.c_str(),
-              decode_bytes / 1e6, m(info.matmul_active_per_decode_token), kernels::WeightTypeName(wt));
+              decode_bytes / 1e6, m(info.matmul_active_per_decode_token), j["weight_type"].get<std::string>().c_str());
   for (auto& [layer, b] : info.pool_bytes_per_token)
     std::printf("pool of layer %d: %.0f bytes per cached token (KV %s)\n", layer, b, c.kv_dtype.c_str());
   std::printf("all pools: %.0f bytes per token; boundary window state: %lld bytes; live decoder windows: %lld bytes\n",
@@ -279,9 +281,9 @@ int RunGenerate(int argc, char** argv) {
       "device", po::value(&device)->default_value("auto"), "cpu | cuda | auto (cuda when built with CUDA and a GPU exists)")(
       "f32-weights", "CUDA: keep F32 weights on the device (default BF16)")(
       "mmap-weights", "read F32 weights in place from the file (less RAM, slower decode)")(
-      "weights", po::value(&weights)->default_value("f32"), "matmul weights in memory: f32 | bf16 | int8 (block 32) | as-stored (BF16, released FP8/FP4 kept)")(
+      "weights", po::value(&weights)->default_value("f32"), "matmul weights in memory: f32 | bf16 | int8 (block 32) | as-stored (BF16, released FP8/FP4 kept) | fp8-fp4 (the released precisions: experts FP4, head BF16, the rest FP8)")(
       "max-ram", BytesOption("--max-ram", &max_ram, "0"), "released layout: most bytes of dequantised weights to hold (0 = no limit)")(
-      "int8-activations", "INT8 weights: decode's products (up to 16 rows) on 8-bit activations, quantised per row and block of 32 (AVX-512 VNNI or AVX2: faster INT8 decode products, at the accuracy cost docs/WEIGHTS.md measures); prefill keeps F32 activations")("json", "print JSON");
+      "int8-activations", "INT8 and FP4 weights: decode's products (up to 16 rows) on 8-bit activations, quantised per row and block of 32 (AVX-512 VNNI or AVX2: faster INT8 decode products, at the accuracy cost docs/WEIGHTS.md measures); prefill keeps F32 activations")("json", "print JSON");
   po::variables_map vm;
   if (!Parse(argc, argv, "usage: cedar generate --model DIR --prompt TEXT|--tokens IDS --mode M --max-tokens N [--spec-tokens K] [--json]", desc, vm)) return 0;
   kernels::SetThreads(threads);

@@ -152,7 +152,7 @@ int RunServe(int argc, char** argv) {
       "cpu | cuda | auto (cuda when built with CUDA, a GPU exists and the CUDA engine runs the model, else cpu); cuda without a device, or for a model the CUDA engine refuses, fails at start")(
       "f32-weights", "CUDA: keep F32 weights on the device (default BF16)")(
       "mmap-weights", "read F32 weights in place from the file (less RAM, slower decode)")(
-      "weights", po::value(&weights)->default_value("f32"), "matmul weights in memory: f32 | bf16 | int8 (block 32) | as-stored (BF16, released FP8/FP4 kept)")(
+      "weights", po::value(&weights)->default_value("f32"), "matmul weights in memory: f32 | bf16 | int8 (block 32) | as-stored (BF16, released FP8/FP4 kept) | fp8-fp4 (the released precisions: experts FP4, head BF16, the rest FP8)")(
       "max-ram", BytesOption("--max-ram", &max_ram, "0"),
       "released DeepSeek-V4.1 layout: most bytes of dequantised weights to hold (0 = no limit; too small = a clear error)")(
       "max-sessions", IntOption("--max-sessions", &max_sessions, 1, 1 << 20),
@@ -179,7 +179,7 @@ int RunServe(int argc, char** argv) {
       "decoder-phase-in-parts", po::value(&phase_parts)->default_value(phase_parts)->implicit_value("on"),
       "mixed: on (a turn's decoder phase after its last chunk runs as many layers a step as the step budget holds, so "
       "no step holds a long prompt's whole replay; same outputs) | off (the default: the whole phase in one step)")(
-      "int8-activations", "INT8 weights: decode's products (up to 16 rows) on 8-bit activations, quantised per row and block of 32 (AVX-512 VNNI or AVX2: faster INT8 decode products, at the accuracy cost docs/WEIGHTS.md measures); prefill keeps F32 activations")(
+      "int8-activations", "INT8 and FP4 weights: decode's products (up to 16 rows) on 8-bit activations, quantised per row and block of 32 (AVX-512 VNNI or AVX2: faster INT8 decode products, at the accuracy cost docs/WEIGHTS.md measures); prefill keeps F32 activations")(
       "row-invariant-matmul",
       "every product sums each row in the decode kernels' order (kernels/gemm_rowinv.h), so rows of different turns "
       "share one product (and a prompt's rows equal its decode rows bit for bit); ~0.7x the prefill GEMM's rate")(

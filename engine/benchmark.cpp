@@ -152,7 +152,7 @@ int RunEngineBenchMain(int argc, char** argv) {
       std::printf("usage: cedar bench [--model DIR | --preset small|medium [--keep-model]] [--lengths 512,4096,16384]\n"
                   "                   [--decode N] [--decode-batch 1,8] [--decode-context 512] [--reps 3] [--threads N] [--spec-tokens K]\n"
                   "                   [--device cpu|cuda|auto] [--f32-weights] [--mmap-weights] [--row-invariant-matmul]\n"
-                  "                   [--weights f32|bf16|int8|as-stored] [--int8-activations] [--max-ram BYTES[K|M|G]]\n"
+                  "                   [--weights f32|bf16|int8|as-stored|fp8-fp4] [--int8-activations] [--max-ram BYTES[K|M|G]]\n"
                   "Prints one JSON object per result: the machine's matmul rate and bandwidth (the CPU's sgemm and read\n"
                   "bandwidth, or the GPU's BF16 GEMM and copy bandwidth), then prefill tokens/s per length in full and\n"
                   "bounded, then decode tokens/s, each with its fraction of the hardware. Every figure is timed --reps\n"
@@ -170,7 +170,7 @@ int RunEngineBenchMain(int argc, char** argv) {
                   "of --decode N tokens after 4 prompts, plain and speculative with K drafts per pass (CPU): one JSON line\n"
                   "with the acceptance rate and both decode rates; nothing else runs.\n"
                   "--weights holds the CPU's matmul weights at that precision (the decode bound counts its bytes);\n"
-                  "--int8-activations runs INT8 weights' decode products on 8-bit activations (kernels::SetInt8Activations).\n"
+                  "--int8-activations runs INT8 and FP4 weights' decode products on 8-bit activations (kernels::SetInt8Activations).\n"
                   "A released-layout model (cedar init --arch v41) also prints its load (dequantise-once seconds, stored\n"
                   "and F32 bytes); with --max-ram below its expert bytes the experts are dequantised on demand, and the\n"
                   "prefill and decode lines give the share of time spent dequantising and the shard bytes read per token.\n");

@@ -36,6 +36,9 @@ ModelInfo ComputeInfo(const ModelConfig& c);
 // included; every other active parameter F32).
 // `cols`: a typical input width (the model dim) for the share of the block scales.
 double DecodeWeightBytes(const ModelInfo& i, kernels::WeightType t, int64_t cols);
+// The same at --weights fp8-fp4 (ReleasedTypeOf): routed experts FP4, the head BF16, the other
+// matmul weights FP8.
+double DecodeWeightBytesReleased(const ModelInfo& i, const ModelConfig& c);
 nlohmann::json InfoToJson(const ModelInfo& i);
 
 }  // namespace cedar

@@ -105,8 +105,13 @@ enum class WeightPrecision {
   kBF16,      // BF16 kept, F32 rounded to BF16 (nearest even)
   kI8,        // symmetric INT8 with one F32 scale per 32 inputs (kernels::QuantizeI8)
   kAsStored,  // as in the file: F32 stays F32, BF16 stays BF16, the released FP8/FP4 stay FP8/FP4
+  // The released checkpoint's precisions, converted at load (Cedar-layout files; a released-layout
+  // model already holds them: as-stored): routed experts FP4 E2M1 with an E8M0 scale per 32
+  // inputs, the head BF16, every other matmul weight FP8 E4M3 with 32x32 E8M0 blocks. What those
+  // formats cost on a trained model (docs/WEIGHTS.md).
+  kFp8Fp4,
 };
-const char* WeightPrecisionName(WeightPrecision p);  // "f32", "bf16", "int8", "as-stored"
+const char* WeightPrecisionName(WeightPrecision p);  // "f32", "bf16", "int8", "as-stored", "fp8-fp4"
 // Parses a `--weights` value; throws std::invalid_argument naming the accepted values.
 WeightPrecision ParseWeightPrecision(const std::string& s);
 
@@ -185,6 +190,8 @@ class Model {
   // A matmul weight at the chosen precision (engine/model_precision.cpp); F32 mode is Take.
   Weight TakeMatmul(const std::string& name, std::vector<int64_t> shape, WeightPrecision p);
   void* AllocateBytes(size_t bytes);  // in the arena, or owned_ when mmap_weights
+  // --weights fp8-fp4: f ([w.rows, w.cols] F32) converted to ReleasedTypeOf(name) into the arena.
+  void HoldReleased(const std::string& name, const std::vector<float>& f, Weight& w);
   std::string dir_;
   ModelConfig config_;
   std::unique_ptr<SafetensorsFile> file_;
@@ -211,5 +218,8 @@ std::vector<TensorSpec> RequiredTensors(const ModelConfig& c);
 // Whether a tensor (Cedar's or the released name) is a matmul weight, stored at LoadOptions::weights;
 // every other tensor (embeddings, norms, router, mHC mixes, sinks) stays F32.
 bool IsMatmulTensor(const std::string& name);
+// The type a matmul weight of a Cedar-layout model is held at with --weights fp8-fp4: BF16 for the
+// head, FP4 for routed experts (inputs a multiple of 32, as the released ones are; else FP8), FP8 for the rest.
+kernels::WeightType ReleasedTypeOf(const std::string& name, int64_t cols);
 
 }  // namespace cedar

@@ -1,5 +1,6 @@
 // Matmul weights at the precision chosen at load (`--weights`, issue 20): BF16 files kept as
-// BF16, F32 rounded to BF16 or quantised to INT8 (block 32 along the input, F32 scales).
+// BF16, F32 rounded to BF16 or quantised to INT8 (block 32 along the input, F32 scales), or
+// converted to the released checkpoint's FP8 / FP4 / BF16 (fp8-fp4).
 #include <cstring>
 #include <vector>
 #include <stdexcept>
@@ -8,6 +9,7 @@
 
 #include "engine/model.h"
 #include "engine/int8_file.h"
+#include "kernels/weight_quantize.h"
 #include "kernels/weight_view.h"
 
 namespace cedar {
@@ -18,14 +20,16 @@ const char* WeightPrecisionName(WeightPrecision p) {
     case WeightPrecision::kBF16: return "bf16";
     case WeightPrecision::kI8: return "int8";
     case WeightPrecision::kAsStored: return "as-stored";
+    case WeightPrecision::kFp8Fp4: return "fp8-fp4";
   }
   return "?";
 }
 
 WeightPrecision ParseWeightPrecision(const std::string& s) {
-  for (WeightPrecision p : {WeightPrecision::kF32, WeightPrecision::kBF16, WeightPrecision::kI8, WeightPrecision::kAsStored})
+  for (WeightPrecision p : {WeightPrecision::kF32, WeightPrecision::kBF16, WeightPrecision::kI8, WeightPrecision::kAsStored,
+                            WeightPrecision::kFp8Fp4})
     if (s == WeightPrecisionName(p)) return p;
-  throw std::invalid_argument("--weights: expected f32, bf16, int8 or as-stored, found '" + s + "'");
+  throw std::invalid_argument("--weights: expected f32, bf16, int8, as-stored or fp8-fp4, found '" + s + "'");
 }
 
 bool IsMatmulTensor(const std::string& name) {
@@ -65,6 +69,31 @@ Weight MatmulShape(const std::vector<int64_t>& shape) {
 }
 
 }  // namespace
+
+kernels::WeightType ReleasedTypeOf(const std::string& name, int64_t cols) {
+  if (name == "head.weight") return kernels::WeightType::kBF16;
+  if (name.find("ffn.experts.") != std::string::npos && cols % kernels::kQuantBlock == 0) return kernels::WeightType::kFP4;
+  return kernels::WeightType::kFP8;
+}
+
+// fp8-fp4: w's values f ([rows, cols] F32) converted to ReleasedTypeOf(name) in the arena.
+void Model::HoldReleased(const std::string& name, const std::vector<float>& f, Weight& w) {
+  namespace k = kernels;
+  w.type = ReleasedTypeOf(name, w.cols);
+  if (w.type == k::WeightType::kBF16) {
+    auto* b = static_cast<uint16_t*>(AllocateBytes(f.size() * 2));
+    for (size_t i = 0; i < f.size(); ++i) b[i] = k::FloatToBf16(f[i]);
+    w.stored = b;
+    return;
+  }
+  const k::OwnedWeight q = k::QuantizeWeight(f, w.rows, w.cols, w.type);  // a transient copy of this tensor
+  void* d = AllocateBytes(q.data.size());
+  void* s = AllocateBytes(q.scales.size());
+  std::memcpy(d, q.data.data(), q.data.size());
+  std::memcpy(s, q.scales.data(), q.scales.size());
+  w.stored = d;
+  w.scales = s;
+}
 
 Weight Model::TakeMatmul(const std::string& name, std::vector<int64_t> shape, WeightPrecision p) {
   namespace k = kernels;
@@ -114,6 +143,10 @@ Weight Model::TakeMatmul(const std::string& name, std::vector<int64_t> shape, We
       auto* f = static_cast<float*>(AllocateBytes(size_t(n) * sizeof(float)));
       k::DecodeRows(v, 0, w.rows, f);
       w.data = f;
+    } else if (p == WeightPrecision::kFp8Fp4) {
+      std::vector<float> f(static_cast<size_t>(n));
+      k::DecodeRows(v, 0, w.rows, f.data());
+      HoldReleased(name, f, w);
     } else {  // BF16 of the decoded values
       std::vector<float> f(size_t(w.cols));
       auto* b = static_cast<uint16_t*>(AllocateBytes(size_t(n) * 2));
@@ -140,7 +173,9 @@ Weight Model::TakeMatmul(const std::string& name, std::vector<int64_t> shape, We
   if (t->dtype != DType::F32 && t->dtype != DType::BF16) return Take(name, shape);  // and the dtype
   Weight w = MatmulShape(shape);
   const int64_t n = w.rows * w.cols;
-  if (p == WeightPrecision::kI8) {
+  if (p == WeightPrecision::kFp8Fp4) {
+    HoldReleased(name, file_->ReadFloats(name), w);  // BF16 files: exact floats, so the head keeps its bits
+  } else if (p == WeightPrecision::kI8) {
     const std::vector<float> f = file_->ReadFloats(name);  // a transient F32 copy of this tensor only
     const int64_t nb = (w.cols + k::kQuantBlock - 1) / k::kQuantBlock;
     auto* q = static_cast<int8_t*>(AllocateBytes(size_t(n)));

@@ -265,6 +265,9 @@ uint64_t ReleasedFingerprint(const std::string& dir, const std::string& config_p
 
 std::unique_ptr<const Model> Model::LoadReleased(const std::string& dir, const LoadOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
+  if (options.weights == WeightPrecision::kFp8Fp4)
+    throw std::invalid_argument("model: " + dir + ": --weights fp8-fp4 converts a Cedar-layout model to the released precisions; "
+                                "a released-layout model holds them already: use --weights as-stored");
   const std::string config_path = ReleasedConfigPath(dir);
   if (config_path.empty()) throw std::runtime_error("model: " + dir + ": expected config.json (or inference/config.json) beside model.safetensors.index.json, found neither");
   V41Config v;

@@ -42,8 +42,8 @@ void MatmulColumnsTyped(const MatmulJob& j, int col0, int col1, const PackedRows
 // Weight rows per decoded panel of a typed many-row product with `in` columns (~4 MiB of F32).
 int64_t TypedPanelRows(int in);
 
-// INT8 weights times 8-bit activations (matmul_i8a8.cpp): whether w's few-row products take
-// that path (INT8, cols a multiple of 32, SetInt8Activations on), and QuantFewRows on it.
+// INT8 and FP4 weights times 8-bit activations (matmul_i8a8.cpp): whether w's few-row products take
+// that path (INT8 or FP4, cols a multiple of 32, SetInt8Activations on), and QuantFewRows on it.
 bool Int8ActivationsApply(const WeightView& w);
 void I8A8FewRows(const float* x, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys);
 // Rows of x quantised for that path: RunMatmulJobs quantises a product's x once, not once per

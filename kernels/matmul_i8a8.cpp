@@ -1,7 +1,13 @@
-// INT8 weights times 8-bit activations (issue 20, `--int8-activations`): decode's and batched
-// decode's INT8 products on 8-bit dot products (AVX-512 VNNI's vpdpbusd), so a block of 64
-// weights costs one multiply-add instruction instead of eight F32 FMAs and the product runs at
-// memory speed where the F32-activation kernel (matmul_quant.cpp) is compute bound.
+// INT8 and FP4 weights times 8-bit activations (issue 20, `--int8-activations`): decode's and
+// batched decode's INT8 and FP4 products on 8-bit dot products (AVX-512 VNNI's vpdpbusd, AVX2's
+// vpmaddubsw), so a block of 64 weights costs one multiply-add instruction instead of eight F32
+// FMAs and the product runs at memory speed where the F32-activation kernel (matmul_quant.cpp)
+// is compute bound.
+//
+// FP4 E2M1 weights (the released experts) take the same path exactly: every E2M1 value times 2
+// is an integer in [-12, 12], so a packed FP4 block with E8M0 scale s is read as the INT8 block
+// q_w = 2 * e2m1 with scale s / 2 (a power of two: exact). Its products are, by definition, the
+// INT8 path's on that INT8 weight, bit for bit (kernels_i8a8_test builds the weight and checks).
 //
 // Each row of x is quantised alone, per block of 32 along the input as the weights are:
 //   s_a = amax / 127, q = nearbyint(x * (127 / amax)) (|q| <= 127; an all-zero block: q = 0, s_a = 0).
@@ -33,6 +39,7 @@
 #endif
 
 #include "kernels/cpu_internal.h"
+#include "kernels/quant_formats.h"
 #include "kernels/weight_view.h"
 
 namespace cedar::kernels {
@@ -45,6 +52,90 @@ std::atomic<bool> int8_activations{false};
 constexpr int B = kQuantBlock;
 
 using QuantRow = I8A8Rows::Row;
+
+// E8M0 code -> 2^(code - 127) / 2 (NaN for 0xFF), built once: SrcFp4's block scales.
+const float* HalfE8m0Table() {
+  static const auto* t = [] {
+    auto* a = new float[256];
+    for (int i = 0; i < 256; ++i) a[i] = DecodeE8M0(uint8_t(i)) * 0.5f;
+    return a;
+  }();
+  return t;
+}
+
+// A weight row as the kernels read it: INT8 values q_w, 32 per block, and one F32 scale per block.
+//   Row(w, r) / Scales(w, r): row r's first byte and its scales (once per row); Scale(p, b):
+//   block b's scale; Q(row, e): element e's q_w (the scalar definition); Block(row, b): block b's
+//   32 q_w in element order; Pair(row, p, w0, w1): blocks 2p and 2p + 1 (one load for FP4).
+// SrcI8 reads the stored INT8 bytes and F32 scales; SrcFp4 the packed E2M1 nibbles (element 2k
+// in byte k's low nibble) as q_w = 2 * e2m1 and the E8M0 scales halved (module comment).
+struct SrcI8 {
+  static constexpr int64_t kBlockBytes = 32;  // stored bytes of a block of 32 weights
+  static const uint8_t* Row(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.data) + r * w.cols; }
+  static const void* Scales(const WeightView& w, int64_t r) { return static_cast<const float*>(w.scales) + r * ((w.cols + B - 1) / B); }
+  float Scale(const void* p, int64_t b) const { return static_cast<const float*>(p)[b]; }
+  static int Q(const uint8_t* row, int64_t e) { return int8_t(row[e]); }
+#if CEDAR_I8A8_VNNI || CEDAR_I8A8_AVX2
+  __m256i Block(const uint8_t* row, int64_t b) const { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + b * B)); }
+  void Pair(const uint8_t* row, int64_t p, __m256i& w0, __m256i& w1) const {
+    w0 = Block(row, 2 * p);
+    w1 = Block(row, 2 * p + 1);
+  }
+#endif
+#if CEDAR_I8A8_VNNI
+  __m512i Pair512(const uint8_t* row, int64_t p) const { return _mm512_loadu_si512(row + p * 64); }
+  __m128 PairScales(const void* sc, int64_t p) const {  // lanes 0, 1: the scales of blocks 2p, 2p + 1
+    return _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(static_cast<const float*>(sc) + 2 * p)));
+  }
+#endif
+};
+
+struct SrcFp4 {
+  static constexpr int64_t kBlockBytes = 16;  // stored bytes of a block of 32 weights
+  // 2 * E2M1 of nibble i: 0, 0.5, 1, 1.5, 2, 3, 4, 6 doubled, then the same negated (-0 is 0).
+  static constexpr int8_t kQ[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+  const float* half = HalfE8m0Table();
+  static const uint8_t* Row(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.data) + r * (w.cols / 2); }
+  static const void* Scales(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.scales) + r * ((w.cols + B - 1) / B); }
+  float Scale(const void* p, int64_t b) const { return half[static_cast<const uint8_t*>(p)[b]]; }
+  static int Q(const uint8_t* row, int64_t e) { return kQ[(row[e / 2] >> (4 * (e % 2))) & 0x0F]; }
+#if CEDAR_I8A8_VNNI || CEDAR_I8A8_AVX2
+  __m256i tab = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4,
+                                 -6, -8, -12);
+  __m256i nib = _mm256_set1_epi8(0x0F);
+  // Per 128-bit half (one block of 16 packed bytes): u = elements 0-15 (byte k's low nibble, then
+  // its high one), v = elements 16-31: one vpshufb per nibble, then interleaved.
+  void Halves(__m256i packed, __m256i& u, __m256i& v) const {
+    const __m256i lo = _mm256_shuffle_epi8(tab, _mm256_and_si256(packed, nib));
+    const __m256i hi = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(packed, 4), nib));
+    u = _mm256_unpacklo_epi8(lo, hi);
+    v = _mm256_unpackhi_epi8(lo, hi);
+  }
+  __m256i Block(const uint8_t* row, int64_t b) const {
+    __m256i u, v;
+    Halves(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + b * kBlockBytes))), u, v);
+    return _mm256_permute2x128_si256(u, v, 0x20);
+  }
+  void Pair(const uint8_t* row, int64_t p, __m256i& w0, __m256i& w1) const {
+    __m256i u, v;
+    Halves(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + p * 2 * kBlockBytes)), u, v);
+    w0 = _mm256_permute2x128_si256(u, v, 0x20);
+    w1 = _mm256_permute2x128_si256(u, v, 0x31);
+  }
+#endif
+#if CEDAR_I8A8_VNNI
+  __m512i Pair512(const uint8_t* row, int64_t p) const {
+    __m256i u, v;
+    Halves(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + p * 2 * kBlockBytes)), u, v);
+    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(u), v, 1);  // 128-bit lanes u0 u1 v0 v1
+    return _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));             // u0 v0 u1 v1: block 2p, 2p + 1
+  }
+  __m128 PairScales(const void* sc, int64_t p) const {
+    const uint8_t* c = static_cast<const uint8_t*>(sc) + 2 * p;
+    return _mm_unpacklo_ps(_mm_load_ss(half + c[0]), _mm_load_ss(half + c[1]));
+  }
+#endif
+};
 
 // Sizes q for a row of `in` and zeroes the missing partner of an odd last block.
 void Prepare(int64_t in, QuantRow& q) {
@@ -118,10 +209,12 @@ inline float HSum16(const float a[16]) {
 }
 
 // The order above in scalar code: y = x_q . w[r] for one quantised row.
+template <class Src>
 float DotScalar(const QuantRow& q, const WeightView& w, int64_t r) {
+  const Src src;
   const int64_t in = w.cols, nb = in / B;
-  const int8_t* wr = static_cast<const int8_t*>(w.data) + r * in;
-  const float* sw = static_cast<const float*>(w.scales) + r * ((in + B - 1) / B);
+  const uint8_t* wr = Src::Row(w, r);
+  const void* sw = Src::Scales(w, r);
   float acc[2][16] = {};
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t p = b / 2;
@@ -130,10 +223,10 @@ float DotScalar(const QuantRow& q, const WeightView& w, int64_t r) {
       for (int j = 0; j < 4; ++j) {
         const int64_t e = b * B + 4 * i + j;
         const int s = (q.neg[size_t(e / 64)] >> (e % 64)) & 1 ? -1 : 1;
-        d += int32_t(q.absq[size_t(e)]) * (s * wr[e]);
+        d += int32_t(q.absq[size_t(e)]) * (s * Src::Q(wr, e));
       }
       const int lane = int(b % 2) * 8 + i;
-      acc[p % 2][lane] = std::fma(float(d), sw[b] * q.sa16[size_t(p) * 16 + lane], acc[p % 2][lane]);
+      acc[p % 2][lane] = std::fma(float(d), src.Scale(sw, b) * q.sa16[size_t(p) * 16 + lane], acc[p % 2][lane]);
     }
   }
   float a[16];
@@ -158,10 +251,11 @@ constexpr int kSpreadI8A8 = 2;
 // With S > 1 (decode, N = 1) rows r + k * rs for k < S run side by side, their outputs at
 // y[(r - r0) + k * rs]: the slice read as S parts at once (kSpreadI8A8); every row keeps its own
 // accumulators, so the bits are those of S = 1. end: the slice's last byte (prefetch bound).
-template <int N, int S = 1>
+template <class Src, int N, int S = 1>
 void RowsVnni(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys,
               const uint8_t* end, int64_t rs = 1) {
-  const int64_t in = w.cols, nb = in / B, full = nb / 2, nbs = (in + B - 1) / B;
+  const Src src;
+  const int64_t in = w.cols, nb = in / B, full = nb / 2;
   const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
   const __m512i zero = _mm512_setzero_si512();
   const uint8_t* absq[N];
@@ -170,10 +264,10 @@ void RowsVnni(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t
   for (int n = 0; n < N; ++n) absq[n] = q[n]->absq.data(), neg[n] = q[n]->neg.data(), sa16[n] = q[n]->sa16.data();
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* wr[S];
-    const float* sw[S];
+    const void* sw[S];
     for (int k = 0; k < S; ++k) {
-      wr[k] = static_cast<const uint8_t*>(w.data) + (r + k * rs) * in;
-      sw[k] = static_cast<const float*>(w.scales) + (r + k * rs) * nbs;
+      wr[k] = Src::Row(w, r + k * rs);
+      sw[k] = Src::Scales(w, r + k * rs);
     }
     __m512 acc0[N][S], acc1[N][S];  // even and odd pairs
     for (int n = 0; n < N; ++n)
@@ -186,10 +280,10 @@ void RowsVnni(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t
     auto full_pair = [&](int64_t p, __m512 (&a)[N][S]) {
 #pragma GCC unroll 4
       for (int k = 0; k < S; ++k) {
-        const uint8_t* pf = wr[k] + p * 64 + 4096;
+        const uint8_t* pf = wr[k] + p * 2 * Src::kBlockBytes + 4096;
         if (pf < end) _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_NTA);
-        const __m512 s = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(sw[k] + 2 * p)))));
-        const __m512i wv = _mm512_loadu_si512(wr[k] + p * 64);
+        const __m512 s = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(src.PairScales(sw[k], p)));
+        const __m512i wv = src.Pair512(wr[k], p);
 #pragma GCC unroll 16
         for (int n = 0; n < N; ++n) pair(p, wv, s, a[n][k], n);
       }
@@ -202,8 +296,8 @@ void RowsVnni(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t
     if (p < full) full_pair(p++, acc0);
     if (nb % 2) {  // the last block alone: upper half of the pair zero (weights masked, scale 0)
       for (int k = 0; k < S; ++k) {
-        const __m512 s = _mm512_maskz_mov_ps(0x00FF, _mm512_set1_ps(sw[k][nb - 1]));
-        const __m512i wv = _mm512_maskz_loadu_epi8(0xFFFFFFFFull, wr[k] + full * 64);
+        const __m512 s = _mm512_maskz_mov_ps(0x00FF, _mm512_set1_ps(src.Scale(sw[k], nb - 1)));
+        const __m512i wv = _mm512_zextsi256_si512(src.Block(wr[k], nb - 1));
         for (int n = 0; n < N; ++n) pair(full, wv, s, full % 2 ? acc1[n][k] : acc0[n][k], n);
       }
     }
@@ -234,58 +328,63 @@ void RowsVnni(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t
 // Every row keeps its own accumulators: the bits are those of one row at a time.
 constexpr int kSpreadAvx2 = 3;
 
-template <int N, int S = 1>
+template <class Src, int N, int S = 1>
 void RowsAvx2(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys,
               int64_t rs = 1) {
-  const int64_t in = w.cols, nb = in / B, nbs = (in + B - 1) / B;
+  const Src src;
+  const int64_t nb = w.cols / B;
   const __m256i ones = _mm256_set1_epi16(1);
-  const uint8_t* end = static_cast<const uint8_t*>(w.data) + r1 * in;
+  const uint8_t* end = Src::Row(w, r1);
   const uint8_t* absq[N];
   const int8_t* sq[N];
   const float* sa16[N];
   for (int n = 0; n < N; ++n) absq[n] = q[n]->absq.data(), sq[n] = q[n]->sq.data(), sa16[n] = q[n]->sa16.data();
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* wr[S];
-    const float* sw[S];
+    const void* sw[S];
     for (int k = 0; k < S; ++k) {
-      wr[k] = static_cast<const uint8_t*>(w.data) + (r + k * rs) * in;
-      sw[k] = static_cast<const float*>(w.scales) + (r + k * rs) * nbs;
+      wr[k] = Src::Row(w, r + k * rs);
+      sw[k] = Src::Scales(w, r + k * rs);
     }
     __m256 acc[N][S][2][2];
     for (int n = 0; n < N; ++n)
       for (int k = 0; k < S; ++k)
         for (int a = 0; a < 4; ++a) acc[n][k][a / 2][a % 2] = _mm256_setzero_ps();
-    // Block b into acc[.][.][parity][half] (constant indices, so the accumulators stay in registers).
-    auto block = [&](int64_t b, int parity, int half) {
+    // Block b of weight row k (its 32 q_w in wv) into acc[.][k][parity][half] (constant indices
+    // after inlining, so the accumulators stay in registers).
+    auto block = [&](int k, __m256i wv, int64_t b, int parity, int half) __attribute__((always_inline)) {
+      const __m256 s = _mm256_set1_ps(src.Scale(sw[k], b));
+#pragma GCC unroll 4
+      for (int n = 0; n < N; ++n) {
+        const __m256i sgn = _mm256_sign_epi8(wv, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sq[n] + b * B)));
+        const __m256i p16 = _mm256_maddubs_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(absq[n] + b * B)), sgn);
+        const __m256 d = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+        const __m256 sc = _mm256_mul_ps(s, _mm256_loadu_ps(sa16[n] + (b / 2) * 16 + half * 8));
+        acc[n][k][parity][half] = _mm256_fmadd_ps(d, sc, acc[n][k][parity][half]);
+      }
+    };
+    auto pair = [&](int64_t b, int parity) __attribute__((always_inline)) {  // blocks b (even), b + 1
 #pragma GCC unroll 4
       for (int k = 0; k < S; ++k) {
-        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr[k] + b * B));
-        const __m256 s = _mm256_set1_ps(sw[k][b]);
-#pragma GCC unroll 4
-        for (int n = 0; n < N; ++n) {
-          const __m256i sgn = _mm256_sign_epi8(wv, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sq[n] + b * B)));
-          const __m256i p16 = _mm256_maddubs_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(absq[n] + b * B)), sgn);
-          const __m256 d = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-          const __m256 sc = _mm256_mul_ps(s, _mm256_loadu_ps(sa16[n] + (b / 2) * 16 + half * 8));
-          acc[n][k][parity][half] = _mm256_fmadd_ps(d, sc, acc[n][k][parity][half]);
-        }
+        __m256i w0, w1;
+        src.Pair(wr[k], b / 2, w0, w1);
+        block(k, w0, b, parity, 0);
+        block(k, w1, b + 1, parity, 1);
       }
     };
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {  // pairs 2k (even) and 2k + 1 (odd)
-      if constexpr (S == 1 && N > 1) {  // the 2 lines these 4 blocks read, 2 KiB ahead
-        const uint8_t* pf = wr[0] + b * B + 2048;
-        if (pf < end) _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_NTA);
-        if (pf + 64 < end) _mm_prefetch(reinterpret_cast<const char*>(pf + 64), _MM_HINT_NTA);
+      if constexpr (S == 1 && N > 1) {  // the lines these 4 blocks read, 2 KiB ahead
+        const uint8_t* pf = wr[0] + b * Src::kBlockBytes + 2048;
+        for (int64_t o = 0; o < 4 * Src::kBlockBytes; o += 64)
+          if (pf + o < end) _mm_prefetch(reinterpret_cast<const char*>(pf + o), _MM_HINT_NTA);
       }
-      block(b, 0, 0);
-      block(b + 1, 0, 1);
-      block(b + 2, 1, 0);
-      block(b + 3, 1, 1);
+      pair(b, 0);
+      pair(b + 2, 1);
     }
-    if (b < nb) block(b, 0, 0);
-    if (b + 1 < nb) block(b + 1, 0, 1);
-    if (b + 2 < nb) block(b + 2, 1, 0);
+    if (b + 2 <= nb) pair(b, 0);
+    for (int64_t c = b + (b + 2 <= nb ? 2 : 0); c < nb; ++c)  // one block left: parity 0 (c = b) or 1 (c = b + 2)
+      for (int k = 0; k < S; ++k) block(k, src.Block(wr[k], c), c, c == b ? 0 : 1, 0);
     for (int n = 0; n < N; ++n)
       for (int k = 0; k < S; ++k)
         y[n * ys + (r - r0) + k * rs] =
@@ -298,7 +397,7 @@ void RowsAvx2(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t
 }  // namespace
 
 bool Int8ActivationsApply(const WeightView& w) {
-  return w.type == WeightType::kI8 && w.cols > 0 && w.cols % B == 0 && int8_activations.load(std::memory_order_relaxed);
+  return (w.type == WeightType::kI8 || w.type == WeightType::kFP4) && w.cols > 0 && w.cols % B == 0 && int8_activations.load(std::memory_order_relaxed);
 }
 
 void QuantiseRows(const float* x, int n, int64_t in, I8A8Rows& q) {
@@ -312,13 +411,12 @@ void I8A8FewRows(const float* x, int n, const WeightView& w, int64_t r0, int64_t
   I8A8Quantised(rows, n, w, r0, r1, y, ys);
 }
 
-void I8A8Quantised(const I8A8Rows& rows, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
-  if (r0 >= r1) return;
-  const QuantRow* q[kFewRowsMax];
-  for (int b = 0; b < n; ++b) q[b] = &rows.rows[size_t(b)];
+namespace {
+template <class Src>
+void QuantisedT(const QuantRow* const* q, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
 #if CEDAR_I8A8_VNNI
-  const uint8_t* start = static_cast<const uint8_t*>(w.data) + r0 * w.cols;
-  const uint8_t* end = static_cast<const uint8_t*>(w.data) + r1 * w.cols;
+  const uint8_t* start = Src::Row(w, r0);
+  const uint8_t* end = Src::Row(w, r1);
   for (const uint8_t* p = start; p < std::min(end, start + 4096); p += 64) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
   // Groups of up to 8 rows of x per pass over the weights (accumulators stay in registers).
   for (int b0 = 0; b0 < n; b0 += 8) {
@@ -328,19 +426,19 @@ void I8A8Quantised(const I8A8Rows& rows, int n, const WeightView& w, int64_t r0,
       case 1:
         if (r1 - r0 >= kSpreadI8A8 * 16) {
           const int64_t per = (r1 - r0) / kSpreadI8A8;
-          RowsVnni<1, kSpreadI8A8>(qb, w, r0, r0 + per, yb, ys, end, per);
-          RowsVnni<1>(qb, w, r0 + per * kSpreadI8A8, r1, yb + per * kSpreadI8A8, ys, end);
+          RowsVnni<Src, 1, kSpreadI8A8>(qb, w, r0, r0 + per, yb, ys, end, per);
+          RowsVnni<Src, 1>(qb, w, r0 + per * kSpreadI8A8, r1, yb + per * kSpreadI8A8, ys, end);
         } else {
-          RowsVnni<1>(qb, w, r0, r1, yb, ys, end);
+          RowsVnni<Src, 1>(qb, w, r0, r1, yb, ys, end);
         }
         break;
-      case 2: RowsVnni<2>(qb, w, r0, r1, yb, ys, end); break;
-      case 3: RowsVnni<3>(qb, w, r0, r1, yb, ys, end); break;
-      case 4: RowsVnni<4>(qb, w, r0, r1, yb, ys, end); break;
-      case 5: RowsVnni<5>(qb, w, r0, r1, yb, ys, end); break;
-      case 6: RowsVnni<6>(qb, w, r0, r1, yb, ys, end); break;
-      case 7: RowsVnni<7>(qb, w, r0, r1, yb, ys, end); break;
-      default: RowsVnni<8>(qb, w, r0, r1, yb, ys, end); break;
+      case 2: RowsVnni<Src, 2>(qb, w, r0, r1, yb, ys, end); break;
+      case 3: RowsVnni<Src, 3>(qb, w, r0, r1, yb, ys, end); break;
+      case 4: RowsVnni<Src, 4>(qb, w, r0, r1, yb, ys, end); break;
+      case 5: RowsVnni<Src, 5>(qb, w, r0, r1, yb, ys, end); break;
+      case 6: RowsVnni<Src, 6>(qb, w, r0, r1, yb, ys, end); break;
+      case 7: RowsVnni<Src, 7>(qb, w, r0, r1, yb, ys, end); break;
+      default: RowsVnni<Src, 8>(qb, w, r0, r1, yb, ys, end); break;
     }
   }
 #elif CEDAR_I8A8_AVX2
@@ -351,20 +449,31 @@ void I8A8Quantised(const I8A8Rows& rows, int n, const WeightView& w, int64_t r0,
       case 1:
         if (r1 - r0 >= kSpreadAvx2 * 16) {
           const int64_t per = (r1 - r0) / kSpreadAvx2;
-          RowsAvx2<1, kSpreadAvx2>(qb, w, r0, r0 + per, yb, ys, per);
-          RowsAvx2<1>(qb, w, r0 + per * kSpreadAvx2, r1, yb + per * kSpreadAvx2, ys);
+          RowsAvx2<Src, 1, kSpreadAvx2>(qb, w, r0, r0 + per, yb, ys, per);
+          RowsAvx2<Src, 1>(qb, w, r0 + per * kSpreadAvx2, r1, yb + per * kSpreadAvx2, ys);
         } else {
-          RowsAvx2<1>(qb, w, r0, r1, yb, ys);
+          RowsAvx2<Src, 1>(qb, w, r0, r1, yb, ys);
         }
         break;
-      case 2: RowsAvx2<2>(qb, w, r0, r1, yb, ys); break;
-      default: RowsAvx2<3>(qb, w, r0, r1, yb, ys); break;
+      case 2: RowsAvx2<Src, 2>(qb, w, r0, r1, yb, ys); break;
+      default: RowsAvx2<Src, 3>(qb, w, r0, r1, yb, ys); break;
     }
   }
 #else
   for (int64_t r = r0; r < r1; ++r)
-    for (int b = 0; b < n; ++b) y[b * ys + (r - r0)] = DotScalar(*q[b], w, r);
+    for (int b = 0; b < n; ++b) y[b * ys + (r - r0)] = DotScalar<Src>(*q[b], w, r);
 #endif
+}
+}  // namespace
+
+void I8A8Quantised(const I8A8Rows& rows, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
+  if (r0 >= r1) return;
+  const QuantRow* q[kFewRowsMax];
+  for (int b = 0; b < n; ++b) q[b] = &rows.rows[size_t(b)];
+  if (w.type == WeightType::kFP4)
+    QuantisedT<SrcFp4>(q, n, w, r0, r1, y, ys);
+  else
+    QuantisedT<SrcI8>(q, n, w, r0, r1, y, ys);
 }
 
 }  // namespace internal
@@ -374,7 +483,9 @@ void MatmulI8A8(const float* x, const WeightView& w, float* y, int n) {
   internal::QuantRow q;
   for (int b = 0; b < n; ++b) {
     internal::QuantiseScalar(x + int64_t(b) * w.cols, w.cols, q);
-    for (int64_t r = 0; r < w.rows; ++r) y[int64_t(b) * w.rows + r] = internal::DotScalar(q, w, r);
+    for (int64_t r = 0; r < w.rows; ++r)
+      y[int64_t(b) * w.rows + r] = w.type == WeightType::kFP4 ? internal::DotScalar<internal::SrcFp4>(q, w, r)
+                                                               : internal::DotScalar<internal::SrcI8>(q, w, r);
   }
 }
 }  // namespace ref

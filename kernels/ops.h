@@ -96,10 +96,10 @@ int TopK(const float* scores, int n, int k, int32_t* out);
 void SetRowInvariantMatmul(bool on);
 bool RowInvariantMatmul();
 
-// INT8 weights' decode and batched-decode products (up to 16 rows) on 8-bit activations: each row
+// INT8 and FP4 weights' decode and batched-decode products (up to 16 rows) on 8-bit activations: each row
 // of x quantised per block of 32 (s = amax / 127) and the blocks' dot products in integers
-// (AVX-512 VNNI, or AVX2's vpmaddubsw; a scalar loop with the same bits elsewhere). About twice the INT8 decode rate
-// on VNNI cores, at the accuracy cost docs/WEIGHTS.md measures; prefill (more rows) keeps F32
+// (AVX-512 VNNI, or AVX2's vpmaddubsw; a scalar loop with the same bits elsewhere; FP4 read as the
+// INT8 weight 2 * e2m1 with half its scale, exactly). About twice the INT8 decode rate on VNNI cores, at the accuracy cost docs/WEIGHTS.md measures; prefill (more rows) keeps F32
 // activations. Off by default. Process-wide; set it before products run, not during.
 void SetInt8Activations(bool on);
 bool Int8Activations();

@@ -61,7 +61,7 @@ void DecodeRows(const WeightView& w, int64_t r0, int64_t n, float* out);
 namespace ref {
 // Plain loops over WeightAt, double accumulation.
 void MatmulW(const float* x, const WeightView& w, float* y, int n);
-// INT8 weights (cols a multiple of 32) times x quantised to 8 bits per block of 32, in the
+// INT8 or FP4 weights (cols a multiple of 32) times x quantised to 8 bits per block of 32, in the
 // order kernels/matmul_i8a8.cpp defines (SetInt8Activations' products equal it bit for bit).
 void MatmulI8A8(const float* x, const WeightView& w, float* y, int n);
 }  // namespace ref

@@ -1,6 +1,7 @@
-// INT8 weights times 8-bit activations (kernels/matmul_i8a8.cpp, SetInt8Activations): the
-// products equal their scalar reference bit for bit (the order is a definition, so the AVX-512
-// VNNI path and the scalar path give the same bits), a row of a few-row product equals that row
+// INT8 and FP4 weights times 8-bit activations (kernels/matmul_i8a8.cpp, SetInt8Activations):
+// the products equal their scalar reference bit for bit (the order is a definition, so the
+// AVX-512 VNNI path and the scalar path give the same bits), FP4's equal the INT8 path's on the
+// INT8 weight 2 * e2m1 with half the E8M0 scale, a row of a few-row product equals that row
 // alone, the error against the F32-activation product stays within what rounding x to 8 bits
 // per block of 32 allows, and shapes the path does not take (inputs not a multiple of 32, more
 // than 16 rows, mode off) give exactly the F32-activation product.
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "kernels/ops.h"
+#include "kernels/quant_formats.h"
 #include "kernels/thread_pool.h"
 #include "kernels/weight_quantize.h"
 #include "kernels/weight_view.h"
@@ -71,12 +73,66 @@ TEST_CASE("8-bit-activation INT8 products equal their scalar reference bit for b
   k::SetPoolThreads(2);
 }
 
+// The INT8 weight an FP4 weight is read as on the 8-bit path: q = 2 * e2m1 (an integer in
+// [-12, 12]), scale = e8m0 / 2, built here from the scalar decoders, not from the kernel's tables.
+static k::OwnedWeight Fp4AsInt8(const k::WeightView& f) {
+  k::OwnedWeight o;
+  const int64_t nbs = (f.cols + 31) / 32;
+  o.data.resize(size_t(f.rows * f.cols));
+  o.scales.resize(size_t(f.rows * nbs) * sizeof(float));
+  auto* q = reinterpret_cast<int8_t*>(o.data.data());
+  auto* s = reinterpret_cast<float*>(o.scales.data());
+  const auto* packed = static_cast<const uint8_t*>(f.data);
+  const auto* codes = static_cast<const uint8_t*>(f.scales);
+  int64_t inexact = 0;
+  for (int64_t r = 0; r < f.rows; ++r) {
+    for (int64_t c = 0; c < f.cols; ++c) {
+      const uint8_t byte = packed[r * (f.cols / 2) + c / 2];
+      const float v = 2.0f * k::DecodeE2M1(c % 2 ? uint8_t(byte >> 4) : uint8_t(byte & 0x0F));
+      q[r * f.cols + c] = int8_t(v);
+      inexact += float(q[r * f.cols + c]) != v;
+    }
+    for (int64_t b = 0; b < nbs; ++b) s[r * nbs + b] = k::DecodeE8M0(codes[r * nbs + b]) / 2.0f;
+  }
+  REQUIRE(inexact == 0);
+  o.view = k::WeightView{k::WeightType::kI8, o.data.data(), o.scales.data(), f.rows, f.cols, 0};
+  return o;
+}
+
+TEST_CASE("8-bit-activation FP4 products equal the INT8 path's on 2 * e2m1 with half the scale, bit for bit, and each row equals it alone") {
+  ModeOn on;
+  for (int threads : {1, 2}) {
+    k::SetPoolThreads(threads);
+    for (int n : {1, 2, 3, 5, 8, 16})
+      for (int in : {32, 64, 96, 128, 160, 1056})  // 1-5 blocks: every remainder of the 4-block loop
+        for (int out : {1, 7, 70, 263}) {
+          const auto x = Random(size_t(n) * in, 30 + n + in), w = Random(size_t(out) * in, 40 + out + in);
+          const k::OwnedWeight f = k::QuantizeWeight(w, out, in, WeightType::kFP4);
+          const k::OwnedWeight i8 = Fp4AsInt8(f.view);
+          std::vector<float> y(size_t(n) * out), yr(size_t(n) * out), yi(size_t(n) * out), row(static_cast<size_t>(out));
+          k::MatmulW(x.data(), f.view, y.data(), n);
+          k::ref::MatmulI8A8(x.data(), f.view, yr.data(), n);
+          k::ref::MatmulI8A8(x.data(), i8.view, yi.data(), n);
+          INFO("n=" << n << " in=" << in << " out=" << out << " threads=" << threads);
+          CHECK(SameBits(yr, yi));
+          CHECK(SameBits(y, yr));
+          bool alone = true;
+          for (int b = 0; b < n; ++b) {
+            k::MatmulW(x.data() + size_t(b) * in, f.view, row.data(), 1);
+            alone = alone && std::memcmp(row.data(), y.data() + size_t(b) * out, sizeof(float) * size_t(out)) == 0;
+          }
+          CHECK(alone);
+        }
+  }
+  k::SetPoolThreads(2);
+}
+
 // |y_a8 - y| <= sum_b (s_a(b) / 2) sum_{i in b} |w~_i| + 2 (in + 8) eps sum_i |x_i w~_i|, with w~
 // the stored INT8 weights decoded, s_a(b) = amax_b / 127 and y the F32-activation product.
-TEST_CASE("8-bit activations cost at most half an activation step per element") {
+static void CheckErrorBound(WeightType type) {
   const int n = 3, in = 512, out = 64;
   const auto x = Random(size_t(n) * in, 5), w = Random(size_t(out) * in, 6);
-  const k::OwnedWeight s = k::QuantizeWeight(w, out, in, WeightType::kI8);
+  const k::OwnedWeight s = k::QuantizeWeight(w, out, in, type);
   std::vector<float> y8(size_t(n) * out), yf(size_t(n) * out);
   k::MatmulW(x.data(), s.view, yf.data(), n);
   {
@@ -105,15 +161,20 @@ TEST_CASE("8-bit activations cost at most half an activation step per element") 
       worst = std::max(worst, err / bound);
       if (err > bound) ++over;
     }
-  INFO("worst error / bound = " << worst);
+  INFO(std::string(k::WeightTypeName(type)) << ": worst error / bound = " << worst);
   CHECK(over == 0);
   CHECK(worst > 0.0);  // the mode did change the product
 }
 
-// The product of an n x in by out x in INT8 weight with the mode off and on, bit for bit equal.
-static bool SameWithModeOn(int n, int in, int out, uint64_t seed) {
+TEST_CASE("8-bit activations cost at most half an activation step per element (INT8 and FP4 weights)") {
+  CheckErrorBound(WeightType::kI8);
+  CheckErrorBound(WeightType::kFP4);
+}
+
+// The product of an n x in by out x in weight of `type` with the mode off and on, bit for bit equal.
+static bool SameWithModeOn(int n, int in, int out, uint64_t seed, WeightType type) {
   const auto x = Random(size_t(n) * in, seed), w = Random(size_t(out) * in, seed + 1);
-  const k::OwnedWeight s = k::QuantizeWeight(w, out, in, WeightType::kI8);
+  const k::OwnedWeight s = k::QuantizeWeight(w, out, in, type);
   std::vector<float> off(size_t(n) * out), on_(size_t(n) * out);
   k::MatmulW(x.data(), s.view, off.data(), n);
   {
@@ -123,9 +184,16 @@ static bool SameWithModeOn(int n, int in, int out, uint64_t seed) {
   return SameBits(off, on_);
 }
 
-TEST_CASE("shapes off the 8-bit path give the F32-activation product exactly") {
-  CHECK(SameWithModeOn(4, 40, 20, 7));    // in not a multiple of 32
-  CHECK(SameWithModeOn(4, 100, 20, 7));
-  CHECK(SameWithModeOn(17, 64, 24, 9));   // more than 16 rows: prefill keeps F32 activations
-  CHECK(!SameWithModeOn(4, 64, 20, 7));   // a shape on the path does change (the check can fail)
+TEST_CASE("shapes and types off the 8-bit path give the F32-activation product exactly") {
+  CHECK(SameWithModeOn(4, 40, 20, 7, WeightType::kI8));  // in not a multiple of 32 (FP4 weights always are)
+  CHECK(SameWithModeOn(4, 100, 20, 7, WeightType::kI8));
+  for (WeightType t : {WeightType::kI8, WeightType::kFP4}) {
+    INFO(std::string(k::WeightTypeName(t)));
+    CHECK(SameWithModeOn(17, 64, 24, 9, t));   // more than 16 rows: prefill keeps F32 activations
+    CHECK(!SameWithModeOn(4, 64, 20, 7, t));   // a shape on the path does change (the check can fail)
+  }
+  for (WeightType t : {WeightType::kBF16, WeightType::kFP8}) {  // types the path does not take
+    INFO(std::string(k::WeightTypeName(t)));
+    CHECK(SameWithModeOn(4, 64, 20, 7, t));
+  }
 }

@@ -23,8 +23,10 @@
 
 #include "engine/engine.h"
 #include "engine/init.h"
+#include "engine/safetensors.h"
 #include "engine/v41_init.h"
 #include "kernels/ops.h"
+#include "kernels/weight_quantize.h"
 #include "tests/test_models.h"
 
 using namespace cedar;
@@ -124,8 +126,9 @@ TEST_CASE("logits at bf16, int8 and as-stored are within the format's bound of F
 
 TEST_CASE("typed weights keep the execution properties: chunked == whole, batch row == alone, restore exact") {
   for (const std::string name : {"tiny", "v41-tiny"})
-    for (WeightPrecision p : {WeightPrecision::kBF16, WeightPrecision::kI8, WeightPrecision::kAsStored}) {
+    for (WeightPrecision p : {WeightPrecision::kBF16, WeightPrecision::kI8, WeightPrecision::kAsStored, WeightPrecision::kFp8Fp4}) {
       if (name == "tiny" && p == WeightPrecision::kAsStored) continue;  // F32: engine_test covers it
+      if (name == "v41-tiny" && p == WeightPrecision::kFp8Fp4) continue;  // refused (its own test below)
       auto m = Load(name, p);
       const ModelConfig& c = m->config();
       CAPTURE(name);
@@ -179,6 +182,77 @@ TEST_CASE("int8 with 8-bit activations: own fingerprint, logits near F32, batch 
                 name.c_str(), RelError(d2, d0), RelError(d1, d0), bound);
     CHECK(d2 != d1);  // the mode changed the decode products
     CHECK(RelError(d2, d0) <= bound);
+    CheckBatchRowsEqualAlone(*a8);
+    kernels::SetInt8Activations(false);
+  }
+}
+
+// --weights fp8-fp4 on a Cedar-layout F32 file: each matmul weight held at the released type
+// (head BF16, routed experts FP4, the rest FP8) with exactly the values kernels::QuantizeWeight
+// gives for the file's floats; its own cache key; a released-layout model refuses it by name.
+TEST_CASE("fp8-fp4 holds the released types with QuantizeWeight's values; released layouts refuse it") {
+  namespace k = kernels;
+  auto f32 = Load("tiny", WeightPrecision::kF32);
+  auto m = Load("tiny", WeightPrecision::kFp8Fp4);
+  CHECK(m->weight_precision() == WeightPrecision::kFp8Fp4);
+  CHECK(m->fingerprint() != f32->fingerprint());
+  REQUIRE(m->config().n_routed_experts > 0);
+  const SafetensorsFile file(ModelDir("tiny") + "/model.safetensors");
+  struct Case {
+    std::string name;
+    const Weight* w;
+    k::WeightType want;
+  };
+  const LayerWeights& l0 = m->layer(0);
+  const Case cases[] = {{"head.weight", &m->head(), k::WeightType::kBF16},
+                        {"layers.0.attn.wq_a.weight", &l0.wq_a, k::WeightType::kFP8},
+                        {"layers.0.attn.wo_b.weight", &l0.wo_b, k::WeightType::kFP8},
+                        {"layers.0.ffn.experts.1.w2.weight", &l0.experts[1].w2, k::WeightType::kFP4},
+                        {"layers.0.ffn.experts.0.w1.weight", &l0.experts[0].w1, k::WeightType::kFP4}};
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    REQUIRE(file.Find(c.name) != nullptr);
+    CHECK(c.w->type == c.want);
+    const std::vector<float> f = file.ReadFloats(c.name);
+    std::vector<float> held(f.size()), want(f.size());
+    k::DecodeRows(c.w->view(), 0, c.w->rows, held.data());
+    if (c.want == k::WeightType::kBF16) {
+      for (size_t i = 0; i < f.size(); ++i) want[i] = k::Bf16ToFloat(k::FloatToBf16(f[i]));
+    } else {
+      const k::OwnedWeight q = k::QuantizeWeight(f, c.w->rows, c.w->cols, c.want);
+      k::DecodeRows(q.view, 0, c.w->rows, want.data());
+    }
+    CHECK(held == want);
+    CHECK(held != f);  // the conversion did change the values
+  }
+  if (m->config().n_shared_experts == 1) CHECK(l0.shared.w1.type == k::WeightType::kFP8);  // shared experts: FP8, as released
+  CHECK_THROWS_WITH_AS(Load("v41-tiny", WeightPrecision::kFp8Fp4), doctest::Contains("use --weights as-stored"), std::invalid_argument);
+}
+
+// FP4 weights with --int8-activations: the released experts (v41-tiny as-stored) and a Cedar
+// model at fp8-fp4 decode with their FP4 products on 8-bit activations. Own cache key, decode
+// logits within the activations' rounding bound of the same weights' F32-activation logits (each
+// product's relative error grows by at most about 1/254; FP8 products keep F32 activations), a
+// batched decode row still equals the row alone bit for bit.
+TEST_CASE("FP4 weights with 8-bit activations: own fingerprint, logits near the F32-activation ones, batch row == alone") {
+  for (const auto& [name, p] : {std::pair{std::string("v41-tiny"), WeightPrecision::kAsStored}, std::pair{std::string("tiny"), WeightPrecision::kFp8Fp4}}) {
+    CAPTURE(name);
+    auto plain = Load(name, p);
+    const ModelConfig& c = plain->config();
+    const auto t = RandomTokens(40, c.vocab_size, 11);
+    SequenceState s1(c), s2(c);
+    Run(*plain, s1, t, PrefillMode::kExact);
+    const std::vector<float> d1 = DecodeStep(*plain, s1, 7);
+    kernels::SetInt8Activations(true);
+    auto a8 = Load(name, p);
+    CHECK(a8->fingerprint() != plain->fingerprint());
+    Run(*a8, s2, t, PrefillMode::kExact);
+    const std::vector<float> d2 = DecodeStep(*a8, s2, 7);
+    const double bound = ProductsInSeries(c) * 1.0 / 254;
+    std::printf("model_weights_test: %s --weights %s + 8-bit activations: decode logits rel error %.3g vs F32 activations (bound %.3g)\n",
+                name.c_str(), WeightPrecisionName(p), RelError(d2, d1), bound);
+    CHECK(d2 != d1);  // the mode changed the FP4 decode products
+    CHECK(RelError(d2, d1) <= bound);
     CheckBatchRowsEqualAlone(*a8);
     kernels::SetInt8Activations(false);
   }

@@ -3,7 +3,7 @@
     /usr/bin/python3 bench/quality/weights_kl.py --model models/cedar-mini --seqs 4 --weights bf16,int8,int8-a8
 
 The held-out windows of quality.py (T + 1 = 1025 tokens). For each precision W, build/bench/bench_quality
-(int8-a8: INT8 with --int8-activations) runs every scenario (full, exact@n, bounded@n for n in quality.CUTS, then 128 teacher-forced
+(W-a8, e.g. int8-a8 or fp8-fp4-a8: --weights W with --int8-activations) runs every scenario (full, exact@n, bounded@n for n in quality.CUTS, then 128 teacher-forced
 decode rows) at --weights W and, with --kl-ref f32, the same scenario at F32: per row the next
 token's NLL at W and at F32 and KL(F32 || W) in nats. Per (W, mode): bits per byte at W, its
 difference from F32 in the same mode (± standard error over rows), KL(F32 || W) per row, and,
@@ -29,10 +29,10 @@ LN2 = math.log(2)
 
 
 def run(binary, model, path, weights, modes, threads):
-    # "int8-a8": INT8 weights with --int8-activations (decode products on 8-bit activations).
-    a8 = weights == "int8-a8"
+    # "W-a8" (int8-a8, fp8-fp4-a8): --weights W with --int8-activations (INT8 and FP4 decode products on 8-bit activations).
+    a8 = weights.endswith("-a8")
     cmd = [binary, "--model", model, "--tokens", path, "--cuts", ",".join(map(str, quality.CUTS)),
-           "--decode", str(quality.DECODE), "--modes", modes, "--threads", str(threads), "--weights", "int8" if a8 else weights]
+           "--decode", str(quality.DECODE), "--modes", modes, "--threads", str(threads), "--weights", weights[:-3] if a8 else weights]
     if a8:
         cmd += ["--int8-activations"]
     if weights != "f32":
