@@ -162,8 +162,10 @@ struct DecI8 {
   static const void* Scales(const WeightView& w, int64_t r) { return static_cast<const float*>(w.scales) + r * Blocks(w.cols); }
   // AVX2: the int8 times 2^24 (BytesToDwordTops), converted; Block's sums are 2^24 times the
   // true ones until its last multiply. Exact (module comment above) while every product and sum
-  // stays below 2^104 in magnitude and a nonzero output above 2^-126: far outside what a model
-  // holds. AVX-512 builds use Load16 (sign-extended, unit 1); their Load matches it. Measured:
+  // stays below 2^104 in magnitude and every nonzero one (and the output) at or above 2^-126, the
+  // smallest normal float: far outside what a model's products hold. (Below it the scaled products
+  // are normal where the unscaled ones are not, so they keep more bits than the scalar order:
+  // kernels_weights_test's underflow case leaves INT8 out for that reason.) AVX-512 builds use Load16 (sign-extended, unit 1); their Load matches it. Measured:
   // kSpreadOf below.
   static constexpr float kLoadUnit = kQuantAvx512 ? 1.0f : 0x1p24f;
   BytesToDwordTops tops;
