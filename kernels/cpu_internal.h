@@ -54,10 +54,17 @@ struct I8A8Rows {
     std::vector<uint64_t> neg;  // [pairs] bit j: element 64 p + j is negative
     std::vector<float> sa16;    // [pairs * 16] s_a of block 2p (lanes 0-7) and 2p + 1 (8-15)
     std::vector<int8_t> sq;     // [pairs * 64] q itself (the AVX2 path's vpsignb; not filled on VNNI builds)
+    // AVX2 builds, rows quantised for FP4 weights (QuantiseRows' fp4): absq and sq with each
+    // pair's 64 bytes as [2p: 0-15, 2p+1: 0-15, 2p: 16-31, 2p+1: 16-31], the order FP4's unpacked
+    // nibbles come in, and s_a as [pairs * 8]: block 2p (lanes 0-3), 2p + 1 (4-7).
+    std::vector<uint8_t> absq4;
+    std::vector<int8_t> sq4;
+    std::vector<float> sa8;
   };
   std::vector<Row> rows;  // [n] (grown, never shrunk: reused across products)
 };
-void QuantiseRows(const float* x, int n, int64_t in, I8A8Rows& q);
+// fp4: the rows are for FP4 weights (AVX2 builds also fill the Row's FP4-order arrays).
+void QuantiseRows(const float* x, int n, int64_t in, I8A8Rows& q, bool fp4);
 void I8A8Quantised(const I8A8Rows& q, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys);
 
 // True for a job RunMatmulJobs runs on GemmPrefillRows (gemm_prefill.h) in blocks of rows:

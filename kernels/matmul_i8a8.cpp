@@ -27,6 +27,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
@@ -66,7 +67,8 @@ const float* HalfE8m0Table() {
 // A weight row as the kernels read it: INT8 values q_w, 32 per block, and one F32 scale per block.
 //   Row(w, r) / Scales(w, r): row r's first byte and its scales (once per row); Scale(p, b):
 //   block b's scale; Q(row, e): element e's q_w (the scalar definition); Block(row, b): block b's
-//   32 q_w in element order; Pair(row, p, w0, w1): blocks 2p and 2p + 1 (one load for FP4).
+//   32 q_w in element order; Pair(row, p, w0, w1): blocks 2p and 2p + 1 (INT8; FP4 on AVX2 runs
+//   RowsAvx2Fp4 on its Halves); Pair512(row, p): both in the VNNI pair layout.
 // SrcI8 reads the stored INT8 bytes and F32 scales; SrcFp4 the packed E2M1 nibbles (element 2k
 // in byte k's low nibble) as q_w = 2 * e2m1 and the E8M0 scales halved (module comment).
 struct SrcI8 {
@@ -115,12 +117,6 @@ struct SrcFp4 {
     __m256i u, v;
     Halves(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + b * kBlockBytes))), u, v);
     return _mm256_permute2x128_si256(u, v, 0x20);
-  }
-  void Pair(const uint8_t* row, int64_t p, __m256i& w0, __m256i& w1) const {
-    __m256i u, v;
-    Halves(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + p * 2 * kBlockBytes)), u, v);
-    w0 = _mm256_permute2x128_si256(u, v, 0x20);
-    w1 = _mm256_permute2x128_si256(u, v, 0x31);
   }
 #endif
 #if CEDAR_I8A8_VNNI
@@ -392,6 +388,112 @@ void RowsAvx2(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t
   }
 }
 
+// The FP4-order copies of a quantised row (I8A8Rows::Row absq4 / sq4 / sa8), once per row of x.
+void Fp4Order(QuantRow& q) {
+  const size_t pairs = q.neg.size();
+  q.absq4.resize(pairs * 64);
+  q.sq4.resize(pairs * 64);
+  q.sa8.resize(pairs * 8);
+  static constexpr int kFrom[4] = {0, 32, 16, 48};  // source offset of each 16-byte quarter
+  for (size_t p = 0; p < pairs; ++p) {
+    for (int h = 0; h < 4; ++h) {
+      std::memcpy(&q.absq4[p * 64 + 16 * size_t(h)], &q.absq[p * 64 + size_t(kFrom[h])], 16);
+      std::memcpy(&q.sq4[p * 64 + 16 * size_t(h)], &q.sq[p * 64 + size_t(kFrom[h])], 16);
+    }
+    for (int i = 0; i < 8; ++i) q.sa8[p * 8 + size_t(i)] = q.sa16[p * 16 + (i < 4 ? 0 : 8)];
+  }
+}
+
+// FP4 weights on AVX2 without the two cross-lane permutes per pair that put FP4's unpacked
+// nibbles in element order: a pair's halves u = [block 2p elements 0-15 | 2p + 1's 0-15] and
+// v = [2p's 16-31 | 2p + 1's 16-31] (SrcFp4::Halves) meet x's bytes in that same order (Fp4Order),
+// so u's int32 lanes are the contract's lanes 0-3 and 8-11 and v's 4-7 and 12-15, and the scale
+// vector [s_w(2p) s_a(2p) x4 | s_w(2p+1) s_a(2p+1) x4] serves both. Every contract lane gets the
+// same FMAs in the same order as RowsAvx2<SrcFp4> would give it, and the lanes are put back in
+// contract order before the final sum: the same bits. A block without a partner (odd nb) runs as
+// a pair whose partner is zero (weights 0 from zero nibbles, s_w 0, s_a 0): fma(0, 0, acc) leaves
+// acc as it is (never -0). One thread in cache (`bench_weights --rows 384 --cols 2048
+// --threads 1`, 3 alternating pairs): 10.1-10.3 -> 11.2 GB/s; one V4.1-Flash layer's experts on
+// two threads 8.7-8.8 -> 8.4 ms (docs/WEIGHTS.md, session 23).
+template <int N, int S = 1>
+void RowsAvx2Fp4(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys,
+                 int64_t rs = 1) {
+  const SrcFp4 src;
+  const int64_t nb = w.cols / B;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const uint8_t* end = SrcFp4::Row(w, r1);
+  const uint8_t* absq[N];
+  const int8_t* sq[N];
+  const float* sa8[N];
+  for (int n = 0; n < N; ++n) absq[n] = q[n]->absq4.data(), sq[n] = q[n]->sq4.data(), sa8[n] = q[n]->sa8.data();
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* wr[S];
+    const void* sw[S];
+    for (int k = 0; k < S; ++k) {
+      wr[k] = SrcFp4::Row(w, r + k * rs);
+      sw[k] = SrcFp4::Scales(w, r + k * rs);
+    }
+    __m256 acc[N][S][2][2];  // [parity of the pair][u, v]
+    for (int n = 0; n < N; ++n)
+      for (int k = 0; k < S; ++k)
+        for (int a = 0; a < 4; ++a) acc[n][k][a / 2][a % 2] = _mm256_setzero_ps();
+    // Pair p into acc[.][.][parity]; kAlone: block 2p without its partner.
+    auto pair = [&](int64_t p, int parity, auto alone) __attribute__((always_inline)) {
+      constexpr bool kAlone = decltype(alone)::value;
+#pragma GCC unroll 4
+      for (int k = 0; k < S; ++k) {
+        const uint8_t* pw = wr[k] + p * 2 * SrcFp4::kBlockBytes;
+        __m256i u, v;
+        if constexpr (kAlone)
+          src.Halves(_mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pw))), u, v);
+        else
+          src.Halves(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pw)), u, v);
+        const __m256 s = _mm256_blend_ps(_mm256_set1_ps(src.Scale(sw[k], 2 * p)),
+                                         kAlone ? _mm256_setzero_ps() : _mm256_set1_ps(src.Scale(sw[k], 2 * p + 1)), 0xF0);
+#pragma GCC unroll 4
+        for (int n = 0; n < N; ++n) {
+          const __m256 sc = _mm256_mul_ps(s, _mm256_loadu_ps(sa8[n] + p * 8));
+          const __m256i su = _mm256_sign_epi8(u, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sq[n] + p * 64)));
+          const __m256i sv = _mm256_sign_epi8(v, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sq[n] + p * 64 + 32)));
+          const __m256i pu = _mm256_maddubs_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(absq[n] + p * 64)), su);
+          const __m256i pv = _mm256_maddubs_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(absq[n] + p * 64 + 32)), sv);
+          acc[n][k][parity][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(pu, ones)), sc, acc[n][k][parity][0]);
+          acc[n][k][parity][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(pv, ones)), sc, acc[n][k][parity][1]);
+        }
+      }
+    };
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) {  // pairs b / 2 (even) and b / 2 + 1 (odd)
+      if constexpr (S == 1 && N > 1) {  // the line these 4 blocks read, 2 KiB ahead
+        const uint8_t* pf = wr[0] + b * SrcFp4::kBlockBytes + 2048;
+        if (pf < end) _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_NTA);
+      }
+      pair(b / 2, 0, std::false_type{});
+      pair(b / 2 + 1, 1, std::false_type{});
+    }
+    if (b + 2 <= nb) {
+      pair(b / 2, 0, std::false_type{});
+      if (b + 3 == nb) pair(b / 2 + 1, 1, std::true_type{});
+    } else if (b < nb) {
+      pair(b / 2, 0, std::true_type{});
+    }
+    for (int n = 0; n < N; ++n)
+      for (int k = 0; k < S; ++k) {
+        const __m256 u = _mm256_add_ps(acc[n][k][0][0], acc[n][k][1][0]), v = _mm256_add_ps(acc[n][k][0][1], acc[n][k][1][1]);
+        y[n * ys + (r - r0) + k * rs] = Lane16Sum(_mm256_permute2f128_ps(u, v, 0x20), _mm256_permute2f128_ps(u, v, 0x31));
+      }
+  }
+}
+
+// FP4 runs RowsAvx2Fp4 (x in FP4 order), INT8 RowsAvx2.
+template <class Src, int N, int S>
+void RowsAvx2Of(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys, int64_t rs) {
+  if constexpr (std::is_same_v<Src, SrcFp4>)
+    RowsAvx2Fp4<N, S>(q, w, r0, r1, y, ys, rs);
+  else
+    RowsAvx2<Src, N, S>(q, w, r0, r1, y, ys, rs);
+}
+
 #endif  // CEDAR_I8A8_VNNI
 
 }  // namespace
@@ -400,14 +502,20 @@ bool Int8ActivationsApply(const WeightView& w) {
   return (w.type == WeightType::kI8 || w.type == WeightType::kFP4) && w.cols > 0 && w.cols % B == 0 && int8_activations.load(std::memory_order_relaxed);
 }
 
-void QuantiseRows(const float* x, int n, int64_t in, I8A8Rows& q) {
+void QuantiseRows(const float* x, int n, int64_t in, I8A8Rows& q, bool fp4) {
   if (q.rows.size() < size_t(n)) q.rows.resize(size_t(n));
-  for (int b = 0; b < n; ++b) Quantise(x + int64_t(b) * in, in, q.rows[size_t(b)]);
+  for (int b = 0; b < n; ++b) {
+    QuantRow& row = q.rows[size_t(b)];
+    Quantise(x + int64_t(b) * in, in, row);
+#if CEDAR_I8A8_AVX2
+    if (fp4) Fp4Order(row);
+#endif
+  }
 }
 
 void I8A8FewRows(const float* x, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
   thread_local I8A8Rows rows;
-  QuantiseRows(x, n, w.cols, rows);
+  QuantiseRows(x, n, w.cols, rows, w.type == WeightType::kFP4);
   I8A8Quantised(rows, n, w, r0, r1, y, ys);
 }
 
@@ -449,14 +557,14 @@ void QuantisedT(const QuantRow* const* q, int n, const WeightView& w, int64_t r0
       case 1:
         if (r1 - r0 >= kSpreadAvx2 * 16) {
           const int64_t per = (r1 - r0) / kSpreadAvx2;
-          RowsAvx2<Src, 1, kSpreadAvx2>(qb, w, r0, r0 + per, yb, ys, per);
-          RowsAvx2<Src, 1>(qb, w, r0 + per * kSpreadAvx2, r1, yb + per * kSpreadAvx2, ys);
+          RowsAvx2Of<Src, 1, kSpreadAvx2>(qb, w, r0, r0 + per, yb, ys, per);
+          RowsAvx2Of<Src, 1, 1>(qb, w, r0 + per * kSpreadAvx2, r1, yb + per * kSpreadAvx2, ys, 1);
         } else {
-          RowsAvx2<Src, 1>(qb, w, r0, r1, yb, ys);
+          RowsAvx2Of<Src, 1, 1>(qb, w, r0, r1, yb, ys, 1);
         }
         break;
-      case 2: RowsAvx2<Src, 2>(qb, w, r0, r1, yb, ys); break;
-      default: RowsAvx2<Src, 3>(qb, w, r0, r1, yb, ys); break;
+      case 2: RowsAvx2Of<Src, 2, 1>(qb, w, r0, r1, yb, ys, 1); break;
+      default: RowsAvx2Of<Src, 3, 1>(qb, w, r0, r1, yb, ys, 1); break;
     }
   }
 #else

@@ -298,7 +298,7 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
     for (int j = 0; j < n_jobs; ++j) {
       const MatmulJob& m = jobs[j];
       if (m.n < 1 || m.n > kFewRowsMax || m.out <= 0 || !Int8ActivationsApply(m.wv)) continue;
-      QuantiseRows(m.x, m.n, m.in, a8_buffer[size_t(j)]);
+      QuantiseRows(m.x, m.n, m.in, a8_buffer[size_t(j)], m.wv.type == WeightType::kFP4);
       a8_rows[size_t(j)] = &a8_buffer[size_t(j)];
     }
   }
