@@ -66,9 +66,10 @@ const float* HalfE8m0Table() {
 
 // A weight row as the kernels read it: INT8 values q_w, 32 per block, and one F32 scale per block.
 //   Row(w, r) / Scales(w, r): row r's first byte and its scales (once per row); Scale(p, b):
-//   block b's scale; Q(row, e): element e's q_w (the scalar definition); Block(row, b): block b's
-//   32 q_w in element order; Pair(row, p, w0, w1): blocks 2p and 2p + 1 (INT8; FP4 on AVX2 runs
-//   RowsAvx2Fp4 on its Halves); Pair512(row, p): both in the VNNI pair layout.
+//   block b's scale; Q(row, e): element e's q_w (the scalar definition); VNNI builds: Block(row, b):
+//   block b's 32 q_w in element order (an odd last block), Pair512(row, p): blocks 2p and 2p + 1 in
+//   the pair layout. On AVX2 the sources are not templated over: INT8 runs RowsAvx2 on the stored
+//   bytes, FP4 RowsAvx2Fp4 on SrcFp4::Halves.
 // SrcI8 reads the stored INT8 bytes and F32 scales; SrcFp4 the packed E2M1 nibbles (element 2k
 // in byte k's low nibble) as q_w = 2 * e2m1 and the E8M0 scales halved (module comment).
 struct SrcI8 {
@@ -77,14 +78,8 @@ struct SrcI8 {
   static const void* Scales(const WeightView& w, int64_t r) { return static_cast<const float*>(w.scales) + r * ((w.cols + B - 1) / B); }
   float Scale(const void* p, int64_t b) const { return static_cast<const float*>(p)[b]; }
   static int Q(const uint8_t* row, int64_t e) { return int8_t(row[e]); }
-#if CEDAR_I8A8_VNNI || CEDAR_I8A8_AVX2
-  __m256i Block(const uint8_t* row, int64_t b) const { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + b * B)); }
-  void Pair(const uint8_t* row, int64_t p, __m256i& w0, __m256i& w1) const {
-    w0 = Block(row, 2 * p);
-    w1 = Block(row, 2 * p + 1);
-  }
-#endif
 #if CEDAR_I8A8_VNNI
+  __m256i Block(const uint8_t* row, int64_t b) const { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + b * B)); }
   __m512i Pair512(const uint8_t* row, int64_t p) const { return _mm512_loadu_si512(row + p * 64); }
   __m128 PairScales(const void* sc, int64_t p) const {  // lanes 0, 1: the scales of blocks 2p, 2p + 1
     return _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(static_cast<const float*>(sc) + 2 * p)));
@@ -113,13 +108,13 @@ struct SrcFp4 {
     u = _mm256_unpacklo_epi8(lo, hi);
     v = _mm256_unpackhi_epi8(lo, hi);
   }
+#endif
+#if CEDAR_I8A8_VNNI
   __m256i Block(const uint8_t* row, int64_t b) const {
     __m256i u, v;
     Halves(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + b * kBlockBytes))), u, v);
     return _mm256_permute2x128_si256(u, v, 0x20);
   }
-#endif
-#if CEDAR_I8A8_VNNI
   __m512i Pair512(const uint8_t* row, int64_t p) const {
     __m256i u, v;
     Halves(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + p * 2 * kBlockBytes)), u, v);
@@ -324,63 +319,59 @@ void RowsVnni(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t
 // Every row keeps its own accumulators: the bits are those of one row at a time.
 constexpr int kSpreadAvx2 = 3;
 
-template <class Src, int N, int S = 1>
+// INT8 weights (SrcI8's layout); FP4 runs RowsAvx2Fp4 below.
+template <int N, int S = 1>
 void RowsAvx2(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys,
               int64_t rs = 1) {
-  const Src src;
-  const int64_t nb = w.cols / B;
+  const int64_t in = w.cols, nb = in / B, nbs = (in + B - 1) / B;
   const __m256i ones = _mm256_set1_epi16(1);
-  const uint8_t* end = Src::Row(w, r1);
+  const uint8_t* end = static_cast<const uint8_t*>(w.data) + r1 * in;
   const uint8_t* absq[N];
   const int8_t* sq[N];
   const float* sa16[N];
   for (int n = 0; n < N; ++n) absq[n] = q[n]->absq.data(), sq[n] = q[n]->sq.data(), sa16[n] = q[n]->sa16.data();
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* wr[S];
-    const void* sw[S];
+    const float* sw[S];
     for (int k = 0; k < S; ++k) {
-      wr[k] = Src::Row(w, r + k * rs);
-      sw[k] = Src::Scales(w, r + k * rs);
+      wr[k] = static_cast<const uint8_t*>(w.data) + (r + k * rs) * in;
+      sw[k] = static_cast<const float*>(w.scales) + (r + k * rs) * nbs;
     }
     __m256 acc[N][S][2][2];
     for (int n = 0; n < N; ++n)
       for (int k = 0; k < S; ++k)
         for (int a = 0; a < 4; ++a) acc[n][k][a / 2][a % 2] = _mm256_setzero_ps();
-    // Block b of weight row k (its 32 q_w in wv) into acc[.][k][parity][half] (constant indices
-    // after inlining, so the accumulators stay in registers).
-    auto block = [&](int k, __m256i wv, int64_t b, int parity, int half) __attribute__((always_inline)) {
-      const __m256 s = _mm256_set1_ps(src.Scale(sw[k], b));
-#pragma GCC unroll 4
-      for (int n = 0; n < N; ++n) {
-        const __m256i sgn = _mm256_sign_epi8(wv, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sq[n] + b * B)));
-        const __m256i p16 = _mm256_maddubs_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(absq[n] + b * B)), sgn);
-        const __m256 d = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-        const __m256 sc = _mm256_mul_ps(s, _mm256_loadu_ps(sa16[n] + (b / 2) * 16 + half * 8));
-        acc[n][k][parity][half] = _mm256_fmadd_ps(d, sc, acc[n][k][parity][half]);
-      }
-    };
-    auto pair = [&](int64_t b, int parity) __attribute__((always_inline)) {  // blocks b (even), b + 1
+    // Block b into acc[.][.][parity][half] (constant indices, so the accumulators stay in registers).
+    auto block = [&](int64_t b, int parity, int half) {
 #pragma GCC unroll 4
       for (int k = 0; k < S; ++k) {
-        __m256i w0, w1;
-        src.Pair(wr[k], b / 2, w0, w1);
-        block(k, w0, b, parity, 0);
-        block(k, w1, b + 1, parity, 1);
+        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr[k] + b * B));
+        const __m256 s = _mm256_set1_ps(sw[k][b]);
+#pragma GCC unroll 4
+        for (int n = 0; n < N; ++n) {
+          const __m256i sgn = _mm256_sign_epi8(wv, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sq[n] + b * B)));
+          const __m256i p16 = _mm256_maddubs_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(absq[n] + b * B)), sgn);
+          const __m256 d = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+          const __m256 sc = _mm256_mul_ps(s, _mm256_loadu_ps(sa16[n] + (b / 2) * 16 + half * 8));
+          acc[n][k][parity][half] = _mm256_fmadd_ps(d, sc, acc[n][k][parity][half]);
+        }
       }
     };
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {  // pairs 2k (even) and 2k + 1 (odd)
-      if constexpr (S == 1 && N > 1) {  // the lines these 4 blocks read, 2 KiB ahead
-        const uint8_t* pf = wr[0] + b * Src::kBlockBytes + 2048;
-        for (int64_t o = 0; o < 4 * Src::kBlockBytes; o += 64)
-          if (pf + o < end) _mm_prefetch(reinterpret_cast<const char*>(pf + o), _MM_HINT_NTA);
+      if constexpr (S == 1 && N > 1) {  // the 2 lines these 4 blocks read, 2 KiB ahead
+        const uint8_t* pf = wr[0] + b * B + 2048;
+        if (pf < end) _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_NTA);
+        if (pf + 64 < end) _mm_prefetch(reinterpret_cast<const char*>(pf + 64), _MM_HINT_NTA);
       }
-      pair(b, 0);
-      pair(b + 2, 1);
+      block(b, 0, 0);
+      block(b + 1, 0, 1);
+      block(b + 2, 1, 0);
+      block(b + 3, 1, 1);
     }
-    if (b + 2 <= nb) pair(b, 0);
-    for (int64_t c = b + (b + 2 <= nb ? 2 : 0); c < nb; ++c)  // one block left: parity 0 (c = b) or 1 (c = b + 2)
-      for (int k = 0; k < S; ++k) block(k, src.Block(wr[k], c), c, c == b ? 0 : 1, 0);
+    if (b < nb) block(b, 0, 0);
+    if (b + 1 < nb) block(b + 1, 0, 1);
+    if (b + 2 < nb) block(b + 2, 1, 0);
     for (int n = 0; n < N; ++n)
       for (int k = 0; k < S; ++k)
         y[n * ys + (r - r0) + k * rs] =
@@ -409,7 +400,7 @@ void Fp4Order(QuantRow& q) {
 // v = [2p's 16-31 | 2p + 1's 16-31] (SrcFp4::Halves) meet x's bytes in that same order (Fp4Order),
 // so u's int32 lanes are the contract's lanes 0-3 and 8-11 and v's 4-7 and 12-15, and the scale
 // vector [s_w(2p) s_a(2p) x4 | s_w(2p+1) s_a(2p+1) x4] serves both. Every contract lane gets the
-// same FMAs in the same order as RowsAvx2<SrcFp4> would give it, and the lanes are put back in
+// same FMAs in the same order as RowsAvx2 gives it on the INT8 weight 2 * e2m1, and the lanes are put back in
 // contract order before the final sum: the same bits. A block without a partner (odd nb) runs as
 // a pair whose partner is zero (weights 0 from zero nibbles, s_w 0, s_a 0): fma(0, 0, acc) leaves
 // acc as it is (never -0). One thread in cache (`bench_weights --rows 384 --cols 2048
@@ -491,7 +482,7 @@ void RowsAvx2Of(const QuantRow* const* q, const WeightView& w, int64_t r0, int64
   if constexpr (std::is_same_v<Src, SrcFp4>)
     RowsAvx2Fp4<N, S>(q, w, r0, r1, y, ys, rs);
   else
-    RowsAvx2<Src, N, S>(q, w, r0, r1, y, ys, rs);
+    RowsAvx2<N, S>(q, w, r0, r1, y, ys, rs);
 }
 
 #endif  // CEDAR_I8A8_VNNI
