@@ -312,7 +312,8 @@ int main(int argc, char** argv) {
                                      {"int8_activations_max_rel_error", err(y2)}}
                           .dump().c_str());
   // The same from cache (a 1 MiB matrix, repeated): the compute rate of each, without memory's cap.
-  const int64_t small_rows = std::max<int64_t>(4, (int64_t(1) << 20) / cols / 4 * 4);
+  // (At most the matrix's rows: y and y2 hold `rows` outputs.)
+  const int64_t small_rows = std::min(rows, std::max<int64_t>(4, (int64_t(1) << 20) / cols / 4 * 4));
   k::WeightView sv = s.view;
   sv.rows = small_rows;
   const double c_deq = time([&] { for (int i = 0; i < 50; ++i) k::MatmulW(x.data(), sv, y.data(), 1); });

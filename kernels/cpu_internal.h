@@ -54,11 +54,15 @@ struct I8A8Rows {
     std::vector<uint64_t> neg;  // [pairs] bit j: element 64 p + j is negative
     std::vector<float> sa16;    // [pairs * 16] s_a of block 2p (lanes 0-7) and 2p + 1 (8-15)
     std::vector<int8_t> sq;     // [pairs * 64] q itself (the AVX2 path's vpsignb; not filled on VNNI builds)
-    // AVX2 builds, rows quantised for FP4 weights (QuantiseRows' fp4): absq and sq with each
-    // pair's 64 bytes as [2p: 0-15, 2p+1: 0-15, 2p: 16-31, 2p+1: 16-31], the order FP4's unpacked
-    // nibbles come in, and s_a as [pairs * 8]: block 2p (lanes 0-3), 2p + 1 (4-7).
+    // Rows quantised for FP4 weights (QuantiseRows' fp4) also hold x in the order FP4's unpacked
+    // nibbles come in. AVX2 builds: absq4 and sq4 with each pair's 64 bytes as [2p: 0-15,
+    // 2p+1: 0-15, 2p: 16-31, 2p+1: 16-31]. VNNI builds, per group of 4 blocks g (4g..4g+3, whole
+    // groups only): absq4 [groups * 128] = u: blocks 4g..4g+3 elements 0-15, then v: their
+    // elements 16-31; neg4 [groups * 2] u's and v's sign bits (bit j: byte j). Both: s_a as
+    // [pairs * 8]: block 2p (lanes 0-3), 2p + 1 (4-7).
     std::vector<uint8_t> absq4;
     std::vector<int8_t> sq4;
+    std::vector<uint64_t> neg4;
     std::vector<float> sa8;
   };
   std::vector<Row> rows;  // [n] (grown, never shrunk: reused across products)

@@ -125,6 +125,35 @@ struct SrcFp4 {
     const uint8_t* c = static_cast<const uint8_t*>(sc) + 2 * p;
     return _mm_unpacklo_ps(_mm_load_ss(half + c[0]), _mm_load_ss(half + c[1]));
   }
+  // Blocks 4g..4g+3 (64 packed bytes, one block per 128-bit lane L): Halves on 512 bits, so lane L
+  // of u holds block 4g + L's elements 0-15 and of v its elements 16-31 (no cross-lane step).
+  __m512i tab512 = _mm512_broadcast_i64x4(tab);
+  __m512i nib512 = _mm512_set1_epi8(0x0F);
+  void Group(const uint8_t* row, int64_t g, __m512i& u, __m512i& v) const {
+    const __m512i packed = _mm512_loadu_si512(row + g * 4 * kBlockBytes);
+    const __m512i lo = _mm512_shuffle_epi8(tab512, _mm512_and_si512(packed, nib512));
+    const __m512i hi = _mm512_shuffle_epi8(tab512, _mm512_and_si512(_mm512_srli_epi16(packed, 4), nib512));
+    u = _mm512_unpacklo_epi8(lo, hi);
+    v = _mm512_unpackhi_epi8(lo, hi);
+  }
+  // Lanes 4L..4L+3: block 4g + L's scale.
+  __m512i quad = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+  __m512 GroupScales(const void* sc, int64_t g) const {
+    const uint8_t* c = static_cast<const uint8_t*>(sc) + 4 * g;
+    return _mm512_permutexvar_ps(quad, _mm512_castps128_ps512(_mm_setr_ps(half[c[0]], half[c[1]], half[c[2]], half[c[3]])));
+  }
+  // Lane j: block 4g + j's scale, for j < 16. A code c in [2, 254] is 2^(c - 128) = the float with
+  // exponent field c - 1; codes 0, 1 (subnormal halves) and 255 (NaN) take the table.
+  __m512 Scales16(const void* sc, int64_t g) const {
+    const uint8_t* c = static_cast<const uint8_t*>(sc) + 4 * g;
+    const __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(c));
+    if (_mm_cmpge_epu8_mask(_mm_sub_epi8(codes, _mm_set1_epi8(2)), _mm_set1_epi8(int8_t(253)))) [[unlikely]] {
+      alignas(64) float t[16];
+      for (int j = 0; j < 16; ++j) t[j] = half[c[j]];
+      return _mm512_load_ps(t);
+    }
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_sub_epi32(_mm512_cvtepu8_epi32(codes), _mm512_set1_epi32(1)), 23));
+  }
 #endif
 };
 
@@ -237,6 +266,90 @@ inline float Reduce16(__m512 a) {
 // F32-activation kernels do (matmul_quant.cpp kSpreadOf).
 constexpr int kSpreadI8A8 = 2;
 
+// The FP4-order copies of a quantised row (I8A8Rows::Row absq4 / neg4 / sa8), once per row of x:
+// what SrcFp4::Group's u and v meet.
+void Fp4Order(QuantRow& q) {
+  const size_t pairs = q.neg.size();
+  const size_t whole = pairs / 2;  // the kernel's nb / 4 groups, or one more ending in the zero partner
+  q.absq4.resize(whole * 128);
+  q.neg4.resize(whole * 2);
+  q.sa8.resize(pairs * 8);
+  for (size_t g = 0; g < whole; ++g) {
+    uint64_t mu = 0, mv = 0;
+    for (size_t l = 0; l < 4; ++l) {
+      const size_t b = 4 * g + l;  // block
+      std::memcpy(&q.absq4[g * 128 + 16 * l], &q.absq[b * 32], 16);
+      std::memcpy(&q.absq4[g * 128 + 64 + 16 * l], &q.absq[b * 32 + 16], 16);
+      const uint64_t m = q.neg[b / 2] >> (32 * (b % 2));
+      mu |= (m & 0xFFFF) << (16 * l);
+      mv |= ((m >> 16) & 0xFFFF) << (16 * l);
+    }
+    q.neg4[2 * g] = mu, q.neg4[2 * g + 1] = mv;
+  }
+  for (size_t p = 0; p < pairs; ++p)
+    for (int i = 0; i < 8; ++i) q.sa8[p * 8 + size_t(i)] = q.sa16[p * 16 + (i < 4 ? 0 : 8)];
+}
+
+// FP4's whole groups of 4 blocks without a cross-lane step on the weights: u and v
+// (SrcFp4::Group) meet x's bytes in the same order (Fp4Order), so u's int32 lane 4L + i is the
+// contract's lane i (block 4g + L even) or 8 + i (odd) of pair 2g + L / 2, and v's the lanes 4
+// above those; the scale vector [s_w s_a of block 4g + L, x4 per L] serves both. Every contract
+// lane gets the FMAs RowsVnni gives it on the INT8 weight 2 * e2m1, in the same order, and the
+// lanes go back to contract order into acc0 (pairs 2g) and acc1 (2g + 1) at the end, where the
+// pair loop continues: the same bits. Returns the next pair (2 * groups).
+template <int N, int S>
+int64_t Fp4Groups(const QuantRow* const* q, const SrcFp4& src, const uint8_t* const* wr, const void* const* sw, const uint8_t* end,
+                  int64_t groups, __m512 (&acc0)[N][S], __m512 (&acc1)[N][S]) {
+  if (groups == 0) return 0;
+  const __m512i zero = _mm512_setzero_si512();
+  __m512 au[N][S], av[N][S];
+  for (int n = 0; n < N; ++n)
+    for (int k = 0; k < S; ++k) au[n][k] = av[n][k] = _mm512_setzero_ps();
+  // Group g against weight row k with s = [s_w of block 4g + L, x4 per L].
+  auto group = [&](int64_t g, int k, __m512 s) __attribute__((always_inline)) {
+    const uint8_t* pf = wr[k] + g * 4 * SrcFp4::kBlockBytes + 4096;
+    if (pf < end) _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_NTA);
+    __m512i u, v;
+    src.Group(wr[k], g, u, v);
+#pragma GCC unroll 16
+    for (int n = 0; n < N; ++n) {
+      const uint8_t* a = q[n]->absq4.data() + g * 128;
+      const uint64_t* m = q[n]->neg4.data() + 2 * g;
+      const __m512 sc = _mm512_mul_ps(s, _mm512_loadu_ps(q[n]->sa8.data() + g * 16));
+      const __m512i du = _mm512_dpbusd_epi32(zero, _mm512_loadu_si512(a), _mm512_mask_sub_epi8(u, m[0], zero, u));
+      const __m512i dv = _mm512_dpbusd_epi32(zero, _mm512_loadu_si512(a + 64), _mm512_mask_sub_epi8(v, m[1], zero, v));
+      au[n][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(du), sc, au[n][k]);
+      av[n][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dv), sc, av[n][k]);
+    }
+  };
+  // Four groups at a time take their 16 scales from one conversion (SrcFp4::Scales16).
+  const __m512i quad0 = src.quad, quad1 = _mm512_add_epi32(quad0, _mm512_set1_epi32(4));
+  const __m512i quad2 = _mm512_add_epi32(quad0, _mm512_set1_epi32(8)), quad3 = _mm512_add_epi32(quad0, _mm512_set1_epi32(12));
+  int64_t g = 0;
+  for (; g + 4 <= groups; g += 4) {
+#pragma GCC unroll 4
+    for (int k = 0; k < S; ++k) {
+      const __m512 s16 = src.Scales16(sw[k], g);
+      group(g, k, _mm512_permutexvar_ps(quad0, s16));
+      group(g + 1, k, _mm512_permutexvar_ps(quad1, s16));
+      group(g + 2, k, _mm512_permutexvar_ps(quad2, s16));
+      group(g + 3, k, _mm512_permutexvar_ps(quad3, s16));
+    }
+  }
+  for (; g < groups; ++g)
+#pragma GCC unroll 4
+    for (int k = 0; k < S; ++k) group(g, k, src.GroupScales(sw[k], g));
+  // acc0 lanes 0-3 / 4-7 / 8-11 / 12-15 = u 0-3 / v 0-3 / u 4-7 / v 4-7; acc1 the same from lanes 8-15.
+  const __m512i i0 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i i1 = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+  for (int n = 0; n < N; ++n)
+    for (int k = 0; k < S; ++k) {
+      acc0[n][k] = _mm512_permutex2var_ps(au[n][k], i0, av[n][k]);
+      acc1[n][k] = _mm512_permutex2var_ps(au[n][k], i1, av[n][k]);
+    }
+  return 2 * groups;
+}
+
 // N rows of x against weight rows [r0, r1), one weight row at a time, each weight pair loaded
 // once for the N rows.
 // With S > 1 (decode, N = 1) rows r + k * rs for k < S run side by side, their outputs at
@@ -263,6 +376,8 @@ void RowsVnni(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t
     __m512 acc0[N][S], acc1[N][S];  // even and odd pairs
     for (int n = 0; n < N; ++n)
       for (int k = 0; k < S; ++k) acc0[n][k] = acc1[n][k] = _mm512_setzero_ps();
+    int64_t p = 0;
+    if constexpr (std::is_same_v<Src, SrcFp4>) p = Fp4Groups<N, S>(q, src, wr, sw, end, nb / 4, acc0, acc1);
     auto pair = [&](int64_t p, __m512i wv, __m512 s, __m512& a, int n) {
       const __m512i sgn = _mm512_mask_sub_epi8(wv, neg[n][p], zero, wv);
       const __m512i d = _mm512_dpbusd_epi32(zero, _mm512_loadu_si512(absq[n] + p * 64), sgn);
@@ -279,7 +394,6 @@ void RowsVnni(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t
         for (int n = 0; n < N; ++n) pair(p, wv, s, a[n][k], n);
       }
     };
-    int64_t p = 0;
     for (; p + 1 < full; p += 2) {
       full_pair(p, acc0);
       full_pair(p + 1, acc1);
@@ -498,7 +612,7 @@ void QuantiseRows(const float* x, int n, int64_t in, I8A8Rows& q, bool fp4) {
   for (int b = 0; b < n; ++b) {
     QuantRow& row = q.rows[size_t(b)];
     Quantise(x + int64_t(b) * in, in, row);
-#if CEDAR_I8A8_AVX2
+#if CEDAR_I8A8_AVX2 || CEDAR_I8A8_VNNI
     if (fp4) Fp4Order(row);
 #endif
   }

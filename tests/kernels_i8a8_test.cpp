@@ -104,7 +104,9 @@ TEST_CASE("8-bit-activation FP4 products equal the INT8 path's on 2 * e2m1 with 
   for (int threads : {1, 2}) {
     k::SetPoolThreads(threads);
     for (int n : {1, 2, 3, 5, 8, 16})
-      for (int in : {32, 64, 96, 128, 160, 1056})  // 1-5 blocks: every remainder of the 4-block loop
+      // 1-5 blocks: every remainder of the 4-block loop; 704 / 928 / 1056: 5 / 7 / 8 groups of 4 blocks
+      // (the VNNI kernel's loop of 4 groups and its single groups) and 1 pair / 1 block / 1 block after them
+      for (int in : {32, 64, 96, 128, 160, 704, 928, 1056})
         for (int out : {1, 7, 70, 263}) {
           const auto x = Random(size_t(n) * in, 30 + n + in), w = Random(size_t(out) * in, 40 + out + in);
           const k::OwnedWeight f = k::QuantizeWeight(w, out, in, WeightType::kFP4);
@@ -123,6 +125,45 @@ TEST_CASE("8-bit-activation FP4 products equal the INT8 path's on 2 * e2m1 with 
           }
           CHECK(alone);
         }
+  }
+  k::SetPoolThreads(2);
+}
+
+TEST_CASE("8-bit-activation FP4 products keep the reference's bits for every E8M0 scale code") {
+  // The VNNI kernel converts 16 codes at once by bit placement and sends codes 0, 1 (subnormal
+  // halves) and 255 (NaN) to the table: put them, and the edges 2 and 254, in every position.
+  ModeOn on;
+  const int n = 2, in = 1056, out = 70;
+  const auto x = Random(size_t(n) * in, 71), w = Random(size_t(out) * in, 72);
+  k::OwnedWeight f = k::QuantizeWeight(w, out, in, WeightType::kFP4);
+  auto* codes = const_cast<uint8_t*>(static_cast<const uint8_t*>(f.view.scales));
+  auto* nibbles = const_cast<uint8_t*>(static_cast<const uint8_t*>(f.view.data));
+  const uint8_t special[] = {0, 1, 2, 127, 100, 245};
+  const int blocks = in / 32;
+  for (int r = 0; r < out; ++r)
+    for (int b = 0; b < blocks; ++b)
+      if ((r * 7 + b * 3) % 5 == 0) codes[r * blocks + b] = special[size_t(r + b) % 6];
+  // Every tenth row: one block with code 255 and zero weights, so its outputs are NaN only
+  // where the NaN scale is read (0 times a finite scale would leave them finite).
+  int nan_rows = 0;
+  for (int r = 0; r < out; r += 10, ++nan_rows) {
+    const int b = (r / 10 * 5) % blocks;
+    codes[r * blocks + b] = 255;
+    std::memset(nibbles + size_t(r) * (in / 2) + size_t(b) * 16, 0, 16);
+  }
+  for (int threads : {1, 2}) {
+    k::SetPoolThreads(threads);
+    std::vector<float> y(size_t(n) * out), yr(size_t(n) * out);
+    k::MatmulW(x.data(), f.view, y.data(), n);
+    k::ref::MatmulI8A8(x.data(), f.view, yr.data(), n);
+    int same = 0, nan = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      if (std::isnan(yr[i])) ++nan;
+      same += std::isnan(yr[i]) ? std::isnan(y[i]) : std::memcmp(&y[i], &yr[i], sizeof(float)) == 0;
+    }
+    INFO("threads=" << threads << " NaN outputs " << nan);
+    CHECK(same == int(y.size()));
+    CHECK(nan == n * nan_rows);
   }
   k::SetPoolThreads(2);
 }
