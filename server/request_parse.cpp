@@ -143,7 +143,16 @@ GenerationParams ReadParams(const json& body, const HttpRequest& request) {
   }
   if (auto t = ReadNumber(body, "temperature", 0, 2, false, "[0, 2]")) p.sampling.temperature = float(*t);
   if (auto t = ReadNumber(body, "top_p", 0, 1, true, "(0, 1]")) p.sampling.top_p = float(*t);
-  if (auto s = ReadInt(body, "seed")) p.sampling.seed = uint64_t(*s), p.seeded = true;
+  // seed: any integer in [0, 2^64); -1 draws one, as llama.cpp's server reads it (its default).
+  // Other negatives are refused rather than wrapped into a seed above 2^63 that cedar.seed would
+  // then report as a different number than the client sent.
+  if (const json* v = Find(body, "seed")) {
+    if (v->is_number_unsigned()) {
+      p.sampling.seed = v->get<uint64_t>(), p.seeded = true;
+    } else if (!(v->is_number_integer() && v->get<int64_t>() == -1)) {
+      Expected("seed", "an integer in [0, 2^64), or -1 to draw one", *v);
+    }
+  }
   p.adjust.bias = ReadLogitBias(body);
   if (auto x = ReadNumber(body, "presence_penalty", -2, 2, false, "[-2, 2]")) p.adjust.presence_penalty = float(*x);
   if (auto x = ReadNumber(body, "frequency_penalty", -2, 2, false, "[-2, 2]")) p.adjust.frequency_penalty = float(*x);

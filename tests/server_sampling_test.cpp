@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "engine/engine.h"
@@ -196,6 +197,31 @@ TEST_CASE("without seed each sampled turn draws a seed, named in cedar.seed, tha
   const auto [seed_c, ids_c] = run(again);
   CHECK(seed_c == seed_a);
   CHECK(ids_c == ids_a);
+}
+
+// seed -1 draws one (llama.cpp's server's default); other negatives and non-integers are refused
+// by name; a seed above 2^63 is taken and reported as sent.
+TEST_CASE("seed -1 draws a seed; negative or fractional seeds are refused; 64-bit seeds are kept") {
+  ApiFixture f;
+  const json body = Completion({{"temperature", 1.0}, {"max_tokens", 8}});
+  json minus_one = body;
+  minus_one["seed"] = -1;
+  const json a = f.Ok("/v1/completions", minus_one), b = f.Ok("/v1/completions", minus_one);
+  REQUIRE(a["cedar"]["seed"].is_number_unsigned());
+  CHECK(a["cedar"]["seed"].get<uint64_t>() < (uint64_t(1) << 53));
+  CHECK(a["cedar"]["seed"] != b["cedar"]["seed"]);
+  for (const json& bad : {json(-2), json(std::numeric_limits<int64_t>::min()), json(1.5), json("7")}) {
+    json r = body;
+    r["seed"] = bad;
+    const auto res = f.Post("/v1/completions", r);
+    INFO("seed " << bad.dump() << " -> " << res.body);
+    CHECK(res.status == 400);
+    CHECK(res.body.find("seed: expected an integer in [0, 2^64), or -1 to draw one") != std::string::npos);
+  }
+  json big = body;
+  big["seed"] = uint64_t(18000000000000000000ull);
+  const json j = f.Ok("/v1/completions", big);
+  CHECK(j["cedar"]["seed"].get<uint64_t>() == 18000000000000000000ull);
 }
 
 // `cedar serve --seed S` (ApiOptions::seed): two servers started with the same S draw the same
