@@ -26,6 +26,9 @@
 #define CEDAR_QUANT_AVX2 1
 #if defined(__AVX512F__)
 #define CEDAR_QUANT_AVX512 1
+#if defined(__AVX512BW__) && defined(__AVX512VBMI__)
+#define CEDAR_QUANT_VBMI 1  // FP8 two blocks at a time through byte tables (DecFp8::LoadPair)
+#endif
 #endif
 #endif
 
@@ -127,6 +130,7 @@ struct BytesToDwordTops {
 };
 
 struct DecBf16 {
+  static constexpr bool kPair16 = false;  // has LoadPair (DecFp8)
   static constexpr int64_t kBlockBytes = 64;  // stored bytes of a block of 32
   static constexpr int64_t kPrefetch = 4 * kPrefetchBytes;
   static constexpr bool kScaled = false;
@@ -154,6 +158,7 @@ struct DecBf16 {
 #endif
 };
 struct DecI8 {
+  static constexpr bool kPair16 = false;  // has LoadPair (DecFp8)
   static constexpr int64_t kBlockBytes = 32;  // stored bytes of a block of 32
   static constexpr int64_t kPrefetch = 4 * kPrefetchBytes;
   static constexpr bool kScaled = true;
@@ -211,6 +216,64 @@ struct DecFp8 {
     tops(row + b * B, t);
     for (int j = 0; j < 4; ++j) v[j] = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(t[j], 4), mask)), k2p120);
   }
+#if CEDAR_QUANT_VBMI
+  // Blocks b and b + 1 (64 bytes) with no float operation: every value Load gives is a bfloat16
+  // (4 exponent and 3 mantissa bits fit its 8 and 7; subnormals become normals), so two 128-entry
+  // byte tables on the code's low 7 bits (vpermi2b) give each value's float bytes 3 and 2, the
+  // sign is or-ed into byte 3, one two-source byte permute per block interleaves them into words
+  // in the order the 16-bit unpacks with zero turn into element order: v[0], v[1] = block b's
+  // Load16, v[2], v[3] = block b + 1's. The same values, so the same bits. It also never
+  // multiplies a float subnormal (Load16's codes with exponent 0 are, before * 2^120), which this
+  // machine slows ~3x: a one-thread loop over random codes (1 in 16 subnormal) 5-6 GB/s with
+  // Load16, 24 with this; without subnormal codes 17.5 against 23.5 (docs/WEIGHTS.md, session 24).
+  static constexpr bool kPair16 = true;
+  struct Tables {
+    alignas(64) uint8_t lo[128], hi[128], order[2][64];
+  };
+  static const Tables& Lut() {
+    static const Tables t = [] {
+      Tables u{};
+      for (int c = 0; c < 128; ++c) {
+        const float f = DecodeFp8Bits(uint8_t(c));
+        uint32_t bits;
+        std::memcpy(&bits, &f, 4);
+        u.lo[c] = uint8_t(bits >> 16), u.hi[c] = uint8_t(bits >> 24);
+      }
+      // Word 8L + j of block h's words: element 4L + j (j < 4) or 16 + 4L + (j - 4); byte 2w its
+      // float byte 2 (from lo), 2w + 1 its byte 3 (from hi: index + 64).
+      for (int h = 0; h < 2; ++h)
+        for (int w = 0; w < 32; ++w) {
+          const int l = w / 8, j = w % 8, e = 32 * h + (j < 4 ? 4 * l + j : 16 + 4 * l + j - 4);
+          u.order[h][2 * w] = uint8_t(e), u.order[h][2 * w + 1] = uint8_t(64 + e);
+        }
+      return u;
+    }();
+    return t;
+  }
+  const Tables& lut = Lut();
+  __m512i lo_a = _mm512_load_si512(lut.lo), lo_b = _mm512_load_si512(lut.lo + 64);
+  __m512i hi_a = _mm512_load_si512(lut.hi), hi_b = _mm512_load_si512(lut.hi + 64);
+  __m512i order0 = _mm512_load_si512(lut.order[0]), order1 = _mm512_load_si512(lut.order[1]);
+  __m512i sign = _mm512_set1_epi8(int8_t(0x80));
+  void LoadPair(const uint8_t* row, int64_t b, __m512 v[4]) const {
+    const __m512i c = _mm512_loadu_si512(row + b * B);
+    const __m512i lo = _mm512_permutex2var_epi8(lo_a, c, lo_b);
+    const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi_a, c, hi_b), c, sign, 0xF8);  // hi | (c & sign)
+    const __m512i w0 = _mm512_permutex2var_epi8(lo, order0, hi), w1 = _mm512_permutex2var_epi8(lo, order1, hi);
+    const __m512i z = _mm512_setzero_si512();
+    v[0] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(z, w0)), v[1] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, w0));
+    v[2] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(z, w1)), v[3] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, w1));
+  }
+#else
+  static constexpr bool kPair16 = false;
+#endif
+  // The value Load gives code c (NaN codes as +-480), computed as Load computes it.
+  static float DecodeFp8Bits(uint8_t c) {
+    const uint32_t bits = (uint32_t(int32_t(int8_t(c))) << 20) & 0x87F00000u;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f * 0x1p120f;
+  }
 #if CEDAR_QUANT_AVX512
   __m512i mask16 = _mm512_set1_epi32(int(0x87F00000u));
   __m512 k2p120_16 = _mm512_set1_ps(0x1p120f);
@@ -229,6 +292,7 @@ struct DecFp8 {
 // a 32-bit lane, i.e. the float. Element 2k is byte k's low nibble. ~18 operations per 32 weights
 // (the permute-per-8 decoder took ~36).
 struct DecFp4 {
+  static constexpr bool kPair16 = false;  // has LoadPair (DecFp8)
   static constexpr int64_t kBlockBytes = 16;  // stored bytes of a block of 32
   static constexpr int64_t kPrefetch = kPrefetchBytes;
   static constexpr bool kScaled = true;
@@ -310,10 +374,12 @@ inline __m256 Step16(const __m512 v[2], const float* xp, __m256 s, __m256 acc) {
 // GB/s (8 processes, 18.8-24.2) before and 26.0 (21.3-27.9) after; 4 parts with the old Load
 // 23.2 (session 21). FP8 likewise: one thread, one row against a 512 x 2048 FP8 matrix in cache
 // (compute bound), 8.9 / 9.0 / 9.0 GB/s in address order with the old Load -> 10.0 / 10.1 / 9.9
-// with BytesToDwordTops and 4 parts, alternating. FP4 was not measured: address order.
+// with BytesToDwordTops and 4 parts, alternating. FP4 was not measured: address order. FP8 on
+// AVX-512 with VBMI (LoadPair) takes 2 parts: one thread in cache 22.6-22.7 -> 24.3-24.5 GB/s
+// (1 part: no change), two threads from memory 37-41 -> 44-46 in 2 of 3 alternating rounds (session 24).
 // Each row keeps its own accumulator: the bits do not change.
 template <class D>
-constexpr int kSpreadOf = kQuantAvx512 ? (std::is_same_v<D, DecBf16> || std::is_same_v<D, DecI8> ? 2 : 1)
+constexpr int kSpreadOf = kQuantAvx512 ? (std::is_same_v<D, DecBf16> || std::is_same_v<D, DecI8> || D::kPair16 ? 2 : 1)
                                        : (std::is_same_v<D, DecFp4> ? 1 : 4);
 // Whether decode's one-row products prefetch in software (the parts' streams do better without
 // on the AVX2 machine above; the AVX-512 measurements were taken with it).
@@ -379,6 +445,25 @@ void Block(const D& d, const float* x, const WeightView& w, int64_t r, float* y,
       const uint8_t* pf = row[k] + b * D::kBlockBytes + D::kPrefetch;
       if ((N > 1 || kOneRowPrefetchOf<D>) && pf < pf_end) _mm_prefetch(reinterpret_cast<const char*>(pf), kHint);
     }
+#if CEDAR_QUANT_VBMI
+    if constexpr (D::kPair16) {  // blocks b and b + 1 together (each accumulator's order unchanged)
+      if (b + 1 < nb) {
+#pragma GCC unroll 4
+        for (int k = 0; k < R; ++k) {
+          __m512 v[4];
+          d.LoadPair(row[k], b, v);
+          const __m256 s0 = _mm256_set1_ps(d.Scale(sc[k], b)), s1 = _mm256_set1_ps(d.Scale(sc[k], b + 1));
+#pragma GCC unroll 8
+          for (int n = 0; n < N; ++n) {
+            acc[n][k] = Step16<D::kScaled>(v, x + n * in + b * B, s0, acc[n][k]);
+            acc[n][k] = Step16<D::kScaled>(v + 2, x + n * in + (b + 1) * B, s1, acc[n][k]);
+          }
+        }
+        ++b;
+        continue;
+      }
+    }
+#endif
 #pragma GCC unroll 4
     for (int k = 0; k < R; ++k) {
 #if CEDAR_QUANT_AVX512
