@@ -143,6 +143,14 @@ void PairWordOrder(Pos pos, uint8_t (&order)[2][64]) {
       order[h][2 * w] = uint8_t(pos(e)), order[h][2 * w + 1] = uint8_t(64 + pos(e));
     }
 }
+// lo / hi: each element's float byte 2 / 3 at pos(e); order0 / order1: PairWordOrder(pos). v[0],
+// v[1]: the first block's elements 0-15, 16-31 as floats; v[2], v[3] the second block's.
+inline void PairFloats(__m512i lo, __m512i hi, __m512i order0, __m512i order1, __m512 v[4]) {
+  const __m512i w0 = _mm512_permutex2var_epi8(lo, order0, hi), w1 = _mm512_permutex2var_epi8(lo, order1, hi);
+  const __m512i z = _mm512_setzero_si512();
+  v[0] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(z, w0)), v[1] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, w0));
+  v[2] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(z, w1)), v[3] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, w1));
+}
 #endif
 
 struct DecBf16 {
@@ -269,10 +277,7 @@ struct DecFp8 {
     const __m512i c = _mm512_loadu_si512(row + b * B);
     const __m512i lo = _mm512_permutex2var_epi8(lo_a, c, lo_b);
     const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi_a, c, hi_b), c, sign, 0xF8);  // hi | (c & sign)
-    const __m512i w0 = _mm512_permutex2var_epi8(lo, order0, hi), w1 = _mm512_permutex2var_epi8(lo, order1, hi);
-    const __m512i z = _mm512_setzero_si512();
-    v[0] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(z, w0)), v[1] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, w0));
-    v[2] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(z, w1)), v[3] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, w1));
+    PairFloats(lo, hi, order0, order1, v);
   }
 #else
   static constexpr bool kPair16 = false;
@@ -326,10 +331,7 @@ struct DecFp4 {
     const __m512i n = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(packed, nib)),
                                          _mm256_and_si256(_mm256_srli_epi16(packed, 4), nib), 1);
     const __m512i lb = _mm512_shuffle_epi8(lo_tab512, n), hb = _mm512_shuffle_epi8(hi_tab512, n);
-    const __m512i w0 = _mm512_permutex2var_epi8(lb, order0, hb), w1 = _mm512_permutex2var_epi8(lb, order1, hb);
-    const __m512i z = _mm512_setzero_si512();
-    v[0] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(z, w0)), v[1] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, w0));
-    v[2] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(z, w1)), v[3] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, w1));
+    PairFloats(lb, hb, order0, order1, v);
   }
 #else
   static constexpr bool kPair16 = false;
