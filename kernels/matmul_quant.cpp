@@ -614,6 +614,18 @@ void DecodeRowT(const WeightView& w, int64_t r, float* out) {
   const void* sc = D::Scales(w, r);
   const uint8_t* row = D::Row(w, r);
   for (int64_t b = 0; b < nb; ++b) {
+#if CEDAR_QUANT_VBMI
+    if constexpr (D::kPair16) {  // the same floats as Load16 / Load, two blocks at a time
+      if (b + 1 < nb) {
+        __m512 v[4];
+        d.LoadPair(row, b, v);
+        for (int h = 0; h < 4; ++h)
+          _mm512_storeu_ps(out + b * B + 16 * h, _mm512_mul_ps(v[h], _mm512_set1_ps(d.Scale(sc, b + h / 2))));
+        ++b;
+        continue;
+      }
+    }
+#endif
 #if CEDAR_QUANT_AVX512
     if constexpr (D::kWide) {
       __m512 v[2];
