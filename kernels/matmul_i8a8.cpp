@@ -180,6 +180,16 @@ void StoreBlock(QuantRow& q, int64_t b, uint64_t m, float amax) {
   for (int i = 0; i < 8; ++i) sa[i] = amax / 127.0f;
 }
 
+#if CEDAR_I8A8_VNNI || CEDAR_I8A8_AVX2
+// s_a in FP4 order (I8A8Rows::Row sa8, both ISAs' Fp4Order): per pair, block 2p's x4 then 2p + 1's x4.
+void FillSa8(QuantRow& q) {
+  const size_t pairs = q.neg.size();
+  q.sa8.resize(pairs * 8);
+  for (size_t p = 0; p < pairs; ++p)
+    for (int i = 0; i < 8; ++i) q.sa8[p * 8 + size_t(i)] = q.sa16[p * 16 + (i < 4 ? 0 : 8)];
+}
+#endif
+
 // The definition (the reference uses it on every ISA).
 void QuantiseScalar(const float* x, int64_t in, QuantRow& q) {
   Prepare(in, q);
@@ -273,7 +283,7 @@ void Fp4Order(QuantRow& q) {
   const size_t whole = pairs / 2;  // the kernel's nb / 4 groups, or one more ending in the zero partner
   q.absq4.resize(whole * 128);
   q.neg4.resize(whole * 2);
-  q.sa8.resize(pairs * 8);
+  FillSa8(q);
   for (size_t g = 0; g < whole; ++g) {
     uint64_t mu = 0, mv = 0;
     for (size_t l = 0; l < 4; ++l) {
@@ -286,8 +296,6 @@ void Fp4Order(QuantRow& q) {
     }
     q.neg4[2 * g] = mu, q.neg4[2 * g + 1] = mv;
   }
-  for (size_t p = 0; p < pairs; ++p)
-    for (int i = 0; i < 8; ++i) q.sa8[p * 8 + size_t(i)] = q.sa16[p * 16 + (i < 4 ? 0 : 8)];
 }
 
 // FP4's whole groups of 4 blocks without a cross-lane step on the weights: u and v
@@ -498,14 +506,13 @@ void Fp4Order(QuantRow& q) {
   const size_t pairs = q.neg.size();
   q.absq4.resize(pairs * 64);
   q.sq4.resize(pairs * 64);
-  q.sa8.resize(pairs * 8);
+  FillSa8(q);
   static constexpr int kFrom[4] = {0, 32, 16, 48};  // source offset of each 16-byte quarter
   for (size_t p = 0; p < pairs; ++p) {
     for (int h = 0; h < 4; ++h) {
       std::memcpy(&q.absq4[p * 64 + 16 * size_t(h)], &q.absq[p * 64 + size_t(kFrom[h])], 16);
       std::memcpy(&q.sq4[p * 64 + 16 * size_t(h)], &q.sq[p * 64 + size_t(kFrom[h])], 16);
     }
-    for (int i = 0; i < 8; ++i) q.sa8[p * 8 + size_t(i)] = q.sa16[p * 16 + (i < 4 ? 0 : 8)];
   }
 }
 

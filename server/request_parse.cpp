@@ -147,11 +147,10 @@ GenerationParams ReadParams(const json& body, const HttpRequest& request) {
   // Other negatives are refused rather than wrapped into a seed above 2^63 that cedar.seed would
   // then report as a different number than the client sent.
   if (const json* v = Find(body, "seed")) {
-    if (v->is_number_unsigned()) {
-      p.sampling.seed = v->get<uint64_t>(), p.seeded = true;
-    } else if (!(v->is_number_integer() && v->get<int64_t>() == -1)) {
+    const bool negative = v->is_number_integer() && !v->is_number_unsigned() && v->get<int64_t>() < 0;
+    if (!v->is_number_integer() || (negative && v->get<int64_t>() != -1))
       Expected("seed", "an integer in [0, 2^64), or -1 to draw one", *v);
-    }
+    if (!negative) p.sampling.seed = v->get<uint64_t>(), p.seeded = true;
   }
   p.adjust.bias = ReadLogitBias(body);
   if (auto x = ReadNumber(body, "presence_penalty", -2, 2, false, "[-2, 2]")) p.adjust.presence_penalty = float(*x);
