@@ -207,6 +207,53 @@ TEST_CASE("MatmulMany runs typed and F32 jobs together, each equal to its refere
   }
 }
 
+TEST_CASE("decode's products give the same bits wherever x sits in memory (MatmulMany's aligned copies of x)") {
+  // Few-row jobs whose x is not 64-byte aligned read a copy that is (kernels/matmul_many.cpp);
+  // jobs over the same x share one copy when it holds enough rows. The jobs: one row of x, then
+  // three rows of the same x (longer: a copy of its own), then those three rows again on other
+  // weights (shares the second's copy), then another x.
+  const WeightType types[] = {WeightType::kF32, WeightType::kBF16, WeightType::kI8, WeightType::kFP8, WeightType::kFP4};
+  for (WeightType type : types)
+    for (int in : {200, 2048}) {
+      if (type == WeightType::kFP4 && in % 32 != 0) continue;
+      const int out = 70, n = 3;
+      const auto xv = Random(size_t(n) * in, 900 + in), x2v = Random(size_t(in), 901 + in);
+      std::vector<Stored> ws;
+      for (int j = 0; j < 3; ++j) ws.push_back(Convert(Random(size_t(out) * in, 910 + j, 0.1f), out, in, type));
+      std::vector<float> buf(size_t(n) * in + 64), buf2(size_t(in) + 64);
+      auto aligned = [](std::vector<float>& b) {
+        return b.data() + (16 - reinterpret_cast<uintptr_t>(b.data()) / sizeof(float) % 16) % 16;
+      };
+      auto run = [&](int off, int off2) {
+        float* x = aligned(buf) + off;
+        float* x2 = aligned(buf2) + off2;
+        std::copy(xv.begin(), xv.end(), x);
+        std::copy(x2v.begin(), x2v.end(), x2);
+        std::vector<float> y(size_t(out) * (1 + 2 * n + 1), NAN);
+        const int rows[] = {1, n, n, 1};
+        const float* xs[] = {x, x, x, x2};
+        const int wi[] = {0, 1, 2, 0};
+        std::vector<k::MatmulJob> jobs;
+        float* yp = y.data();
+        for (int j = 0; j < 4; ++j) {
+          k::MatmulJob m{xs[j], nullptr, yp, rows[j], in, out};
+          if (type == WeightType::kF32) m.w = reinterpret_cast<const float*>(ws[size_t(wi[j])].data.data());
+          else m.wv = ws[size_t(wi[j])].view;
+          jobs.push_back(m);
+          yp += size_t(rows[j]) * out;
+        }
+        k::MatmulMany(jobs.data(), int(jobs.size()));
+        return y;
+      };
+      const std::vector<float> want = run(0, 0);
+      for (int off = 1; off < 16; ++off) {
+        const std::vector<float> got = run(off, (off * 7) % 16);
+        INFO(k::WeightTypeName(type) << " in=" << in << " x offset " << off << " floats");
+        CHECK(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0);
+      }
+    }
+}
+
 TEST_CASE("INT8 block quantisation is within half a scale per element, and DecodeRows equals WeightAt") {
   for (int64_t cols : {1, 31, 32, 33, 100}) {
     const int64_t rows = 5;
