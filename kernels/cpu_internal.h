@@ -1,7 +1,9 @@
 // Shared by the fast CPU kernels' files (not part of the kernels' interface).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <new>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -46,24 +48,41 @@ int64_t TypedPanelRows(int in);
 // that path (INT8 or FP4, cols a multiple of 32, SetInt8Activations on), and QuantFewRows on it.
 bool Int8ActivationsApply(const WeightView& w);
 void I8A8FewRows(const float* x, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys);
+// A vector whose elements start on a 64-byte cache line: the kernels load 64 bytes at a time
+// from it, and a load that spans two lines costs ~1.3x (docs/WEIGHTS.md, session 25).
+template <class T>
+struct Line64Allocator {
+  using value_type = T;
+  Line64Allocator() = default;
+  template <class U>
+  Line64Allocator(const Line64Allocator<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64))); }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t(64)); }
+  template <class U>
+  bool operator==(const Line64Allocator<U>&) const { return true; }
+};
+template <class T>
+using LineVector = std::vector<T, Line64Allocator<T>>;
+
 // Rows of x quantised for that path: RunMatmulJobs quantises a product's x once, not once per
-// column slice (a batched-decode product has up to 4 slices per thread).
+// column slice (a batched-decode product has up to 4 slices per thread). The arrays the kernels
+// load 64 bytes at a time from start on a cache line (LineVector).
 struct I8A8Rows {
   struct Row {
-    std::vector<uint8_t> absq;  // [pairs * 64] |q|, zero padded to whole pairs of blocks
+    LineVector<uint8_t> absq;   // [pairs * 64] |q|, zero padded to whole pairs of blocks
     std::vector<uint64_t> neg;  // [pairs] bit j: element 64 p + j is negative
-    std::vector<float> sa16;    // [pairs * 16] s_a of block 2p (lanes 0-7) and 2p + 1 (8-15)
-    std::vector<int8_t> sq;     // [pairs * 64] q itself (the AVX2 path's vpsignb; not filled on VNNI builds)
+    LineVector<float> sa16;     // [pairs * 16] s_a of block 2p (lanes 0-7) and 2p + 1 (8-15)
+    LineVector<int8_t> sq;      // [pairs * 64] q itself (the AVX2 path's vpsignb; not filled on VNNI builds)
     // Rows quantised for FP4 weights (QuantiseRows' fp4) also hold x in the order FP4's unpacked
     // nibbles come in. AVX2 builds: absq4 and sq4 with each pair's 64 bytes as [2p: 0-15,
     // 2p+1: 0-15, 2p: 16-31, 2p+1: 16-31]. VNNI builds, per group of 4 blocks g (4g..4g+3, whole
     // groups only): absq4 [groups * 128] = u: blocks 4g..4g+3 elements 0-15, then v: their
     // elements 16-31; neg4 [groups * 2] u's and v's sign bits (bit j: byte j). Both: s_a as
     // [pairs * 8]: block 2p (lanes 0-3), 2p + 1 (4-7).
-    std::vector<uint8_t> absq4;
-    std::vector<int8_t> sq4;
+    LineVector<uint8_t> absq4;
+    LineVector<int8_t> sq4;
     std::vector<uint64_t> neg4;
-    std::vector<float> sa8;
+    LineVector<float> sa8;
   };
   std::vector<Row> rows;  // [n] (grown, never shrunk: reused across products)
 };
