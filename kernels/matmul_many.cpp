@@ -201,21 +201,22 @@ bool DecodesWhole(const MatmulJob& m, int threads) {
 // against 0.86 aligned. The same values in the same order: the same bits. One copy per x per
 // call (jobs on the same x share it), on the calling thread, before the slices are handed out.
 const MatmulJob* WithAlignedFewRowsX(const MatmulJob* jobs, int n_jobs) {
+  // (8-bit-activation jobs read x once, to quantise it into their own aligned rows: no copy.)
   auto needs = [](const MatmulJob& m) {
-    return m.n >= 1 && m.n <= kFewRowsMax && m.in > 0 && m.out > 0 && reinterpret_cast<uintptr_t>(m.x) % 64 != 0;
+    return m.n >= 1 && m.n <= kFewRowsMax && m.in > 0 && m.out > 0 && reinterpret_cast<uintptr_t>(m.x) % 64 != 0 &&
+           !Int8ActivationsApply(m.wv);
   };
   if (std::none_of(jobs, jobs + n_jobs, needs)) return jobs;
   constexpr size_t kLine = 16;  // floats per 64-byte line
   thread_local std::vector<MatmulJob> aligned_jobs_buffer;
-  thread_local std::vector<float> aligned_x_buffer;
+  thread_local LineVector<float> aligned_x_buffer;
   std::vector<MatmulJob>& out = aligned_jobs_buffer;
   out.assign(jobs, jobs + n_jobs);
-  size_t floats = kLine;  // room to align the buffer's start
+  size_t floats = 0;
   for (int j = 0; j < n_jobs; ++j)
     if (needs(jobs[j])) floats += (size_t(jobs[j].n) * size_t(jobs[j].in) + kLine - 1) / kLine * kLine;
   if (aligned_x_buffer.size() < floats) aligned_x_buffer.resize(floats);
-  float* base = aligned_x_buffer.data();
-  float* next = base + (kLine - reinterpret_cast<uintptr_t>(base) / sizeof(float) % kLine) % kLine;
+  float* next = aligned_x_buffer.data();  // each copy starts on a line
   for (int j = 0; j < n_jobs; ++j) {
     const MatmulJob& m = jobs[j];
     if (!needs(m)) continue;

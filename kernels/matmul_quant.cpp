@@ -399,9 +399,13 @@ inline __m256 Step(const __m256 v[4], const float* xp, __m256 s, __m256 acc) {
 #if CEDAR_QUANT_AVX512
 // Step on 16 lanes: t lanes 0-7 are Step's t0 and lanes 8-15 its t1, computed by the same
 // multiply and FMA; the fold t0 + t1 and the accumulation are Step's. Same bits as Step.
+// Step16's products of one block: lane i = v[0][i] x[i], then + v[1][i] x[16 + i] by one FMA.
+inline __m512 Products16(const __m512 v[2], const float* xp) {
+  return _mm512_fmadd_ps(v[1], _mm512_loadu_ps(xp + 16), _mm512_mul_ps(v[0], _mm512_loadu_ps(xp)));
+}
 template <bool kScaled>
 inline __m256 Step16(const __m512 v[2], const float* xp, __m256 s, __m256 acc) {
-  const __m512 t = _mm512_fmadd_ps(v[1], _mm512_loadu_ps(xp + 16), _mm512_mul_ps(v[0], _mm512_loadu_ps(xp)));
+  const __m512 t = Products16(v, xp);
   const __m256 u = _mm256_add_ps(_mm512_castps512_ps256(t), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(t), 1)));
   return kScaled ? _mm256_fmadd_ps(u, s, acc) : _mm256_add_ps(acc, u);
 }
@@ -482,9 +486,6 @@ template <class D, _mm_hint kHint>
 int64_t TwoRowBlocks(const D& d, const float* x, const uint8_t* const* row, const void* const* sc, int64_t nb,
                      const uint8_t* pf_end, __m256 (&acc)[1][2]) {
   __m512 a = _mm512_setzero_ps();  // [row 0's 8 lanes, row 1's 8 lanes]
-  auto step = [](const __m512* v, const float* xp) {
-    return _mm512_fmadd_ps(v[1], _mm512_loadu_ps(xp + 16), _mm512_mul_ps(v[0], _mm512_loadu_ps(xp)));
-  };
   auto fold = [&](__m512 t0, __m512 t1, int64_t b) {
     const __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(t0, t1, 0x44), _mm512_shuffle_f32x4(t0, t1, 0xEE));
     if constexpr (D::kScaled) {
@@ -506,8 +507,8 @@ int64_t TwoRowBlocks(const D& d, const float* x, const uint8_t* const* row, cons
       __m512 v0[4], v1[4];
       d.LoadPair(row[0], b, v0);
       d.LoadPair(row[1], b, v1);
-      fold(step(v0, x + b * B), step(v1, x + b * B), b);
-      fold(step(v0 + 2, x + (b + 1) * B), step(v1 + 2, x + (b + 1) * B), b + 1);
+      fold(Products16(v0, x + b * B), Products16(v1, x + b * B), b);
+      fold(Products16(v0 + 2, x + (b + 1) * B), Products16(v1 + 2, x + (b + 1) * B), b + 1);
       continue;
     }
 #endif
@@ -515,7 +516,7 @@ int64_t TwoRowBlocks(const D& d, const float* x, const uint8_t* const* row, cons
       __m512 v0[2], v1[2];
       d.Load16(row[0], b, v0);
       d.Load16(row[1], b, v1);
-      fold(step(v0, x + b * B), step(v1, x + b * B), b);
+      fold(Products16(v0, x + b * B), Products16(v1, x + b * B), b);
     }
   }
   acc[0][0] = _mm512_castps512_ps256(a);
