@@ -238,12 +238,15 @@ int main(int argc, char** argv) {
   std::printf("%s\n", nlohmann::json{{"bench", "bandwidth"}, {"read_gbs", bw}}.dump().c_str());
   for (int th : threads) {
     k::SetPoolThreads(th);
-    // int8-a8 / fp4-a8: INT8 / FP4 weights with kernels::SetInt8Activations (8-bit activations).
-    const std::pair<k::WeightType, bool> kinds[] = {{k::WeightType::kF32, false}, {k::WeightType::kBF16, false}, {k::WeightType::kI8, false},
-                                                    {k::WeightType::kI8, true},   {k::WeightType::kFP8, false}, {k::WeightType::kFP4, false},
-                                                    {k::WeightType::kFP4, true}};
-    for (const auto& [t, a8] : kinds) {
-      k::SetInt8Activations(a8);
+    // int8-a8 / fp4-a8: INT8 / FP4 weights with kernels::SetInt8Activations (8-bit activations);
+    // fp8-bf16a / fp4-bf16a: FP8 / FP4 with kernels::SetBf16Activations (BF16 activations).
+    enum Acts { kF32Acts, kA8, kBf16A };
+    const std::pair<k::WeightType, Acts> kinds[] = {{k::WeightType::kF32, kF32Acts}, {k::WeightType::kBF16, kF32Acts}, {k::WeightType::kI8, kF32Acts},
+                                                    {k::WeightType::kI8, kA8},        {k::WeightType::kFP8, kF32Acts}, {k::WeightType::kFP8, kBf16A},
+                                                    {k::WeightType::kFP4, kF32Acts},  {k::WeightType::kFP4, kA8},      {k::WeightType::kFP4, kBf16A}};
+    for (const auto& [t, acts] : kinds) {
+      k::SetInt8Activations(acts == kA8);
+      k::SetBf16Activations(acts == kBf16A);
       Stored s = Make(w, rows, cols, t);
       const double bytes = double(rows) * k::WeightRowBytes(t, cols);
       k::MatmulW(x.data(), s.view, y.data(), 1);  // warm-up
@@ -258,7 +261,8 @@ int main(int argc, char** argv) {
       std::sort(cpu.begin(), cpu.end());
       const double med = secs[secs.size() / 2];
       k::SetInt8Activations(false);
-      std::printf("%s\n", nlohmann::json{{"bench", "matvec"}, {"weights", a8 ? std::string(k::WeightTypeName(t)) + "-a8" : std::string(k::WeightTypeName(t))}, {"threads", th}, {"rows", rows},
+      k::SetBf16Activations(false);
+      std::printf("%s\n", nlohmann::json{{"bench", "matvec"}, {"weights", std::string(k::WeightTypeName(t)) + (acts == kA8 ? "-a8" : acts == kBf16A ? "-bf16a" : "")}, {"threads", th}, {"rows", rows},
                                          {"cols", cols}, {"bytes", bytes}, {"seconds_min", secs.front()}, {"seconds_median", med},
                                          {"gbs_median", bytes / med / 1e9}, {"fraction_of_read_bandwidth", bytes / med / 1e9 / bw},
                                          {"cpu_seconds_median", cpu[cpu.size() / 2]},

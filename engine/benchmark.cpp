@@ -152,7 +152,7 @@ int RunEngineBenchMain(int argc, char** argv) {
       std::printf("usage: cedar bench [--model DIR | --preset small|medium [--keep-model]] [--lengths 512,4096,16384]\n"
                   "                   [--decode N] [--decode-batch 1,8] [--decode-context 512] [--reps 3] [--threads N] [--spec-tokens K]\n"
                   "                   [--device cpu|cuda|auto] [--f32-weights] [--mmap-weights] [--row-invariant-matmul]\n"
-                  "                   [--weights f32|bf16|int8|as-stored|fp8-fp4] [--int8-activations] [--max-ram BYTES[K|M|G]]\n"
+                  "                   [--weights f32|bf16|int8|as-stored|fp8-fp4] [--int8-activations] [--bf16-activations] [--max-ram BYTES[K|M|G]]\n"
                   "Prints one JSON object per result: the machine's matmul rate and bandwidth (the CPU's sgemm and read\n"
                   "bandwidth, or the GPU's BF16 GEMM and copy bandwidth), then prefill tokens/s per length in full and\n"
                   "bounded, then decode tokens/s, each with its fraction of the hardware. Every figure is timed --reps\n"
@@ -171,6 +171,7 @@ int RunEngineBenchMain(int argc, char** argv) {
                   "with the acceptance rate and both decode rates; nothing else runs.\n"
                   "--weights holds the CPU's matmul weights at that precision (the decode bound counts its bytes);\n"
                   "--int8-activations runs INT8 and FP4 weights' decode products on 8-bit activations (kernels::SetInt8Activations).\n"
+                  "--bf16-activations runs FP8 and FP4 weights' decode products on BF16 activations (kernels::SetBf16Activations; FP4 stays on 8-bit ones with both flags).\n"
                   "A released-layout model (cedar init --arch v41) also prints its load (dequantise-once seconds, stored\n"
                   "and F32 bytes); with --max-ram below its expert bytes the experts are dequantised on demand, and the\n"
                   "prefill and decode lines give the share of time spent dequantising and the shard bytes read per token.\n");
@@ -186,6 +187,10 @@ int RunEngineBenchMain(int argc, char** argv) {
     else if (a == "--int8-activations") {
       kernels::SetInt8Activations(true);
       if (!kernels::Int8ActivationsVectorised()) spdlog::warn("--int8-activations: this build has neither the AVX-512 VNNI nor the AVX2 kernel; the products run on the scalar reference loop (same results, much slower decode)");
+    }
+    else if (a == "--bf16-activations") {
+      kernels::SetBf16Activations(true);
+      if (!kernels::Bf16ActivationsVectorised()) spdlog::warn("--bf16-activations: this build lacks the AVX-512 BF16 + VBMI kernel; the products run on the scalar reference loop (same results, much slower decode)");
     }
     else if (a == "--threads") threads = ParseIntFlag("--threads", next(), 0, 4096);
     else if (a == "--decode-batch") batches_s = next();
@@ -323,7 +328,7 @@ int RunEngineBenchMain(int argc, char** argv) {
         sgemm = std::max(sgemm, sgemm_after);
       }
       const Spread tps = SpreadOf(tpss), gf = SpreadOf(gfs), sec = SpreadOf(secs);
-      nlohmann::json j = {{"bench", "prefill"}, {"device", be->name()}, {"model", model_name}, {"weights", WeightPrecisionName(load.weights)}, {"int8_activations", kernels::Int8Activations()}, {"n_tokens", n},
+      nlohmann::json j = {{"bench", "prefill"}, {"device", be->name()}, {"model", model_name}, {"weights", WeightPrecisionName(load.weights)}, {"int8_activations", kernels::Int8Activations()}, {"bf16_activations", kernels::Bf16Activations()}, {"n_tokens", n},
                           {"mode", ModeName(mode)}, {"reps", reps}, {"row_invariant_matmul", row_invariant}, {"seconds", sec.median}, {"tokens_per_s", tps.median},
                           {"layer_token_units", r.stats.layer_token_units}, {"matmul_gflops", gf.median},
                           {on_gpu ? "fraction_of_matmul" : "fraction_of_sgemm", gf.median / sgemm}};
@@ -385,7 +390,7 @@ int RunEngineBenchMain(int argc, char** argv) {
     if (decode_faster) bw_now = in_matmul_gbs;
     const double bound = bw_now * 1e9 / bytes_per_step * batch;
     const Spread tps = SpreadOf(tpss);
-    nlohmann::json j = {{"bench", "decode"}, {"device", be->name()}, {"model", model_name}, {"weights", WeightPrecisionName(load.weights)}, {"int8_activations", kernels::Int8Activations()}, {"batch", batch},
+    nlohmann::json j = {{"bench", "decode"}, {"device", be->name()}, {"model", model_name}, {"weights", WeightPrecisionName(load.weights)}, {"int8_activations", kernels::Int8Activations()}, {"bf16_activations", kernels::Bf16Activations()}, {"batch", batch},
                         {"context", decode_context}, {"steps", decode_n}, {"reps", reps}, {"tokens_per_s", tps.median},
                         {"bandwidth_gbs", bw_now}, {"bandwidth_from_decode_itself", decode_faster},
                         {"weight_bytes_per_step_lower_bound", bytes_per_step},

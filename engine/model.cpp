@@ -194,10 +194,11 @@ std::unique_ptr<const Model> Model::Load(const std::string& dir, const LoadOptio
   }
   // Another precision computes other numbers: its cache entries must not be taken for F32's
   // (F32 keeps the fingerprint it always had). So do 8-bit activations (kernels::
-  // SetInt8Activations, set before the load by the flags that take it).
+  // SetInt8Activations, set before the load by the flags that take it) and BF16 ones.
   if (options.weights != WeightPrecision::kF32) {
     const std::string tag = std::string("weights=") + WeightPrecisionName(options.weights) +
-                            (kernels::Int8Activations() ? "+int8-activations" : "");
+                            (kernels::Int8Activations() ? "+int8-activations" : "") +
+                            (kernels::Bf16Activations() ? "+bf16-activations" : "");
     XXH3_64bits_update(st, tag.data(), tag.size());
   }
   m->fingerprint_ = XXH3_64bits_digest(st);

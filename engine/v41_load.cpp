@@ -515,7 +515,8 @@ std::unique_ptr<const Model> Model::LoadReleased(const std::string& dir, const L
   m->fingerprint_ = ReleasedFingerprint(dir, config_path);
   m->precision_ = options.weights;
   if (options.weights != WeightPrecision::kF32) {  // other numbers: other cache keys (8-bit activations too)
-    const std::string tag = std::string(WeightPrecisionName(options.weights)) + (kernels::Int8Activations() ? "+int8-activations" : "");
+    const std::string tag = std::string(WeightPrecisionName(options.weights)) + (kernels::Int8Activations() ? "+int8-activations" : "") +
+                            (kernels::Bf16Activations() ? "+bf16-activations" : "");
     m->fingerprint_ ^= XXH3_64bits(tag.data(), tag.size());
   }
   report->total_seconds = Seconds(t0, std::chrono::steady_clock::now());

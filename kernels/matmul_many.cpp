@@ -201,10 +201,10 @@ bool DecodesWhole(const MatmulJob& m, int threads) {
 // against 0.86 aligned. The same values in the same order: the same bits. One copy per x per
 // call (jobs on the same x share it), on the calling thread, before the slices are handed out.
 const MatmulJob* WithAlignedFewRowsX(const MatmulJob* jobs, int n_jobs) {
-  // (8-bit-activation jobs read x once, to quantise it into their own aligned rows: no copy.)
+  // (8-bit- and BF16-activation jobs read x once, to convert it into their own aligned rows: no copy.)
   auto needs = [](const MatmulJob& m) {
     return m.n >= 1 && m.n <= kFewRowsMax && m.in > 0 && m.out > 0 && reinterpret_cast<uintptr_t>(m.x) % 64 != 0 &&
-           !Int8ActivationsApply(m.wv);
+           !Int8ActivationsApply(m.wv) && !Bf16ActivationsApply(m.wv);
   };
   if (std::none_of(jobs, jobs + n_jobs, needs)) return jobs;
   constexpr size_t kLine = 16;  // floats per 64-byte line
@@ -345,6 +345,24 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
       a8_rows[size_t(j)] = &a8_buffer[size_t(j)];
     }
   }
+  // Likewise x of a BF16-activation product, converted once (jobs on the same x share it).
+  thread_local std::vector<Bf16Rows> bf16_buffer;
+  thread_local std::vector<const Bf16Rows*> bf16_rows_buffer;
+  std::vector<const Bf16Rows*>& bf16_rows = bf16_rows_buffer;
+  const bool bf16a = Bf16Activations();
+  if (bf16a) {
+    bf16_rows.assign(size_t(n_jobs), nullptr);
+    if (bf16_buffer.size() < size_t(n_jobs)) bf16_buffer.resize(size_t(n_jobs));
+    for (int j = 0; j < n_jobs; ++j) {
+      const MatmulJob& m = jobs[j];
+      if (m.n < 1 || m.n > kFewRowsMax || m.out <= 0 || !Bf16ActivationsApply(m.wv)) continue;
+      for (int k = 0; k < j && !bf16_rows[size_t(j)]; ++k)
+        if (bf16_rows[size_t(k)] && jobs[k].x == m.x && jobs[k].n == m.n && jobs[k].in == m.in) bf16_rows[size_t(j)] = bf16_rows[size_t(k)];
+      if (bf16_rows[size_t(j)]) continue;
+      ConvertRowsBf16(m.x, m.n, m.in, bf16_buffer[size_t(j)]);
+      bf16_rows[size_t(j)] = &bf16_buffer[size_t(j)];
+    }
+  }
   if (threads > 1 && slices.size() < size_t(threads) &&
       std::any_of(slices.begin(), slices.end(), [](const Slice& s) { return s.rows; })) {
     // Fewer row blocks than threads (a product of 17-48 rows, e.g. a chunk's projections):
@@ -403,6 +421,7 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
       if (s.rows)
         GemmPrefillRows(m.x, m.w + size_t(s.col0) * m.in, m.y + s.col0, m.in, s.col1 - s.col0, m.out, s.row0, s.row1);
       else if (const I8A8Rows* q = a8 ? a8_rows[size_t(s.job)] : nullptr) I8A8Quantised(*q, m.n, m.wv, s.col0, s.col1, m.y + s.col0, m.out);
+      else if (const Bf16Rows* c = bf16a ? bf16_rows[size_t(s.job)] : nullptr) Bf16AConverted(*c, m.n, m.wv, s.col0, s.col1, m.y + s.col0, m.out);
       else if (const PackedRows* px = any_packed ? packed[size_t(s.job)] : nullptr) MatmulColumnsTyped(m, s.col0, s.col1, px);
       else MatmulColumns(m, s.col0, s.col1);
     }

@@ -745,6 +745,7 @@ void FewRowsScalar(const float* x, int n, const WeightView& w, int64_t r0, int64
 // y[b * ys + (r - r0)] = x[b, :] . w[r, :] for b < n (n <= kFewRowsMax), r in [r0, r1).
 void QuantFewRows(const float* x, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
   if (Int8ActivationsApply(w)) return I8A8FewRows(x, n, w, r0, r1, y, ys);
+  if (Bf16ActivationsApply(w)) return Bf16AFewRows(x, n, w, r0, r1, y, ys);
 #if CEDAR_QUANT_AVX2
   switch (w.type) {
     case WeightType::kBF16: return FewRowsT<DecBf16>(x, n, w, r0, r1, y, ys);

@@ -64,6 +64,9 @@ void MatmulW(const float* x, const WeightView& w, float* y, int n);
 // INT8 or FP4 weights (cols a multiple of 32) times x quantised to 8 bits per block of 32, in the
 // order kernels/matmul_i8a8.cpp defines (SetInt8Activations' products equal it bit for bit).
 void MatmulI8A8(const float* x, const WeightView& w, float* y, int n);
+// FP8 or FP4 weights (cols a multiple of 64) times x rounded to bf16, in the order
+// kernels/matmul_bf16a.cpp defines (SetBf16Activations' products equal it bit for bit).
+void MatmulBf16A(const float* x, const WeightView& w, float* y, int n);
 }  // namespace ref
 
 }  // namespace cedar::kernels

@@ -12,3 +12,4 @@ cedar_add_test(gemm_prefill_test kernels cedar_kernels ${CMAKE_CURRENT_SOURCE_DI
 # INT8 weights times 8-bit activations (--int8-activations): bitwise equal to the scalar
 # reference, batched rows equal to one row alone, error within the activation rounding bound.
 cedar_add_test(kernels_i8a8_test kernels cedar_kernels ${CMAKE_CURRENT_SOURCE_DIR}/kernels_i8a8_test.cpp)
+cedar_add_test(kernels_bf16a_test kernels cedar_kernels ${CMAKE_CURRENT_SOURCE_DIR}/kernels_bf16a_test.cpp)

@@ -187,6 +187,34 @@ TEST_CASE("int8 with 8-bit activations: own fingerprint, logits near F32, batch 
   }
 }
 
+// --bf16-activations (kernels::SetBf16Activations): the decode products of FP8 and FP4 weights run on
+// x rounded to bf16. Another cache key, decode logits within that rounding's bound of the
+// F32-activation ones (a product's relative error grows by at most about 2^-8), and a batched
+// decode row still equals the row alone bit for bit.
+TEST_CASE("FP8 and FP4 weights with BF16 activations: own fingerprint, logits near the F32-activation ones, batch row == alone") {
+  for (const auto& [name, p] : {std::pair{std::string("v41-tiny"), WeightPrecision::kAsStored}, std::pair{std::string("tiny"), WeightPrecision::kFp8Fp4}}) {
+    CAPTURE(name);
+    auto plain = Load(name, p);
+    const ModelConfig& c = plain->config();
+    const auto t = RandomTokens(40, c.vocab_size, 11);
+    SequenceState s1(c), s2(c);
+    Run(*plain, s1, t, PrefillMode::kExact);
+    const std::vector<float> d1 = DecodeStep(*plain, s1, 7);
+    kernels::SetBf16Activations(true);
+    auto bf = Load(name, p);
+    CHECK(bf->fingerprint() != plain->fingerprint());
+    Run(*bf, s2, t, PrefillMode::kExact);
+    const std::vector<float> d2 = DecodeStep(*bf, s2, 7);
+    const double bound = ProductsInSeries(c) * 2.0 / 256;
+    std::printf("model_weights_test: %s --weights %s + BF16 activations: decode logits rel error %.3g vs F32 activations (bound %.3g)\n",
+                name.c_str(), WeightPrecisionName(p), RelError(d2, d1), bound);
+    CHECK(d2 != d1);  // the mode changed the decode products
+    CHECK(RelError(d2, d1) <= bound);
+    CheckBatchRowsEqualAlone(*bf);
+    kernels::SetBf16Activations(false);
+  }
+}
+
 // --weights fp8-fp4 on a Cedar-layout F32 file: each matmul weight held at the released type
 // (head BF16, routed experts FP4, the rest FP8) with exactly the values kernels::QuantizeWeight
 // gives for the file's floats; its own cache key; a released-layout model refuses it by name.

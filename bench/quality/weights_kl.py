@@ -3,7 +3,8 @@
     /usr/bin/python3 bench/quality/weights_kl.py --model models/cedar-mini --seqs 4 --weights bf16,int8,int8-a8
 
 The held-out windows of quality.py (T + 1 = 1025 tokens). For each precision W, build/bench/bench_quality
-(W-a8, e.g. int8-a8 or fp8-fp4-a8: --weights W with --int8-activations) runs every scenario (full, exact@n, bounded@n for n in quality.CUTS, then 128 teacher-forced
+(W-a8, e.g. int8-a8 or fp8-fp4-a8: --weights W with --int8-activations; W-bf16a, e.g. fp8-fp4-bf16a: with
+--bf16-activations; W-bf16a-a8 with both) runs every scenario (full, exact@n, bounded@n for n in quality.CUTS, then 128 teacher-forced
 decode rows) at --weights W and, with --kl-ref f32, the same scenario at F32: per row the next
 token's NLL at W and at F32 and KL(F32 || W) in nats. Per (W, mode): bits per byte at W, its
 difference from F32 in the same mode (± standard error over rows), KL(F32 || W) per row, and,
@@ -29,12 +30,15 @@ LN2 = math.log(2)
 
 
 def run(binary, model, path, weights, modes, threads):
-    # "W-a8" (int8-a8, fp8-fp4-a8): --weights W with --int8-activations (INT8 and FP4 decode products on 8-bit activations).
-    a8 = weights.endswith("-a8")
+    # "W-a8" (int8-a8, fp8-fp4-a8): --weights W with --int8-activations (INT8 and FP4 decode products on 8-bit activations);
+    # "W-bf16a" (fp8-fp4-bf16a): --bf16-activations (FP8 and FP4 decode products on BF16 activations); "W-bf16a-a8" both.
+    base, flags = weights, []
+    if base.endswith("-a8"):
+        base, flags = base[:-3], flags + ["--int8-activations"]
+    if base.endswith("-bf16a"):
+        base, flags = base[:-6], flags + ["--bf16-activations"]
     cmd = [binary, "--model", model, "--tokens", path, "--cuts", ",".join(map(str, quality.CUTS)),
-           "--decode", str(quality.DECODE), "--modes", modes, "--threads", str(threads), "--weights", weights[:-3] if a8 else weights]
-    if a8:
-        cmd += ["--int8-activations"]
+           "--decode", str(quality.DECODE), "--modes", modes, "--threads", str(threads), "--weights", base] + flags
     if weights != "f32":
         cmd += ["--kl-ref", "f32"]
     res = subprocess.run(cmd, check=True, capture_output=True, text=True)
