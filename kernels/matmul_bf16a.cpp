@@ -200,13 +200,22 @@ struct SrcFp4 {
   }
 };
 
+// Decode (one row of x) reads a thread's slice as kSpreadBf16 parts side by side, each prefetched
+// kPrefetchBytes ahead (T0, one prefetch per line). `cedar bench` medium fp8-fp4 decode with BF16
+// activations, three rounds alternating (session 26): 2 parts with this prefetch 76.6 / 84.3 /
+// 79.2 tok/s, without 72.6 / 73.8 / 76.0, 8 KiB ahead 73.8 / 81.9 / 68.3; in a first sweep 4
+// parts, one part, and T1 / T2 hints 4-8 KiB ahead did no better. (In a driver with the matrix
+// in L2 the prefetch halved the rate: decode's weights are never there.)
+constexpr int kSpreadBf16 = 2;
+constexpr int64_t kPrefetchBytes = 4096;
+
 // The E8M0 scales of blocks 16g..16g+15 (fewer at the end of a row: the rest zero) as floats:
 // code c as the bits c << 23, 2^(c - 127) for c in 1..254, then code 0 (2^-127, a subnormal) and
 // 255 (NaN) put in by mask, so every code gives E8m0Floats' value.
 inline __m512 GroupScales(const uint8_t* sc, int64_t g, int64_t nb) {
   const int64_t left = nb - 16 * g;
-  const __mmask16 m = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
-  const __m512i c = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, sc + 16 * g));
+  const __m512i c = _mm512_cvtepu8_epi32(left >= 16 ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * g))
+                                                    : _mm_maskz_loadu_epi8(__mmask16((1u << left) - 1), sc + 16 * g));
   __m512i bits = _mm512_slli_epi32(c, 23);
   bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(c, _mm512_setzero_si512()), _mm512_set1_epi32(0x00400000));
   bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(c, _mm512_set1_epi32(255)), _mm512_set1_epi32(0x7FC00000));
@@ -219,7 +228,7 @@ inline __m512 GroupScales(const uint8_t* sc, int64_t g, int64_t nb) {
 // Scales: 16 blocks' at once (GroupScales), then pair j of the group's block 2j in lanes 0-7 and
 // 2j + 1 in 8-15 by one permute (a vmovd, table load, broadcast and insert per pair cost ~30% of
 // a one-row FP8 product in L2, session 26).
-template <class Src, int N, int S>
+template <class Src, int N, int S, bool kPrefetch = false>
 void RowsBf16(const uint16_t* const* xr, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys, int64_t rs) {
   const Src src;
   const int64_t pairs = w.cols / kPair, nb = w.cols / B;
@@ -233,35 +242,45 @@ void RowsBf16(const uint16_t* const* xr, const WeightView& w, int64_t r0, int64_
       sc[k] = ScaleRow(w, r + k * rs);
       for (int n = 0; n < N; ++n) acc[n][k] = _mm512_setzero_ps();
     }
-    for (int64_t g = 0; g * 8 < pairs; ++g) {
+    // One pair: its weights decoded once, its scales from the group's (s16), every row of x.
+    auto pair = [&](int64_t p, const __m512 (&s16)[S], __m512i idx) __attribute__((always_inline)) {
+      __m512i w0[S], w1[S];
+      __m512 s[S];
+      for (int k = 0; k < S; ++k) {
+        if constexpr (kPrefetch)  // one prefetch per line: every FP8 pair, every other FP4 pair
+          if (Src::kPairBytes == 64 || (p & 1)) _mm_prefetch(reinterpret_cast<const char*>(wr[k] + p * Src::kPairBytes + kPrefetchBytes), _MM_HINT_T0);
+        src.Pair(wr[k], p, w0[k], w1[k]);
+        s[k] = _mm512_permutexvar_ps(idx, s16[k]);
+      }
+#pragma GCC unroll 8
+      for (int n = 0; n < N; ++n) {
+        const __m512bh x0 = (__m512bh)_mm512_load_si512(xr[n] + p * kPair), x1 = (__m512bh)_mm512_load_si512(xr[n] + p * kPair + 32);
+        for (int k = 0; k < S; ++k) {
+          const __m512 t = _mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)w0[k], x0), (__m512bh)w1[k], x1);
+          acc[n][k] = _mm512_fmadd_ps(t, s[k], acc[n][k]);
+        }
+      }
+    };
+    // Whole groups of 8 pairs (16 blocks: one GroupScales each), unrolled, then the rest.
+    int64_t g = 0;
+    for (; 8 * g + 8 <= pairs; ++g) {
       __m512 s16[S];
       for (int k = 0; k < S; ++k) s16[k] = GroupScales(sc[k], g, nb);
       __m512i idx = first;
-      for (int64_t p = 8 * g; p < std::min(pairs, 8 * g + 8); ++p, idx = _mm512_add_epi32(idx, two)) {
-        __m512i w0[S], w1[S];
-        __m512 s[S];
-        for (int k = 0; k < S; ++k) {
-          src.Pair(wr[k], p, w0[k], w1[k]);
-          s[k] = _mm512_permutexvar_ps(idx, s16[k]);
-        }
 #pragma GCC unroll 8
-        for (int n = 0; n < N; ++n) {
-          const __m512bh x0 = (__m512bh)_mm512_load_si512(xr[n] + p * kPair), x1 = (__m512bh)_mm512_load_si512(xr[n] + p * kPair + 32);
-          for (int k = 0; k < S; ++k) {
-            const __m512 t = _mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)w0[k], x0), (__m512bh)w1[k], x1);
-            acc[n][k] = _mm512_fmadd_ps(t, s[k], acc[n][k]);
-          }
-        }
-      }
+      for (int j = 0; j < 8; ++j, idx = _mm512_add_epi32(idx, two)) pair(8 * g + j, s16, idx);
+    }
+    if (8 * g < pairs) {
+      __m512 s16[S];
+      for (int k = 0; k < S; ++k) s16[k] = GroupScales(sc[k], g, nb);
+      __m512i idx = first;
+      for (int64_t p = 8 * g; p < pairs; ++p, idx = _mm512_add_epi32(idx, two)) pair(p, s16, idx);
     }
     for (int n = 0; n < N; ++n)
       for (int k = 0; k < S; ++k) y[n * ys + (r - r0) + k * rs] = Reduce16(acc[n][k]);
   }
 }
 
-// Decode (one row of x) reads a thread's slice as kSpreadBf16 parts side by side, without
-// software prefetch: measured in session 26 (docs/WEIGHTS.md).
-constexpr int kSpreadBf16 = 2;
 
 template <class Src>
 void ConvertedT(const uint16_t* const* xr, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
@@ -272,7 +291,7 @@ void ConvertedT(const uint16_t* const* xr, int n, const WeightView& w, int64_t r
       case 1:
         if (r1 - r0 >= kSpreadBf16 * 16) {
           const int64_t per = (r1 - r0) / kSpreadBf16;
-          RowsBf16<Src, 1, kSpreadBf16>(xb, w, r0, r0 + per, yb, ys, per);
+          RowsBf16<Src, 1, kSpreadBf16, true>(xb, w, r0, r0 + per, yb, ys, per);
           RowsBf16<Src, 1, 1>(xb, w, r0 + per * kSpreadBf16, r1, yb + per * kSpreadBf16, ys, 1);
         } else {
           RowsBf16<Src, 1, 1>(xb, w, r0, r1, yb, ys, 1);

@@ -15,6 +15,10 @@
 #include <string>
 #include <vector>
 
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+#include <immintrin.h>
+#endif
+
 #include "kernels/ops.h"
 #include "kernels/thread_pool.h"
 #include "kernels/weight_quantize.h"
@@ -61,6 +65,49 @@ int Mismatches(const std::vector<float>& x, const k::WeightView& w, int n) {
 }
 
 }  // namespace
+
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+// The rounding the reference assumes, checked on the instruction itself: per lane, acc + the odd
+// words' product rounded to nearest, then + the even words' product rounded, denormal inputs read
+// as zero and denormal results flushed to a zero of their sign. Random words (a quarter with any
+// exponent, so products and sums underflow and overflow), random accumulators.
+TEST_CASE("vdpbf16ps adds the odd product, rounds, then the even one, flushing subnormals") {
+  auto bf = [](uint16_t b) {
+    const uint32_t u = uint32_t(b) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return std::fabs(f) < 0x1p-126f ? std::copysign(0.0f, f) : f;
+  };
+  auto ftz = [](float v) { return std::fabs(v) < 0x1p-126f ? std::copysign(0.0f, v) : v; };
+  std::mt19937 g(1);
+  int bad = 0, lanes = 0;
+  for (int it = 0; it < 20000; ++it) {
+    alignas(64) uint16_t a[32], b[32];
+    alignas(64) float acc[16], out[16];
+    for (int i = 0; i < 32; ++i) {
+      a[i] = uint16_t(g()), b[i] = uint16_t(g());
+      if (g() % 4) a[i] = uint16_t((a[i] & 0x807F) | ((120 + g() % 16) << 7)), b[i] = uint16_t((b[i] & 0x807F) | ((120 + g() % 16) << 7));
+      if ((a[i] & 0x7F80) == 0x7F80) a[i] &= 0xBFFF;  // no Inf / NaN inputs
+      if ((b[i] & 0x7F80) == 0x7F80) b[i] &= 0xBFFF;
+    }
+    for (float& v : acc) {
+      uint32_t u = g();
+      if (g() % 4) u = (u & 0x807FFFFF) | ((110 + g() % 30) << 23);
+      if (((u >> 23) & 0xFF) == 0xFF) u &= 0xBFFFFFFF;
+      std::memcpy(&v, &u, 4);
+    }
+    _mm512_store_ps(out, _mm512_dpbf16_ps(_mm512_load_ps(acc), (__m512bh)_mm512_load_si512(a), (__m512bh)_mm512_load_si512(b)));
+    for (int i = 0; i < 16; ++i, ++lanes) {
+      float t = ftz(acc[i]);
+      t = ftz(std::fma(bf(a[2 * i + 1]), bf(b[2 * i + 1]), t));
+      t = ftz(std::fma(bf(a[2 * i]), bf(b[2 * i]), t));
+      bad += std::memcmp(&t, &out[i], 4) != 0 && !(std::isnan(t) && std::isnan(out[i]));
+    }
+  }
+  INFO(bad << " of " << lanes << " lanes differ from the model");
+  CHECK(bad == 0);
+}
+#endif
 
 TEST_CASE("BF16-activation FP8 and FP4 products equal their scalar reference bit for bit, and each row equals it alone") {
   ModeOn on;
