@@ -77,16 +77,6 @@ const uint8_t* ScaleRow(const WeightView& w, int64_t r) {
   return w.type == WeightType::kFP8 ? s + ((w.row0 + r) / B) * nb : s + r * nb;
 }
 
-// 2^(code - 127) for every E8M0 code (NaN for 0xFF), built once.
-const float* E8m0Floats() {
-  static const auto* t = [] {
-    auto* a = new float[256];
-    for (int i = 0; i < 256; ++i) a[i] = DecodeE8M0(uint8_t(i));
-    return a;
-  }();
-  return t;
-}
-
 inline float Ftz(float v) { return std::fabs(v) < 0x1p-126f ? std::copysign(0.0f, v) : v; }
 
 inline float HSum16(const float a[16]) {

@@ -62,16 +62,6 @@ constexpr int64_t kPrefetchBytes = 1024;
 // Every output still has its own accumulator, so the bits do not depend on R.
 constexpr int kOneRowR = 1;
 
-// 2^(code - 127) for every E8M0 code (NaN for 0xFF), built once.
-const float* E8m0Table() {
-  static const auto* t = [] {
-    auto* a = new float[256];
-    for (int i = 0; i < 256; ++i) a[i] = DecodeE8M0(uint8_t(i));
-    return a;
-  }();
-  return t;
-}
-
 int64_t Blocks(int64_t cols) { return (cols + B - 1) / B; }
 
 // The unscaled value of element (r, c) and the scale of its block (scalar; tails and fallback).
@@ -90,8 +80,8 @@ float RawAt(const WeightView& w, int64_t r, int64_t c) {
 float ScaleOf(const WeightView& w, int64_t r, int64_t b) {
   switch (w.type) {
     case WeightType::kI8: return static_cast<const float*>(w.scales)[r * Blocks(w.cols) + b];
-    case WeightType::kFP8: return E8m0Table()[static_cast<const uint8_t*>(w.scales)[((w.row0 + r) / B) * Blocks(w.cols) + b]];
-    case WeightType::kFP4: return E8m0Table()[static_cast<const uint8_t*>(w.scales)[r * Blocks(w.cols) + b]];
+    case WeightType::kFP8: return E8m0Floats()[static_cast<const uint8_t*>(w.scales)[((w.row0 + r) / B) * Blocks(w.cols) + b]];
+    case WeightType::kFP4: return E8m0Floats()[static_cast<const uint8_t*>(w.scales)[r * Blocks(w.cols) + b]];
     default: return 1.0f;
   }
 }
@@ -224,7 +214,7 @@ struct DecFp8 {
   static constexpr bool kScaled = true;
   static constexpr bool kWide = true;  // has Load16 (AVX-512 builds)
   static constexpr float kLoadUnit = 1.0f;
-  const float* e8m0 = E8m0Table();
+  const float* e8m0 = E8m0Floats();
   __m256i mask = _mm256_set1_epi32(int(0x87F00000u));
   __m256 k2p120 = _mm256_set1_ps(0x1p120f);
   static const uint8_t* Row(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.data) + r * w.cols; }
@@ -344,7 +334,7 @@ struct DecFp4 {
   // it with byte permutes: 5.2-6.3 -> 11.9 GB/s (session 24).
   static constexpr bool kWide = false;
   static constexpr float kLoadUnit = 1.0f;
-  const float* e8m0 = E8m0Table();
+  const float* e8m0 = E8m0Floats();
   // bf16 bits of E2M1 nibble i: 0, 0.5, 1, 1.5, 2, 3, 4, 6 = 0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000,
   // 0x4040, 0x4080, 0x40C0; nibbles 8..15 the same with the sign bit 0x8000.
   __m256i lo_tab = _mm256_setr_epi8(0, 0, int8_t(0x80), int8_t(0xC0), 0, 0x40, int8_t(0x80), int8_t(0xC0), 0, 0, int8_t(0x80),

@@ -118,6 +118,8 @@ const Tables& T() {
 }
 }  // namespace
 
+const float* E8m0Floats() { return T().e8m0; }
+
 void DequantFp8Blocks(const uint8_t* w, const uint8_t* scales, int64_t rows, int64_t cols, int br, int bc, float* out) {
   CheckBlocks("DequantFp8Blocks", rows, cols, br, bc);
   const Tables& t = T();

@@ -18,6 +18,7 @@ constexpr float kE2M1Max = 6.0f;
 float DecodeE4M3(uint8_t code);  // NaN for 0x7F, 0xFF
 float DecodeE2M1(uint8_t nibble);  // low 4 bits used; code 8 is -0
 float DecodeE8M0(uint8_t code);    // 2^(code-127); NaN for 0xFF; code 0 is 2^-127 (a subnormal float)
+const float* E8m0Floats();  // DecodeE8M0 of every code, built once (the kernels' scale table)
 
 // Round to nearest, ties to even, saturating to +-448 (the released kernels clamp to the format's
 // range before the cast, so nothing becomes NaN). NaN in gives 0x7F.

@@ -187,34 +187,6 @@ TEST_CASE("int8 with 8-bit activations: own fingerprint, logits near F32, batch 
   }
 }
 
-// --bf16-activations (kernels::SetBf16Activations): the decode products of FP8 and FP4 weights run on
-// x rounded to bf16. Another cache key, decode logits within that rounding's bound of the
-// F32-activation ones (a product's relative error grows by at most about 2^-8), and a batched
-// decode row still equals the row alone bit for bit.
-TEST_CASE("FP8 and FP4 weights with BF16 activations: own fingerprint, logits near the F32-activation ones, batch row == alone") {
-  for (const auto& [name, p] : {std::pair{std::string("v41-tiny"), WeightPrecision::kAsStored}, std::pair{std::string("tiny"), WeightPrecision::kFp8Fp4}}) {
-    CAPTURE(name);
-    auto plain = Load(name, p);
-    const ModelConfig& c = plain->config();
-    const auto t = RandomTokens(40, c.vocab_size, 11);
-    SequenceState s1(c), s2(c);
-    Run(*plain, s1, t, PrefillMode::kExact);
-    const std::vector<float> d1 = DecodeStep(*plain, s1, 7);
-    kernels::SetBf16Activations(true);
-    auto bf = Load(name, p);
-    CHECK(bf->fingerprint() != plain->fingerprint());
-    Run(*bf, s2, t, PrefillMode::kExact);
-    const std::vector<float> d2 = DecodeStep(*bf, s2, 7);
-    const double bound = ProductsInSeries(c) * 2.0 / 256;
-    std::printf("model_weights_test: %s --weights %s + BF16 activations: decode logits rel error %.3g vs F32 activations (bound %.3g)\n",
-                name.c_str(), WeightPrecisionName(p), RelError(d2, d1), bound);
-    CHECK(d2 != d1);  // the mode changed the decode products
-    CHECK(RelError(d2, d1) <= bound);
-    CheckBatchRowsEqualAlone(*bf);
-    kernels::SetBf16Activations(false);
-  }
-}
-
 // --weights fp8-fp4 on a Cedar-layout F32 file: each matmul weight held at the released type
 // (head BF16, routed experts FP4, the rest FP8) with exactly the values kernels::QuantizeWeight
 // gives for the file's floats; its own cache key; a released-layout model refuses it by name.
@@ -257,12 +229,11 @@ TEST_CASE("fp8-fp4 holds the released types with QuantizeWeight's values; releas
   CHECK_THROWS_WITH_AS(Load("v41-tiny", WeightPrecision::kFp8Fp4), doctest::Contains("use --weights as-stored"), std::invalid_argument);
 }
 
-// FP4 weights with --int8-activations: the released experts (v41-tiny as-stored) and a Cedar
-// model at fp8-fp4 decode with their FP4 products on 8-bit activations. Own cache key, decode
-// logits within the activations' rounding bound of the same weights' F32-activation logits (each
-// product's relative error grows by at most about 1/254; FP8 products keep F32 activations), a
-// batched decode row still equals the row alone bit for bit.
-TEST_CASE("FP4 weights with 8-bit activations: own fingerprint, logits near the F32-activation ones, batch row == alone") {
+// A process-wide activation mode (set_mode) on the released precisions: v41-tiny as stored and a
+// Cedar model at fp8-fp4. Own cache key, decode logits within bound_per_product * (products in
+// series) of the same weights' F32-activation logits, the mode did change them, and a batched
+// decode row still equals the row alone bit for bit.
+static void CheckActivationMode(void (*set_mode)(bool), const char* label, double bound_per_product) {
   for (const auto& [name, p] : {std::pair{std::string("v41-tiny"), WeightPrecision::kAsStored}, std::pair{std::string("tiny"), WeightPrecision::kFp8Fp4}}) {
     CAPTURE(name);
     auto plain = Load(name, p);
@@ -271,17 +242,28 @@ TEST_CASE("FP4 weights with 8-bit activations: own fingerprint, logits near the 
     SequenceState s1(c), s2(c);
     Run(*plain, s1, t, PrefillMode::kExact);
     const std::vector<float> d1 = DecodeStep(*plain, s1, 7);
-    kernels::SetInt8Activations(true);
-    auto a8 = Load(name, p);
-    CHECK(a8->fingerprint() != plain->fingerprint());
-    Run(*a8, s2, t, PrefillMode::kExact);
-    const std::vector<float> d2 = DecodeStep(*a8, s2, 7);
-    const double bound = ProductsInSeries(c) * 1.0 / 254;
-    std::printf("model_weights_test: %s --weights %s + 8-bit activations: decode logits rel error %.3g vs F32 activations (bound %.3g)\n",
-                name.c_str(), WeightPrecisionName(p), RelError(d2, d1), bound);
-    CHECK(d2 != d1);  // the mode changed the FP4 decode products
+    set_mode(true);
+    auto moded = Load(name, p);
+    CHECK(moded->fingerprint() != plain->fingerprint());
+    Run(*moded, s2, t, PrefillMode::kExact);
+    const std::vector<float> d2 = DecodeStep(*moded, s2, 7);
+    const double bound = ProductsInSeries(c) * bound_per_product;
+    std::printf("model_weights_test: %s --weights %s + %s: decode logits rel error %.3g vs F32 activations (bound %.3g)\n",
+                name.c_str(), WeightPrecisionName(p), label, RelError(d2, d1), bound);
+    CHECK(d2 != d1);  // the mode changed the decode products
     CHECK(RelError(d2, d1) <= bound);
-    CheckBatchRowsEqualAlone(*a8);
-    kernels::SetInt8Activations(false);
+    CheckBatchRowsEqualAlone(*moded);
+    set_mode(false);
   }
+}
+
+// --int8-activations: the released experts' FP4 products on 8-bit activations (FP8 products keep
+// F32 activations): a product's relative error grows by at most about 1/254.
+TEST_CASE("FP4 weights with 8-bit activations: own fingerprint, logits near the F32-activation ones, batch row == alone") {
+  CheckActivationMode(kernels::SetInt8Activations, "8-bit activations", 1.0 / 254);
+}
+
+// --bf16-activations: FP8 and FP4 products on x rounded to bf16: at most about 2^-8 relative.
+TEST_CASE("FP8 and FP4 weights with BF16 activations: own fingerprint, logits near the F32-activation ones, batch row == alone") {
+  CheckActivationMode(kernels::SetBf16Activations, "BF16 activations", 2.0 / 256);
 }
