@@ -109,6 +109,15 @@ bool PrefillRowsJob(const MatmulJob& j);
 // MatmulMany without the work counters (Matmul counts its own calls); returns the FLOPs.
 double RunMatmulJobs(const MatmulJob* jobs, int n_jobs);
 
+// The 16 lanes of the 8-bit- and BF16-activation kernels summed in one fixed order (their
+// scalar references and vector paths both end with it): HSum8(a[0..7] + a[8..15]),
+// HSum8 = ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
+inline float HSum16(const float a[16]) {
+  float h[8];
+  for (int i = 0; i < 8; ++i) h[i] = a[i] + a[8 + i];
+  return ((h[0] + h[4]) + (h[2] + h[6])) + ((h[1] + h[5]) + (h[3] + h[7]));
+}
+
 // e^x for x <= 0 (larger x is not used by the callers), in a form the compiler vectorises:
 // Cody-Waite range reduction and Cephes' degree-6 polynomial, ~1 ulp; x < -87 is clamped to
 // e^-87 (~1.6e-38: negligible next to the row maximum's 1). std::exp does not vectorise

@@ -79,12 +79,6 @@ const uint8_t* ScaleRow(const WeightView& w, int64_t r) {
 
 inline float Ftz(float v) { return std::fabs(v) < 0x1p-126f ? std::copysign(0.0f, v) : v; }
 
-inline float HSum16(const float a[16]) {
-  float h[8];
-  for (int i = 0; i < 8; ++i) h[i] = a[i] + a[8 + i];
-  return ((h[0] + h[4]) + (h[2] + h[6])) + ((h[1] + h[5]) + (h[3] + h[7]));
-}
-
 // The order above in scalar code: y = x . w[r] for one converted row xr (pair layout).
 float DotScalar(const uint16_t* xr, const WeightView& w, int64_t r) {
   const uint8_t* sc = ScaleRow(w, r);

@@ -232,12 +232,6 @@ void Quantise(const float* x, int64_t in, QuantRow& q) {
 #endif
 }
 
-inline float HSum16(const float a[16]) {
-  float h[8];
-  for (int i = 0; i < 8; ++i) h[i] = a[i] + a[8 + i];
-  return ((h[0] + h[4]) + (h[2] + h[6])) + ((h[1] + h[5]) + (h[3] + h[7]));
-}
-
 // The order above in scalar code: y = x_q . w[r] for one quantised row.
 template <class Src>
 float DotScalar(const QuantRow& q, const WeightView& w, int64_t r) {
