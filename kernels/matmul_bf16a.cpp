@@ -10,22 +10,29 @@
 // becomes a zero of its sign (what vcvtne2ps2bf16 does). A product of two bf16 is exact in F32.
 //
 // The order, which fixes the bits (the same on any ISA and whatever rows share a call):
-//   elements go in pairs of blocks (2p, 2p + 1) = 64 elements, as two rows of 32 words X0, X1:
-//   X0 holds the pair's elements 0-7, 16-23, 32-39, 48-55 and X1 8-15, 24-31, 40-47, 56-63
-//   (PairElement; the order the 8-bit unpacks of the decoded weight bytes give).
-//   Lane i (of 16) of a pair: t = 0; for X0 then X1: t = dp(t, word 2i + 1), t = dp(t, word 2i)
+//   elements go in steps of K * 32 (K = 2 for FP8: pairs of blocks; K = 4 for FP4: quads of
+//   blocks), as K rows of 32 words X0 .. X{K-1} (StepElement, the order the kernel's weight
+//   decoding gives): FP8's X0 holds a pair's elements 0-7, 16-23, 32-39, 48-55 and X1 8-15, 24-31,
+//   40-47, 56-63 (the 8-bit unpacks of the decoded weight bytes); FP4's Xk holds a quad's
+//   elements k, 4 + k, 8 + k, ..., 124 + k (the nibble at bit 4k of each 16-bit word of packed
+//   bytes). An FP4 row of 64 mod 128 elements ends in a half quad padded with zero weights and x.
+//   Lane i (of 16) of a step: t = 0; for X0 .. X{K-1}: t = dp(t, word 2i + 1), t = dp(t, word 2i)
 //   with dp(t, k) = ftz(t + w_k * x_k) (one rounding to nearest; a result below 2^-126 becomes a
-//   zero of its sign), then acc_i = fma(t, scale of block 2p + i / 8, acc_i) (plain F32 FMA).
+//   zero of its sign), then acc_i = fma(t, scale of block K * step + i / (16 / K), acc_i) (plain
+//   F32 FMA; a padded block's scale is E8M0 code 0's).
 //   y = HSum16(acc): HSum8(a[0..7] + a[8..15]), HSum8 = ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
 // dp is vdpbf16ps's definition (odd word first, each step rounded, denormal inputs read as zero,
 // denormal results flushed): on this project's AVX-512 EPYC (Zen 5) the instruction matched a
 // scalar model of it on 2M random lanes including underflowing ones, and the two other orders
 // (even word first, one rounding for the pair) missed 6% and 5% of them (session 26).
 // Only inputs that are a multiple of 64 take this path (Bf16ActivationsApply; others stay F32).
+// FP4's quads (session 27) take one vpermw per 32 weights where pairs took a byte spread, two
+// table lookups and two unpacks per 64: FP4 was bound by the shuffle unit (docs/WEIGHTS.md).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <type_traits>
 #include <vector>
 
@@ -48,8 +55,17 @@ std::atomic<bool> bf16_activations{false};
 constexpr int B = kQuantBlock;
 constexpr int kPair = 2 * B;  // elements per pair of blocks
 
-// The pair element that word q (< 64: X0's words 0-31, then X1's) of a converted row holds.
-constexpr int PairElement(int q) { return 16 * ((q % 32) / 8) + 8 * (q / 32) + q % 8; }
+// Word vectors per step (the module comment's K): FP8 reads pairs of blocks, FP4 quads.
+constexpr int StepVectors(WeightType t) { return t == WeightType::kFP4 ? 4 : 2; }
+
+// The step element that word q (< 32 K: X0's words 0-31, then X1's, ...) of a converted row holds.
+template <int K>
+constexpr int StepElement(int q) {
+  if constexpr (K == 2) return 16 * ((q % 32) / 8) + 8 * (q / 32) + q % 8;
+  else return 4 * (q % 32) + q / 32;
+}
+// Words of a converted row of `in` elements (whole steps, zero padded).
+constexpr int64_t ConvertedWords(int64_t in, int k) { return (in + 32 * k - 1) / (32 * k) * (32 * k); }
 
 // x as the kernels read it (the module comment's rounding).
 uint16_t RoundBf16(float x) {
@@ -79,24 +95,40 @@ const uint8_t* ScaleRow(const WeightView& w, int64_t r) {
 
 inline float Ftz(float v) { return std::fabs(v) < 0x1p-126f ? std::copysign(0.0f, v) : v; }
 
-// The order above in scalar code: y = x . w[r] for one converted row xr (pair layout).
+// The order above in scalar code: y = x . w[r] for one converted row xr (step layout).
+template <int K>
 float DotScalar(const uint16_t* xr, const WeightView& w, int64_t r) {
   const uint8_t* sc = ScaleRow(w, r);
+  const int64_t nb = w.cols / B, step = 32 * K;
   float acc[16] = {};
-  for (int64_t p = 0; p < w.cols / kPair; ++p)
+  for (int64_t p = 0; p < ConvertedWords(w.cols, K) / step; ++p)
     for (int i = 0; i < 16; ++i) {
       float t = 0.0f;
-      for (int k = 0; k < 2; ++k)
-        for (int q : {32 * k + 2 * i + 1, 32 * k + 2 * i})
-          t = Ftz(std::fma(RawValue(w, r, p * kPair + PairElement(q)), Bf16ToFloat(xr[p * kPair + q]), t));
-      acc[i] = std::fma(t, E8m0Floats()[sc[2 * p + i / 8]], acc[i]);
+      for (int k = 0; k < K; ++k)
+        for (int q : {32 * k + 2 * i + 1, 32 * k + 2 * i}) {
+          const int64_t e = p * step + StepElement<K>(q);
+          t = Ftz(std::fma(e < w.cols ? RawValue(w, r, e) : 0.0f, Bf16ToFloat(xr[p * step + q]), t));
+        }
+      const int64_t block = K * p + i / (16 / K);
+      acc[i] = std::fma(t, E8m0Floats()[block < nb ? sc[block] : 0], acc[i]);
     }
   return HSum16(acc);
 }
+float DotScalar(const uint16_t* xr, const WeightView& w, int64_t r) {
+  return StepVectors(w.type) == 4 ? DotScalar<4>(xr, w, r) : DotScalar<2>(xr, w, r);
+}
 
+template <int K>
 void ConvertScalar(const float* x, int64_t in, uint16_t* out) {
-  for (int64_t p = 0; p < in / kPair; ++p)
-    for (int q = 0; q < kPair; ++q) out[p * kPair + q] = RoundBf16(x[p * kPair + PairElement(q)]);
+  for (int64_t p = 0; p < ConvertedWords(in, K); p += 32 * K)
+    for (int q = 0; q < 32 * K; ++q) {
+      const int64_t e = p + StepElement<K>(q);
+      out[p + q] = e < in ? RoundBf16(x[e]) : 0;
+    }
+}
+void ConvertScalar(const float* x, int64_t in, int k, uint16_t* out) {
+  if (k == 4) ConvertScalar<4>(x, in, out);
+  else ConvertScalar<2>(x, in, out);
 }
 
 #if CEDAR_BF16A_AVX512
@@ -114,19 +146,43 @@ void Convert(const float* x, int64_t in, uint16_t* out) {
   }
 }
 
+// x converted per quad: the element-order bf16 of 128 floats, then Xk = words k, 4 + k, ... (a
+// 4-way de-interleave: two word permutes of 64 words each, joined). A half quad at the end of a
+// row goes through ConvertScalar (the padding).
+void ConvertQuads(const float* x, int64_t in, uint16_t* out) {
+  alignas(64) static const uint16_t kIdx[4][32] = {
+#define CEDAR_Q(k) {k, 4 + k, 8 + k, 12 + k, 16 + k, 20 + k, 24 + k, 28 + k, 32 + k, 36 + k, 40 + k, 44 + k, 48 + k, 52 + k, 56 + k, 60 + k, \
+                    k, 4 + k, 8 + k, 12 + k, 16 + k, 20 + k, 24 + k, 28 + k, 32 + k, 36 + k, 40 + k, 44 + k, 48 + k, 52 + k, 56 + k, 60 + k}
+      CEDAR_Q(0), CEDAR_Q(1), CEDAR_Q(2), CEDAR_Q(3)};
+#undef CEDAR_Q
+  const int64_t quads = in / 128;
+  for (int64_t p = 0; p < quads; ++p) {
+    const float* s = x + p * 128;
+    __m512i e[4];
+    for (int h = 0; h < 4; ++h) e[h] = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + 32 * h + 16), _mm512_loadu_ps(s + 32 * h));
+    for (int k = 0; k < 4; ++k) {
+      const __m512i idx = _mm512_load_si512(kIdx[k]);
+      const __m512i lo = _mm512_permutex2var_epi16(e[0], idx, e[1]), hi = _mm512_permutex2var_epi16(e[2], idx, e[3]);
+      _mm512_store_si512(out + p * 128 + 32 * k, _mm512_inserti64x4(lo, _mm512_castsi512_si256(hi), 1));
+    }
+  }
+  if (quads * 128 < in) ConvertScalar<4>(x + quads * 128, in - quads * 128, out + quads * 128);
+}
+
 inline float Reduce16(__m512 a) {
   alignas(64) float v[16];
   _mm512_store_ps(v, a);
   return HSum16(v);
 }
 
-// Weight sources: Pair(row, p, w0, w1) gives pair p's 64 weights as bf16 words in X0's and X1's
-// order: w0 / w1 = the 8-bit unpacks (low / high half of each 128-bit lane) of the words' low
-// bytes and high bytes in element order, so 128-bit lane L of w0 holds elements 16L..16L+7.
-// FP8: the code's low 7 bits index two 128-entry byte tables (vpermi2b) for the bf16's low byte
-// and high byte, the sign or-ed into the high byte (the F32 kernel's LoadPair tables).
+// Weight sources: Step(row, p, w) gives step p's K * 32 weights as bf16 words in X0 .. X{K-1}'s
+// order (StepElement).
+// FP8 (K = 2): w[0] / w[1] = the 8-bit unpacks (low / high half of each 128-bit lane) of the
+// words' low bytes and high bytes in element order, so 128-bit lane L of w[0] holds elements
+// 16L..16L+7. The code's low 7 bits index two 128-entry byte tables (vpermi2b) for the bf16's low
+// byte and high byte, the sign or-ed into the high byte (the F32 kernel's LoadPair tables).
 struct SrcFp8 {
-  static constexpr int64_t kPairBytes = 64;
+  static constexpr int K = 2;
   static const uint8_t* Row(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.data) + r * w.cols; }
   struct Tables {
     alignas(64) uint8_t lo[128], hi[128];
@@ -146,41 +202,39 @@ struct SrcFp8 {
   __m512i lo_a = _mm512_load_si512(lut.lo), lo_b = _mm512_load_si512(lut.lo + 64);
   __m512i hi_a = _mm512_load_si512(lut.hi), hi_b = _mm512_load_si512(lut.hi + 64);
   __m512i sign = _mm512_set1_epi8(int8_t(0x80));
-  void Pair(const uint8_t* row, int64_t p, __m512i& w0, __m512i& w1) const {
-    const __m512i c = _mm512_loadu_si512(row + p * kPairBytes);
+  template <bool kHalf = false>
+  void Step(const uint8_t* row, int64_t p, __m512i (&w)[K]) const {
+    const __m512i c = _mm512_loadu_si512(row + p * 64);
     const __m512i lo = _mm512_permutex2var_epi8(lo_a, c, lo_b);
     const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi_a, c, hi_b), c, sign, 0xF8);  // hi | (c & sign)
-    w0 = _mm512_unpacklo_epi8(lo, hi), w1 = _mm512_unpackhi_epi8(lo, hi);
+    w[0] = _mm512_unpacklo_epi8(lo, hi), w[1] = _mm512_unpackhi_epi8(lo, hi);
   }
 };
-// FP4: the 32 packed bytes spread so that byte e holds byte e / 2 (vpermb), the odd bytes taken
-// from that shifted right by 4 within its word (the high nibble, zero above), the even ones as
-// they are (the low nibble, and high-nibble bits in bits 4-7): then each byte's low 6 bits index
-// 64-entry tables repeating the 16 nibbles' bf16 bytes (vpermb), so the garbage bits 4-5 are ignored.
+// FP4 (K = 4): the quad's 64 packed bytes as 32 16-bit words, each holding elements 4j .. 4j + 3
+// in its nibbles from bit 0 up; w[k] = the words shifted right by 4k, each looked up (vpermw) in
+// a 32-entry table that repeats the 16 nibbles' bf16 words, so the bits above the nibble are
+// ignored. A half quad (kHalf, the end of a row of 64 mod 128 elements) loads its 32 bytes and
+// zeros (nibble 0 is +0).
 struct SrcFp4 {
-  static constexpr int64_t kPairBytes = 32;
+  static constexpr int K = 4;
   static const uint8_t* Row(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.data) + r * (w.cols / 2); }
-  struct Tables {
-    alignas(64) uint8_t lo[64], hi[64], spread[64];
-  };
-  static const Tables& Lut() {
-    static const Tables t = [] {
-      Tables u{};
-      for (int i = 0; i < 64; ++i) {
-        const uint16_t b = RoundBf16(DecodeE2M1(uint8_t(i & 0x0F)));  // exact; nibble 8 is -0
-        u.lo[i] = uint8_t(b), u.hi[i] = uint8_t(b >> 8), u.spread[i] = uint8_t(i / 2);
+  static const uint16_t* Lut() {
+    alignas(64) static const struct Table {
+      uint16_t v[32];
+      Table() {
+        for (int i = 0; i < 32; ++i) v[i] = RoundBf16(DecodeE2M1(uint8_t(i & 0x0F)));  // exact; nibble 8 is -0
       }
-      return u;
-    }();
-    return t;
+    } t;
+    return t.v;
   }
-  const Tables& lut = Lut();
-  __m512i lo_t = _mm512_load_si512(lut.lo), hi_t = _mm512_load_si512(lut.hi), spread = _mm512_load_si512(lut.spread);
-  void Pair(const uint8_t* row, int64_t p, __m512i& w0, __m512i& w1) const {
-    const __m512i s = _mm512_permutexvar_epi8(spread, _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + p * kPairBytes))));
-    const __m512i n = _mm512_mask_blend_epi8(0xAAAAAAAAAAAAAAAAull, s, _mm512_srli_epi16(s, 4));
-    const __m512i lo = _mm512_permutexvar_epi8(n, lo_t), hi = _mm512_permutexvar_epi8(n, hi_t);
-    w0 = _mm512_unpacklo_epi8(lo, hi), w1 = _mm512_unpackhi_epi8(lo, hi);
+  __m512i table = _mm512_load_si512(Lut());
+  template <bool kHalf = false>
+  void Step(const uint8_t* row, int64_t p, __m512i (&w)[K]) const {
+    const __m512i c = kHalf ? _mm512_maskz_loadu_epi8(0xFFFFFFFFull, row + p * 64) : _mm512_loadu_si512(row + p * 64);
+    w[0] = _mm512_permutexvar_epi16(c, table);
+    w[1] = _mm512_permutexvar_epi16(_mm512_srli_epi16(c, 4), table);
+    w[2] = _mm512_permutexvar_epi16(_mm512_srli_epi16(c, 8), table);
+    w[3] = _mm512_permutexvar_epi16(_mm512_srli_epi16(c, 12), table);
   }
 };
 
@@ -206,17 +260,20 @@ inline __m512 GroupScales(const uint8_t* sc, int64_t g, int64_t nb) {
   return _mm512_castsi512_ps(bits);
 }
 
-// N converted rows of x against weight rows [r0, r1), each weight pair decoded once for the N
+// N converted rows of x against weight rows [r0, r1), each weight step decoded once for the N
 // rows. With S > 1 (decode, N = 1) rows r + k * rs for k < S run side by side, their outputs at
 // y[(r - r0) + k * rs]: every row keeps its own accumulator, so the bits are those of S = 1.
-// Scales: 16 blocks' at once (GroupScales), then pair j of the group's block 2j in lanes 0-7 and
-// 2j + 1 in 8-15 by one permute (a vmovd, table load, broadcast and insert per pair cost ~30% of
-// a one-row FP8 product in L2, session 26).
+// Scales: 16 blocks' at once (GroupScales), then step j of the group's blocks in their lanes by
+// one permute (a vmovd, table load, broadcast and insert per pair cost ~30% of a one-row FP8
+// product in L2, session 26; a masked broadcast from a row of float scales ran slower still).
+// Not inlined into ConvertedT: inlined there, FP8's 4-row product ran 5% slower (session 27).
 template <class Src, int N, int S, bool kPrefetch = false>
-void RowsBf16(const uint16_t* const* xr, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys, int64_t rs) {
+__attribute__((noinline)) void RowsBf16(const uint16_t* const* xr, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys, int64_t rs) {
+  constexpr int K = Src::K, kStep = 32 * K, kGroup = 16 / K;  // words per step, steps per 16 blocks
   const Src src;
-  const int64_t pairs = w.cols / kPair, nb = w.cols / B;
-  const __m512i first = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), two = _mm512_set1_epi32(2);
+  const int64_t steps = ConvertedWords(w.cols, K) / kStep, whole = w.cols / kStep, nb = w.cols / B;
+  const __m512i first = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), quad_first = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  const __m512i idx0 = K == 2 ? first : quad_first, inc = _mm512_set1_epi32(K);
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* wr[S];
     const uint8_t* sc[S];
@@ -226,45 +283,49 @@ void RowsBf16(const uint16_t* const* xr, const WeightView& w, int64_t r0, int64_
       sc[k] = ScaleRow(w, r + k * rs);
       for (int n = 0; n < N; ++n) acc[n][k] = _mm512_setzero_ps();
     }
-    // One pair: its weights decoded once, its scales from the group's (s16), every row of x.
-    auto pair = [&](int64_t p, const __m512 (&s16)[S], __m512i idx) __attribute__((always_inline)) {
-      __m512i w0[S], w1[S];
+    // One step: its weights decoded once, its scales from the group's (s16), every row of x.
+    auto step = [&]<bool kHalf = false>(int64_t p, const __m512 (&s16)[S], __m512i idx) __attribute__((always_inline)) {
+      __m512i wv[S][K];
       __m512 s[S];
       for (int k = 0; k < S; ++k) {
-        if constexpr (kPrefetch)  // one prefetch per line: every FP8 pair, every other FP4 pair
-          if (Src::kPairBytes == 64 || (p & 1)) _mm_prefetch(reinterpret_cast<const char*>(wr[k] + p * Src::kPairBytes + kPrefetchBytes), _MM_HINT_T0);
-        src.Pair(wr[k], p, w0[k], w1[k]);
+        if constexpr (kPrefetch)  // one prefetch per line: every step is 64 bytes of weights
+          _mm_prefetch(reinterpret_cast<const char*>(wr[k] + p * 64 + kPrefetchBytes), _MM_HINT_T0);
+        src.template Step<kHalf>(wr[k], p, wv[k]);
         s[k] = _mm512_permutexvar_ps(idx, s16[k]);
       }
 #pragma GCC unroll 8
       for (int n = 0; n < N; ++n) {
-        const __m512bh x0 = (__m512bh)_mm512_load_si512(xr[n] + p * kPair), x1 = (__m512bh)_mm512_load_si512(xr[n] + p * kPair + 32);
+        __m512bh x[K];
+        for (int v = 0; v < K; ++v) x[v] = (__m512bh)_mm512_load_si512(xr[n] + p * kStep + 32 * v);
         for (int k = 0; k < S; ++k) {
-          const __m512 t = _mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)w0[k], x0), (__m512bh)w1[k], x1);
+          __m512 t = _mm512_setzero_ps();
+          for (int v = 0; v < K; ++v) t = _mm512_dpbf16_ps(t, (__m512bh)wv[k][v], x[v]);
           acc[n][k] = _mm512_fmadd_ps(t, s[k], acc[n][k]);
         }
       }
     };
-    // Whole groups of 8 pairs (16 blocks: one GroupScales each), unrolled, then the rest.
+    // Whole groups of steps (16 blocks: one GroupScales each), unrolled, then the rest.
     int64_t g = 0;
-    for (; 8 * g + 8 <= pairs; ++g) {
+    for (; kGroup * g + kGroup <= whole; ++g) {
       __m512 s16[S];
       for (int k = 0; k < S; ++k) s16[k] = GroupScales(sc[k], g, nb);
-      __m512i idx = first;
+      __m512i idx = idx0;
 #pragma GCC unroll 8
-      for (int j = 0; j < 8; ++j, idx = _mm512_add_epi32(idx, two)) pair(8 * g + j, s16, idx);
+      for (int j = 0; j < kGroup; ++j, idx = _mm512_add_epi32(idx, inc)) step(kGroup * g + j, s16, idx);
     }
-    if (8 * g < pairs) {
+    if (kGroup * g < steps) {
       __m512 s16[S];
       for (int k = 0; k < S; ++k) s16[k] = GroupScales(sc[k], g, nb);
-      __m512i idx = first;
-      for (int64_t p = 8 * g; p < pairs; ++p, idx = _mm512_add_epi32(idx, two)) pair(p, s16, idx);
+      __m512i idx = idx0;
+      for (int64_t p = kGroup * g; p < steps; ++p, idx = _mm512_add_epi32(idx, inc)) {
+        if (K == 2 || p < whole) step(p, s16, idx);  // FP8 rows are whole pairs
+        else step.template operator()<true>(p, s16, idx);
+      }
     }
     for (int n = 0; n < N; ++n)
       for (int k = 0; k < S; ++k) y[n * ys + (r - r0) + k * rs] = Reduce16(acc[n][k]);
   }
 }
-
 
 template <class Src>
 void ConvertedT(const uint16_t* const* xr, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
@@ -298,24 +359,29 @@ void ConvertedT(const uint16_t* const* xr, int n, const WeightView& w, int64_t r
 
 bool Bf16ActivationsApply(const WeightView& w) {
   if (!bf16_activations.load(std::memory_order_relaxed) || w.cols <= 0 || w.cols % kPair != 0) return false;
-  return w.type == WeightType::kFP8 || (w.type == WeightType::kFP4 && !Int8ActivationsApply(w));
+  return w.type == WeightType::kFP8 || w.type == WeightType::kFP4;  // FP4 too where 8-bit activations are on
 }
 
-void ConvertRowsBf16(const float* x, int n, int64_t in, Bf16Rows& rows) {
+void ConvertRowsBf16(const float* x, int n, int64_t in, WeightType type, Bf16Rows& rows) {
+  const int k = StepVectors(type);
+  rows.type = type;
   if (rows.rows.size() < size_t(n)) rows.rows.resize(size_t(n));
   for (int b = 0; b < n; ++b) {
     LineVector<uint16_t>& out = rows.rows[size_t(b)];
-    out.resize(size_t(in / kPair * kPair));
+    out.resize(size_t(ConvertedWords(in, k)));
 #if CEDAR_BF16A_AVX512
-    Convert(x + int64_t(b) * in, in, out.data());
+    if (k == 4) ConvertQuads(x + int64_t(b) * in, in, out.data());
+    else Convert(x + int64_t(b) * in, in, out.data());
 #else
-    ConvertScalar(x + int64_t(b) * in, in, out.data());
+    ConvertScalar(x + int64_t(b) * in, in, k, out.data());
 #endif
   }
 }
 
 void Bf16AConverted(const Bf16Rows& rows, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
   if (r0 >= r1) return;
+  if (StepVectors(rows.type) != StepVectors(w.type))  // a caller's bug: the words would pair with the wrong weights
+    throw std::logic_error("Bf16AConverted: x was converted for another weight type's order");
   const uint16_t* xr[kFewRowsMax];
   for (int b = 0; b < n; ++b) xr[b] = rows.rows[size_t(b)].data();
 #if CEDAR_BF16A_AVX512
@@ -331,7 +397,7 @@ void Bf16AConverted(const Bf16Rows& rows, int n, const WeightView& w, int64_t r0
 
 void Bf16AFewRows(const float* x, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
   thread_local Bf16Rows rows;
-  ConvertRowsBf16(x, n, w.cols, rows);
+  ConvertRowsBf16(x, n, w.cols, w.type, rows);
   Bf16AConverted(rows, n, w, r0, r1, y, ys);
 }
 
@@ -339,9 +405,10 @@ void Bf16AFewRows(const float* x, int n, const WeightView& w, int64_t r0, int64_
 
 namespace ref {
 void MatmulBf16A(const float* x, const WeightView& w, float* y, int n) {
-  std::vector<uint16_t> xr(size_t(w.cols / internal::kPair * internal::kPair));
+  const int k = internal::StepVectors(w.type);
+  std::vector<uint16_t> xr(size_t(internal::ConvertedWords(w.cols, k)));
   for (int b = 0; b < n; ++b) {
-    internal::ConvertScalar(x + int64_t(b) * w.cols, w.cols, xr.data());
+    internal::ConvertScalar(x + int64_t(b) * w.cols, w.cols, k, xr.data());
     for (int64_t r = 0; r < w.rows; ++r) y[int64_t(b) * w.rows + r] = internal::DotScalar(xr.data(), w, r);
   }
 }

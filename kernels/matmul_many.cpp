@@ -345,7 +345,8 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
       a8_rows[size_t(j)] = &a8_buffer[size_t(j)];
     }
   }
-  // Likewise x of a BF16-activation product, converted once (jobs on the same x share it).
+  // Likewise x of a BF16-activation product, converted once (jobs on the same x and weight type,
+  // whose kernels read the same order, share it).
   thread_local std::vector<Bf16Rows> bf16_buffer;
   thread_local std::vector<const Bf16Rows*> bf16_rows_buffer;
   std::vector<const Bf16Rows*>& bf16_rows = bf16_rows_buffer;
@@ -357,9 +358,10 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
       const MatmulJob& m = jobs[j];
       if (m.n < 1 || m.n > kFewRowsMax || m.out <= 0 || !Bf16ActivationsApply(m.wv)) continue;
       for (int k = 0; k < j && !bf16_rows[size_t(j)]; ++k)
-        if (bf16_rows[size_t(k)] && jobs[k].x == m.x && jobs[k].n == m.n && jobs[k].in == m.in) bf16_rows[size_t(j)] = bf16_rows[size_t(k)];
+        if (bf16_rows[size_t(k)] && jobs[k].x == m.x && jobs[k].n == m.n && jobs[k].in == m.in && jobs[k].wv.type == m.wv.type)
+          bf16_rows[size_t(j)] = bf16_rows[size_t(k)];
       if (bf16_rows[size_t(j)]) continue;
-      ConvertRowsBf16(m.x, m.n, m.in, bf16_buffer[size_t(j)]);
+      ConvertRowsBf16(m.x, m.n, m.in, m.wv.type, bf16_buffer[size_t(j)]);
       bf16_rows[size_t(j)] = &bf16_buffer[size_t(j)];
     }
   }

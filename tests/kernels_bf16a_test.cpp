@@ -5,6 +5,8 @@
 // row of a few-row product equals that row alone; the error against the F32-activation product
 // stays within what rounding x to bf16 allows; and shapes the path does not take (inputs not a
 // multiple of 64, more than 16 rows, other types, mode off) give exactly the F32-activation product.
+// FP8 reads x in pairs of blocks and FP4 in quads (a row of 192 ends in a half quad); with
+// 8-bit activations on too, FP8 and FP4 take BF16 activations and INT8 stays on 8-bit ones.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -230,6 +232,14 @@ TEST_CASE("shapes and types off the BF16-activation path give the product they h
     INFO(std::string(k::WeightTypeName(t)));
     CHECK(SameWithModeOn(4, 64, 20, 7, t));
   }
-  CHECK(SameWithModeOn(4, 64, 20, 7, WeightType::kFP4, true));   // FP4 stays on 8-bit activations where both are on
-  CHECK(!SameWithModeOn(4, 64, 20, 7, WeightType::kFP8, true));  // FP8 takes BF16 activations then too
+  CHECK(!SameWithModeOn(4, 64, 20, 7, WeightType::kFP8, true));  // FP8 and FP4 take BF16 activations where both are on
+  CHECK(!SameWithModeOn(4, 64, 20, 7, WeightType::kFP4, true));
+  CHECK(SameWithModeOn(4, 64, 20, 7, WeightType::kI8, true));    // INT8 stays on 8-bit activations
+  k::SetInt8Activations(true);  // and FP4's product with both on is the BF16-activation reference's
+  {
+    ModeOn on;
+    const auto x = Random(4 * 192, 41), w = Random(70 * 192, 42);
+    CHECK(Mismatches(x, k::QuantizeWeight(w, 70, 192, WeightType::kFP4).view, 4) == 0);
+  }
+  k::SetInt8Activations(false);
 }

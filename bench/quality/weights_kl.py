@@ -4,7 +4,7 @@
 
 The held-out windows of quality.py (T + 1 = 1025 tokens). For each precision W, build/bench/bench_quality
 (W-a8, e.g. int8-a8 or fp8-fp4-a8: --weights W with --int8-activations; W-bf16a, e.g. fp8-fp4-bf16a: with
---bf16-activations; W-bf16a-a8 with both) runs every scenario (full, exact@n, bounded@n for n in quality.CUTS, then 128 teacher-forced
+--bf16-activations; W-bf16a-a8 with both, where FP4 takes BF16 activations since session 27) runs every scenario (full, exact@n, bounded@n for n in quality.CUTS, then 128 teacher-forced
 decode rows) at --weights W and, with --kl-ref f32, the same scenario at F32: per row the next
 token's NLL at W and at F32 and KL(F32 || W) in nats. Per (W, mode): bits per byte at W, its
 difference from F32 in the same mode (± standard error over rows), KL(F32 || W) per row, and,
