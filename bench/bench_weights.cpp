@@ -9,11 +9,12 @@
 // pages, as the engine's loader places them. One copy of a weight stays in the last-level cache
 // where it fits (this project's AVX-512 VM reports 508 MB of L3: the default 8192 x 4096 matrix,
 // 16-128 MB, never leaves it); --from-memory-mib N copies it to enough places to fill N MiB and
-// each product reads the next copy, so with N above the cache every product streams from memory. Then the INT8 alternative the issue asks about: x
-// quantised per row to INT8 (one scale per 32, symmetric) and the dot products in integers
-// (AVX2 maddubs + madd, one FMA per block for the two scales), against dequantising the weights to
-// F32 in registers (what MatmulW does); both timed on one thread, with their error against a
-// float64 product of the same stored weights. One JSON object per result; nothing asserted.
+// each product reads the next copy, so with N above the cache every product streams from memory.
+// Then the INT8 alternative the issue asks about: x quantised per row to INT8 (one scale per 32,
+// symmetric) and the dot products in integers (AVX2 maddubs + madd, one FMA per block for the two
+// scales), against dequantising the weights to F32 in registers (what MatmulW does); both timed on
+// one thread, with their error against a float64 product of the same stored weights. One JSON
+// object per result; nothing asserted.
 #include <immintrin.h>
 
 #include <algorithm>

@@ -91,10 +91,10 @@ void QuantiseRows(const float* x, int n, int64_t in, I8A8Rows& q, bool fp4);
 void I8A8Quantised(const I8A8Rows& q, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys);
 
 // FP8 and FP4 weights times BF16 activations (matmul_bf16a.cpp): whether w's few-row products
-// take that path (FP8, or FP4 not on 8-bit activations; cols a multiple of 64; SetBf16Activations
-// on), rows of x converted once for it (Bf16Rows: each row's words in the order the kernel for
-// that weight type reads, on a cache line), and the products on converted rows (or on x,
-// converting it first).
+// take that path (FP8 or FP4, also where 8-bit activations are on; cols a multiple of 64;
+// SetBf16Activations on), rows of x converted once for it (Bf16Rows: each row's words in the
+// order the kernel for that weight type reads, on a cache line), and the products on converted
+// rows (or on x, converting it first).
 bool Bf16ActivationsApply(const WeightView& w);
 struct Bf16Rows {
   std::vector<LineVector<uint16_t>> rows;  // [n][in rounded up to a step] (grown, never shrunk: reused)

@@ -608,7 +608,7 @@ void RowsAvx2Of(const QuantRow* const* q, const WeightView& w, int64_t r0, int64
 // (matmul_bf16a.cpp, session 27) that path is the faster (bench_weights in L2: 32-33 GB/s against
 // 26; medium's decode 80 / 85 tokens/s against 76 / 82) as well as the more accurate.
 bool Int8ActivationsApply(const WeightView& w) {
-  if (w.type == WeightType::kFP4 && Bf16Activations()) return false;
+  if (w.type == WeightType::kFP4 && Bf16ActivationsApply(w)) return false;  // (a row of 32 mod 64 stays here)
   return (w.type == WeightType::kI8 || w.type == WeightType::kFP4) && w.cols > 0 && w.cols % B == 0 && int8_activations.load(std::memory_order_relaxed);
 }
 

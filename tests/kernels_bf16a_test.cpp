@@ -234,6 +234,7 @@ TEST_CASE("shapes and types off the BF16-activation path give the product they h
   }
   CHECK(!SameWithModeOn(4, 64, 20, 7, WeightType::kFP8, true));  // FP8 and FP4 take BF16 activations where both are on
   CHECK(!SameWithModeOn(4, 64, 20, 7, WeightType::kFP4, true));
+  CHECK(SameWithModeOn(4, 96, 20, 7, WeightType::kFP4, true));   // off the BF16 path (96 inputs) FP4 keeps 8-bit ones
   CHECK(SameWithModeOn(4, 64, 20, 7, WeightType::kI8, true));    // INT8 stays on 8-bit activations
   k::SetInt8Activations(true);  // and FP4's product with both on is the BF16-activation reference's
   {
