@@ -98,9 +98,11 @@ Stored Make(const std::vector<float>& w, int64_t rows, int64_t cols, k::WeightTy
 // experts FP4 (E8M0 per 32). Grouped into MatmulMany calls as the engine groups them (wq_a with
 // wkv; wq_b; the 8 wo_a groups; wo_b; every expert's w1 and w3; their w2). The compressor and
 // indexer projections are left out (a few percent of the layer). Two layers of distinct weights
-// alternate, ~550 MB, so every pass reads from memory. Weights are random bytes (no NaN codes):
-// the products' speed does not depend on the values. Each pass runs with FP4's decode products on
-// F32 activations and then on 8-bit ones (kernels::SetInt8Activations), alternating.
+// alternate, ~550 MB on huge pages (as the engine loads weights; before session 27 on 4 KiB
+// pages), just above a 508 MB L3, so a pass reads mostly from memory. Weights are random bytes
+// (no NaN codes): the products' speed does not depend on the values. Each pass runs three ways,
+// alternating: F32 activations; FP4's products on 8-bit ones (kernels::SetInt8Activations); FP8's
+// and FP4's on BF16 ones (kernels::SetBf16Activations).
 struct TypedMatrix {
   std::vector<uint8_t> data, scales;
   k::WeightView view;
@@ -142,6 +144,24 @@ void BenchV41Layer(int passes, const std::vector<int>& threads) {
       l.w2.push_back(RandomTyped(t, d, inter, rng));
     }
   }
+  // Every matrix's bytes and scales moved onto huge pages.
+  size_t floats = 0;
+  auto each = [&](auto&& f) {
+    for (Layer& l : layers)
+      for (auto* v : {&l.attn, &l.w13, &l.w2})
+        for (TypedMatrix& m : *v) f(m);
+  };
+  each([&](TypedMatrix& m) { floats += (m.data.size() + 63) / 64 * 16 + (m.scales.size() + 63) / 64 * 16; });
+  cedar::WeightArena arena(floats * sizeof(float) + 64);
+  each([&](TypedMatrix& m) {
+    auto* d = reinterpret_cast<uint8_t*>(arena.Allocate((m.data.size() + 63) / 64 * 16));
+    auto* s = reinterpret_cast<uint8_t*>(arena.Allocate((m.scales.size() + 63) / 64 * 16));
+    std::memcpy(d, m.data.data(), m.data.size());
+    std::memcpy(s, m.scales.data(), m.scales.size());
+    m.view.data = d, m.view.scales = s;
+    std::vector<uint8_t>().swap(m.data);
+    std::vector<uint8_t>().swap(m.scales);
+  });
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> x(size_t(heads * c)), y(size_t(heads * c * 2));
   for (float& v : x) v = nd(rng);
@@ -180,25 +200,29 @@ void BenchV41Layer(int passes, const std::vector<int>& threads) {
   const double bw = k::MeasureReadBandwidthGBs(1024, 5);
   for (int th : threads) {
     k::SetPoolThreads(th);
-    std::vector<double> total[2], attn[2], expert[2];
+    // Activation modes: 0 F32, 1 FP4 on 8-bit activations, 2 FP8 and FP4 on BF16 ones.
+    std::vector<double> total[3], attn[3], expert[3];
     for (int p = -1; p < passes; ++p)  // pass -1: warm-up
-      for (int a8 = 0; a8 < 2; ++a8) {
-        k::SetInt8Activations(a8 == 1);
+      for (int mode = 0; mode < 3; ++mode) {
+        k::SetInt8Activations(mode == 1);
+        k::SetBf16Activations(mode == 2);
         double as = 0, es = 0;
         for (const Layer& l : layers) run(l, &as, &es);
         k::SetInt8Activations(false);
+        k::SetBf16Activations(false);
         if (p < 0) continue;
-        attn[a8].push_back(as / 2);
-        expert[a8].push_back(es / 2);
-        total[a8].push_back((as + es) / 2);
+        attn[mode].push_back(as / 2);
+        expert[mode].push_back(es / 2);
+        total[mode].push_back((as + es) / 2);
       }
     auto med = [](std::vector<double> v) {
       std::sort(v.begin(), v.end());
       return v[v.size() / 2];
     };
-    for (int a8 = 0; a8 < 2; ++a8) {
-      const double t = med(total[a8]), ts = med(attn[a8]), te = med(expert[a8]);
-      std::printf("%s\n", nlohmann::json{{"bench", "v41_flash_layer_decode_products"}, {"threads", th}, {"fp4_int8_activations", a8 == 1},
+    for (int mode = 0; mode < 3; ++mode) {
+      const double t = med(total[mode]), ts = med(attn[mode]), te = med(expert[mode]);
+      std::printf("%s\n", nlohmann::json{{"bench", "v41_flash_layer_decode_products"}, {"threads", th}, {"fp4_int8_activations", mode == 1},
+                                         {"bf16_activations", mode == 2},
                                          {"passes", passes}, {"dense_fp8_bytes", dense_bytes}, {"expert_fp4_bytes", expert_bytes},
                                          {"seconds_median", t}, {"gbs", (dense_bytes + expert_bytes) / t / 1e9},
                                          {"fraction_of_read_bandwidth", (dense_bytes + expert_bytes) / t / 1e9 / bw},
@@ -229,7 +253,7 @@ int main(int argc, char** argv) {
       "from-memory-mib", cedar::cli::IntOption("--from-memory-mib", &from_memory_mib, 0, 1 << 20),
       "N > 0: copy each weight to enough places to fill N MiB and read them in turn (N above the last-level cache: every product from memory); 0: one copy")(
       "v41-layer", cedar::cli::IntOption("--v41-layer", &v41_layer, 0, 1 << 20),
-      "N > 0: instead, N passes of one DeepSeek-V4.1-Flash layer's decode products at the released precisions (FP8 dense, FP4 experts), FP4 on F32 and on 8-bit activations");
+      "N > 0: instead, N passes of one DeepSeek-V4.1-Flash layer's decode products at the released precisions (FP8 dense, FP4 experts), on F32 activations, with FP4 on 8-bit ones, and with FP8 and FP4 on BF16 ones");
   if (const int rc = cedar::bench::ParseFlags("bench_weights", desc, argc, argv); rc >= 0) return rc;
   if (v41_layer > 0) {
     BenchV41Layer(v41_layer, threads);
