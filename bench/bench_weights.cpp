@@ -86,6 +86,16 @@ double Load1() {
 }
 
 using Stored = k::OwnedWeight;
+
+// Weights on huge pages, where the engine's loader puts them (engine/weight_arena.h): the floats
+// a byte buffer takes in an arena (whole 64-byte lines), and a copy of it there (nullptr if empty).
+size_t ArenaFloats(const std::vector<uint8_t>& b) { return (b.size() + 63) / 64 * 16; }
+uint8_t* CopyToArena(cedar::WeightArena& arena, const std::vector<uint8_t>& b) {
+  if (b.empty()) return nullptr;
+  auto* d = reinterpret_cast<uint8_t*>(arena.Allocate(ArenaFloats(b)));
+  std::memcpy(d, b.data(), b.size());
+  return d;
+}
 Stored Make(const std::vector<float>& w, int64_t rows, int64_t cols, k::WeightType t) {
   return k::QuantizeWeight(w, rows, cols, t);
 }
@@ -151,14 +161,10 @@ void BenchV41Layer(int passes, const std::vector<int>& threads) {
       for (auto* v : {&l.attn, &l.w13, &l.w2})
         for (TypedMatrix& m : *v) f(m);
   };
-  each([&](TypedMatrix& m) { floats += (m.data.size() + 63) / 64 * 16 + (m.scales.size() + 63) / 64 * 16; });
+  each([&](TypedMatrix& m) { floats += ArenaFloats(m.data) + ArenaFloats(m.scales); });
   cedar::WeightArena arena(floats * sizeof(float) + 64);
   each([&](TypedMatrix& m) {
-    auto* d = reinterpret_cast<uint8_t*>(arena.Allocate((m.data.size() + 63) / 64 * 16));
-    auto* s = reinterpret_cast<uint8_t*>(arena.Allocate((m.scales.size() + 63) / 64 * 16));
-    std::memcpy(d, m.data.data(), m.data.size());
-    std::memcpy(s, m.scales.data(), m.scales.size());
-    m.view.data = d, m.view.scales = s;
+    m.view.data = CopyToArena(arena, m.data), m.view.scales = CopyToArena(arena, m.scales);
     std::vector<uint8_t>().swap(m.data);
     std::vector<uint8_t>().swap(m.scales);
   });
@@ -282,22 +288,15 @@ int main(int argc, char** argv) {
       k::SetBf16Activations(acts == kBf16A);
       Stored s = Make(w, rows, cols, t);
       const double bytes = double(rows) * k::WeightRowBytes(t, cols);
-      // The bytes and scales on huge pages, where the engine's loader puts weights
-      // (engine/weight_arena.h); out of the vectors' 4 KiB pages FP8 with BF16 activations read
-      // 17-20 GB/s on one thread where it reads 37-38 here (session 27, both from the L3).
+      // The bytes and scales on huge pages: out of the vectors' 4 KiB pages FP8 with BF16
+      // activations read 17-20 GB/s on one thread where it reads 37-38 here (session 27, both
+      // from the L3).
       const size_t copies = std::max<size_t>(1, size_t((double(from_memory_mib) * (1 << 20) + bytes - 1) / bytes));
-      const size_t data_floats = (s.data.size() + 63) / 64 * 16, scale_floats = (s.scales.size() + 63) / 64 * 16;
-      cedar::WeightArena arena(copies * (data_floats + scale_floats) * sizeof(float) + 64);
+      cedar::WeightArena arena(copies * (ArenaFloats(s.data) + ArenaFloats(s.scales)) * sizeof(float) + 64);
       std::vector<k::WeightView> views(copies, s.view);
       for (k::WeightView& v : views) {
-        auto* d = reinterpret_cast<uint8_t*>(arena.Allocate(data_floats));
-        std::memcpy(d, s.data.data(), s.data.size());
-        v.data = d;
-        if (!s.scales.empty()) {
-          auto* sc = reinterpret_cast<uint8_t*>(arena.Allocate(scale_floats));
-          std::memcpy(sc, s.scales.data(), s.scales.size());
-          v.scales = sc;
-        }
+        v.data = CopyToArena(arena, s.data);
+        if (!s.scales.empty()) v.scales = CopyToArena(arena, s.scales);
       }
       k::MatmulW(x.data(), views[0], y.data(), 1);  // warm-up
       std::vector<double> secs, cpu;

@@ -33,7 +33,6 @@
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
-#include <type_traits>
 #include <vector>
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VBMI__) && defined(__AVX512BF16__)
