@@ -269,12 +269,19 @@ int RunEngineBenchMain(int argc, char** argv) {
   // Matmul parameters a row touches in one layer, averaged over layers (attention projections,
   // routed experts actually used, shared expert): the FLOPs below count 2 per parameter.
   const double layer_params = double(info.active_per_decode_token - info.head_params) / c.n_layers;
-  // Bytes per matmul parameter: the GPU's upload type, or on the CPU the precision held (--weights);
-  // the other active parameters (router, mixes, norms) are F32.
-  const double weight_bytes = on_gpu ? (f32_weights ? 4.0 : 2.0) : m->matmul_bytes_per_param();
-  const double other_bytes = on_gpu ? weight_bytes : 4.0;
-  const double bytes_per_step = double(info.matmul_active_per_decode_token) * weight_bytes +
-                                double(info.active_per_decode_token - info.matmul_active_per_decode_token) * other_bytes;  // routed experts differ per row: a lower bound
+  // Bytes one decode step streams: on the GPU its upload type for every parameter; on the CPU the
+  // precision held (--weights), routed experts at theirs and the other matmul weights at theirs
+  // (fp8-fp4 holds experts in FP4 and the rest in FP8, so the whole model's average, which the
+  // inactive experts dominate, undercounted a decode token's bytes by a fifth on medium), and
+  // the other active parameters (router, mixes, norms) F32. Routed experts differ per row: for a
+  // batch this is a lower bound. weight_bytes: the decode's matmul bytes per parameter (its FLOPs
+  // count 2 per parameter, which the work counters turn into bytes below).
+  const double other_bytes = on_gpu ? (f32_weights ? 4.0 : 2.0) : 4.0;
+  const double bytes_per_step =
+      on_gpu ? double(info.active_per_decode_token) * other_bytes
+             : DecodeWeightBytesHeld(info, c, m->dense_matmul_bytes_per_param(), m->routed_expert_bytes_per_param());
+  const double weight_bytes = (bytes_per_step - double(info.active_per_decode_token - info.matmul_active_per_decode_token) * other_bytes) /
+                              double(std::max<int64_t>(info.matmul_active_per_decode_token, 1));
   const int probe_mib = std::max(1024, int(bytes_per_step / (1 << 20)) + 1);
 
   double sgemm = 0, bw = 0;  // on a GPU: its BF16 GEMM rate and copy bandwidth

@@ -23,9 +23,19 @@ double DecodeWeightBytes(const ModelInfo& i, kernels::WeightType t, int64_t cols
   return double(i.matmul_active_per_decode_token) * per + 4.0 * double(i.active_per_decode_token - i.matmul_active_per_decode_token);
 }
 
+double RoutedParamsPerDecodeToken(const ModelConfig& c) {
+  return c.n_routed_experts > 0 ? double(c.n_layers) * c.experts_per_token * 3.0 * c.moe_inter_dim * c.dim : 0.0;
+}
+
+double DecodeWeightBytesHeld(const ModelInfo& i, const ModelConfig& c, double dense_bytes_per_param, double routed_bytes_per_param) {
+  const double routed = RoutedParamsPerDecodeToken(c);
+  return (double(i.matmul_active_per_decode_token) - routed) * dense_bytes_per_param + routed * routed_bytes_per_param +
+         4.0 * double(i.active_per_decode_token - i.matmul_active_per_decode_token);
+}
+
 double DecodeWeightBytesReleased(const ModelInfo& i, const ModelConfig& c) {
   auto per = [&](kernels::WeightType t) { return kernels::WeightRowBytes(t, c.dim) / double(std::max(c.dim, 1)); };
-  const double routed = c.n_routed_experts > 0 ? double(c.n_layers) * c.experts_per_token * 3.0 * c.moe_inter_dim * c.dim : 0.0;
+  const double routed = RoutedParamsPerDecodeToken(c);
   const double other = double(i.matmul_active_per_decode_token - i.head_params) - routed;
   return routed * per(kernels::WeightType::kFP4) + double(i.head_params) * per(kernels::WeightType::kBF16) +
          other * per(kernels::WeightType::kFP8) + 4.0 * double(i.active_per_decode_token - i.matmul_active_per_decode_token);

@@ -39,6 +39,11 @@ double DecodeWeightBytes(const ModelInfo& i, kernels::WeightType t, int64_t cols
 // The same at --weights fp8-fp4 (ReleasedTypeOf): routed experts FP4, the head BF16, the other
 // matmul weights FP8.
 double DecodeWeightBytesReleased(const ModelInfo& i, const ModelConfig& c);
+// Routed-expert matmul parameters one decode token reads (experts_per_token experts a layer).
+double RoutedParamsPerDecodeToken(const ModelConfig& c);
+// The same with the bytes per parameter a loaded model holds (Model::dense_matmul_bytes_per_param,
+// routed_expert_bytes_per_param): what `cedar bench` divides by on the CPU.
+double DecodeWeightBytesHeld(const ModelInfo& i, const ModelConfig& c, double dense_bytes_per_param, double routed_bytes_per_param);
 nlohmann::json InfoToJson(const ModelInfo& i);
 
 }  // namespace cedar

@@ -169,6 +169,15 @@ class Model {
   // weights take on average (scales included): what decode streams per active parameter.
   WeightPrecision weight_precision() const { return precision_; }
   double matmul_bytes_per_param() const { return matmul_params_ > 0 ? matmul_bytes_ / matmul_params_ : 4.0; }
+  // The same for the routed experts' weights and for every other matmul weight. A decode token
+  // streams all of the others but only experts_per_token experts a layer, so where the experts
+  // are held smaller (fp8-fp4: FP4 experts, FP8 the rest) its bytes are not the whole model's mix,
+  // which the inactive experts dominate (info.h DecodeWeightBytesHeld).
+  double routed_expert_bytes_per_param() const { return routed_params_ > 0 ? routed_bytes_ / routed_params_ : matmul_bytes_per_param(); }
+  double dense_matmul_bytes_per_param() const {
+    const double p = matmul_params_ - routed_params_;
+    return p > 0 ? (matmul_bytes_ - routed_bytes_) / p : matmul_bytes_per_param();
+  }
   // Released layout only (nullptr otherwise): sizes and times of the load.
   const ReleasedLoadReport* released_load() const { return released_load_.get(); }
   // Routed expert e of layer l (FFN code reads experts only through this). Resident experts come
@@ -201,7 +210,10 @@ class Model {
   std::vector<LayerWeights> layers_;
   uint64_t fingerprint_ = 0;
   WeightPrecision precision_ = WeightPrecision::kF32;
+  // A matmul weight's parameters and held bytes into the sums below.
+  void CountMatmul(const std::string& name, int64_t rows, int64_t cols, kernels::WeightType held);
   double matmul_bytes_ = 0, matmul_params_ = 0;  // sums over the matmul weights (TakeMatmul)
+  double routed_bytes_ = 0, routed_params_ = 0;  // the routed experts' part of them
   std::unique_ptr<ReleasedLoadReport> released_load_;  // released layout only
   std::vector<EngramWeights> engram_;                   // one per engram_layers entry
   std::shared_ptr<const ExpertCache> expert_cache_;     // released layout, experts on demand only

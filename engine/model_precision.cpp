@@ -95,6 +95,16 @@ void Model::HoldReleased(const std::string& name, const std::vector<float>& f, W
   w.scales = s;
 }
 
+void Model::CountMatmul(const std::string& name, int64_t rows, int64_t cols, kernels::WeightType held) {
+  const double params = double(rows) * double(cols), bytes = double(rows) * kernels::WeightRowBytes(held, cols);
+  matmul_params_ += params;
+  matmul_bytes_ += bytes;
+  if (name.find("ffn.experts.") != std::string::npos) {  // routed (the shared expert is ffn.shared_experts.)
+    routed_params_ += params;
+    routed_bytes_ += bytes;
+  }
+}
+
 Weight Model::TakeMatmul(const std::string& name, std::vector<int64_t> shape, WeightPrecision p) {
   namespace k = kernels;
   const TensorInfo* t = file_->Find(name);
@@ -157,15 +167,13 @@ Weight Model::TakeMatmul(const std::string& name, std::vector<int64_t> shape, We
       w.type = k::WeightType::kBF16;
       w.stored = b;
     }
-    matmul_params_ += double(w.rows * w.cols);
-    matmul_bytes_ += double(w.rows) * k::WeightRowBytes(w.type, w.cols);
+    CountMatmul(name, w.rows, w.cols, w.type);
     return w;
   }
   const bool keep_f32 = p == WeightPrecision::kF32 || (p == WeightPrecision::kAsStored && !bf16_file);
   if (keep_f32) {
     Weight w = Take(name, shape);  // checks name, shape and dtype; F32 in the arena (or mapped)
-    matmul_params_ += double(w.rows * w.cols);
-    matmul_bytes_ += double(w.rows) * k::WeightRowBytes(w.type, w.cols);
+    CountMatmul(name, w.rows, w.cols, w.type);
     return w;
   }
   if (!t) throw std::runtime_error("model: " + file_->Path() + ": missing tensor '" + name + "'");
@@ -195,8 +203,7 @@ Weight Model::TakeMatmul(const std::string& name, std::vector<int64_t> shape, We
     w.type = k::WeightType::kBF16;
     w.stored = b;
   }
-  matmul_params_ += double(w.rows * w.cols);
-  matmul_bytes_ += double(w.rows) * k::WeightRowBytes(w.type, w.cols);
+  CountMatmul(name, w.rows, w.cols, w.type);
   return w;
 }
 

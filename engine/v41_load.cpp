@@ -474,7 +474,10 @@ std::unique_ptr<const Model> Model::LoadReleased(const std::string& dir, const L
   };
   std::string shard = ck.ShardOf(plan.front().name);
   for (const Planned& t : plan) {
-    if (t.expert && on_demand) continue;  // read when routed (ExpertCache)
+    if (t.expert && on_demand) {  // read when routed (ExpertCache), at the same held type
+      if (IsMatmulTensor(t.name)) m->CountMatmul(t.name, t.rows, t.cols, HeldType(ck, t.name, t.rows, t.cols, options.weights));
+      continue;
+    }
     const std::string s = ck.ShardOf(t.name);
     if (s != shard) {
       ck.ReleasePages();  // the previous shard is in the arena now: keep only one shard's pages resident
@@ -490,10 +493,7 @@ std::unique_ptr<const Model> Model::LoadReleased(const std::string& dir, const L
     } else {
       hold(t.name, held, t.dst);
     }
-    if (IsMatmulTensor(t.name)) {
-      m->matmul_params_ += double(t.rows * t.cols);
-      m->matmul_bytes_ += double(t.rows) * kernels::WeightRowBytes(held, t.cols);
-    }
+    if (IsMatmulTensor(t.name)) m->CountMatmul(t.name, t.rows, t.cols, held);
     const TensorInfo& info = ck.Get(t.name);
     report->stored_bytes += int64_t(info.nbytes);
     if (info.dtype == DType::F8_E4M3 || info.dtype == DType::I8) {

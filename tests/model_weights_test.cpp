@@ -22,6 +22,7 @@
 #include <map>
 
 #include "engine/engine.h"
+#include "engine/info.h"
 #include "engine/init.h"
 #include "engine/safetensors.h"
 #include "engine/v41_init.h"
@@ -227,6 +228,33 @@ TEST_CASE("fp8-fp4 holds the released types with QuantizeWeight's values; releas
   }
   if (m->config().n_shared_experts == 1) CHECK(l0.shared.w1.type == k::WeightType::kFP8);  // shared experts: FP8, as released
   CHECK_THROWS_WITH_AS(Load("v41-tiny", WeightPrecision::kFp8Fp4), doctest::Contains("use --weights as-stored"), std::invalid_argument);
+}
+
+// The bytes a decode token streams, as `cedar bench` counts them from the loaded model (routed
+// experts at their held bytes per parameter, the other matmul weights at theirs), equal what
+// `cedar info` prints for the precision. At fp8-fp4 the whole model's average bytes per
+// parameter, which the bench used before, is below the decode's: the inactive FP4 experts
+// dominate it (medium: 432 MB counted for 530 MB streamed).
+TEST_CASE("a decode token's weight bytes at the held precisions equal cedar info's count") {
+  for (WeightPrecision p : {WeightPrecision::kF32, WeightPrecision::kBF16, WeightPrecision::kI8, WeightPrecision::kFp8Fp4}) {
+    CAPTURE(WeightPrecisionName(p));
+    auto m = Load("tiny", p);
+    const ModelConfig& c = m->config();
+    const ModelInfo info = ComputeInfo(c);
+    const double held = DecodeWeightBytesHeld(info, c, m->dense_matmul_bytes_per_param(), m->routed_expert_bytes_per_param());
+    const kernels::WeightType t = p == WeightPrecision::kBF16 ? kernels::WeightType::kBF16
+                                  : p == WeightPrecision::kI8 ? kernels::WeightType::kI8 : kernels::WeightType::kF32;
+    const double want = p == WeightPrecision::kFp8Fp4 ? DecodeWeightBytesReleased(info, c) : DecodeWeightBytes(info, t, c.dim);
+    CHECK(held == doctest::Approx(want).epsilon(1e-6));
+    if (p == WeightPrecision::kFp8Fp4) {
+      REQUIRE(c.n_routed_experts > c.experts_per_token);
+      CHECK(m->routed_expert_bytes_per_param() < 0.6);  // FP4 and its scales
+      CHECK(m->dense_matmul_bytes_per_param() > 1.0);   // FP8, its scales and the BF16 head
+      const double whole_model_average = double(info.matmul_active_per_decode_token) * m->matmul_bytes_per_param() +
+                                         4.0 * double(info.active_per_decode_token - info.matmul_active_per_decode_token);
+      CHECK(whole_model_average < 0.95 * want);
+    }
+  }
 }
 
 // A process-wide activation mode (set_mode) on the released precisions: v41-tiny as stored and a
