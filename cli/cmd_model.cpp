@@ -194,6 +194,12 @@ int RunInfo(int argc, char** argv) {
       "json", "print JSON");
   po::variables_map vm;
   if (!Parse(argc, argv, "usage: cedar info --model DIR | --preset NAME | --config FILE [--checkpoint DIR] | --checkpoint DIR [--kv-dtype f32|released] [--json]", desc, vm)) return 0;
+  // A released-layout directory given as --model (its shards have an index, and its config.json
+  // is not Cedar's): report it as --checkpoint does, instead of failing on Cedar's config fields.
+  if (!model.empty() && config.empty() && checkpoint.empty() && std::filesystem::exists(model + "/model.safetensors.index.json")) {
+    checkpoint = model;
+    model.clear();
+  }
   if (config.empty() && !checkpoint.empty()) {
     config = ReleasedConfigPath(checkpoint);
     if (config.empty()) throw std::invalid_argument("--checkpoint " + checkpoint + ": expected config.json (or inference/config.json) in it, found neither; give --config FILE");

@@ -235,7 +235,7 @@ TEST_CASE("fp8-fp4 holds the released types with QuantizeWeight's values; releas
 // `cedar info` prints for the precision. At fp8-fp4 the whole model's average bytes per
 // parameter, which the bench used before, is below the decode's: the inactive FP4 experts
 // dominate it (medium: 432 MB counted for 530 MB streamed).
-TEST_CASE("a decode token's weight bytes at the held precisions equal cedar info's count") {
+TEST_CASE("a decode token's weight bytes at the held precisions equal cedar info's count, on tiny and v41-tiny") {
   for (WeightPrecision p : {WeightPrecision::kF32, WeightPrecision::kBF16, WeightPrecision::kI8, WeightPrecision::kFp8Fp4}) {
     CAPTURE(WeightPrecisionName(p));
     auto m = Load("tiny", p);
@@ -254,6 +254,18 @@ TEST_CASE("a decode token's weight bytes at the held precisions equal cedar info
                                          4.0 * double(info.active_per_decode_token - info.matmul_active_per_decode_token);
       CHECK(whole_model_average < 0.95 * want);
     }
+  }
+  {
+    // The released layout as stored (FP8 dense, FP4 experts): within 1% of the released-precision
+    // formula, which prices every dense matmul weight at FP8 where the layout keeps a few small
+    // ones (the compressor's, part of the indexer's) in BF16; the held count reads them as held.
+    auto m = Load("v41-tiny", WeightPrecision::kAsStored);
+    const ModelConfig& c = m->config();
+    const ModelInfo info = ComputeInfo(c);
+    CHECK(m->routed_expert_bytes_per_param() < 0.6);
+    CHECK(m->dense_matmul_bytes_per_param() > 1.0);
+    CHECK(DecodeWeightBytesHeld(info, c, m->dense_matmul_bytes_per_param(), m->routed_expert_bytes_per_param()) ==
+          doctest::Approx(DecodeWeightBytesReleased(info, c)).epsilon(0.01));
   }
 }
 
