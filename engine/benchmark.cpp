@@ -366,7 +366,7 @@ int RunEngineBenchMain(int argc, char** argv) {
     for (auto& st : states) ptrs.push_back(st.get());
     std::vector<int32_t> toks(size_t(batch), 1);
     std::vector<double> tpss;
-    double in_matmul_gbs = 0, matmul_share = 0, attention_share = 0, matmul_bytes_per_token = 0, s = 0;
+    double in_matmul_gbs = 0, matmul_share = 0, attention_share = 0, matmul_bytes_per_token = 0, read_per_step = 0, s = 0;
     ExpertCache::Stats before{};  // of the last rep
     for (int rep = 0; rep < reps; ++rep) {
       kernels::ResetWorkCounters();
@@ -384,8 +384,10 @@ int RunEngineBenchMain(int argc, char** argv) {
         attention_share = w.attention_seconds / s;
         // Weight bytes the matmuls read per token (2 FLOPs per weight; batch 1: every row its own).
         matmul_bytes_per_token = w.matmul_flops / 2.0 * weight_bytes / (double(batch) * decode_n);
-        // Weight bytes the matmul calls streamed per second (the held bytes per weight; 2 FLOPs per weight).
-        in_matmul_gbs = std::max(in_matmul_gbs, w.matmul_flops / 2.0 * weight_bytes / w.matmul_seconds / 1e9);
+        // Weight bytes the products read (each product's weight once, whatever its rows: a batch's
+        // rows routed to different experts read more than the lower bound), and per second in them.
+        read_per_step = w.matmul_weight_bytes / decode_n;
+        in_matmul_gbs = std::max(in_matmul_gbs, w.matmul_weight_bytes / w.matmul_seconds / 1e9);
       }
     }
     // The bound's bandwidth: the best of the probe before, one right after the decode run (this
@@ -407,9 +409,13 @@ int RunEngineBenchMain(int argc, char** argv) {
     if (!on_gpu) {
       j["matmul_share_of_time"] = matmul_share;  // of the last rep
       j["attention_share_of_time"] = attention_share;  // the same rep's attention (not in the bound)
-      // (batch 1 only: in a batch each routed expert sees a different number of rows)
-      if (batch == 1) j["weight_gbs_while_in_matmuls"] = in_matmul_gbs;
+      j["weight_gbs_while_in_matmuls"] = in_matmul_gbs;  // the best rep's
       j["matmul_weight_bytes_per_token"] = matmul_bytes_per_token;  // of the last rep, at the held precision
+      // The last rep's bytes read a step by the products (the router's and other F32 products'
+      // included), and the fraction of the bound over those bytes: at batch 1 the lower bound's
+      // matmul bytes (plus the router's); in a batch, every expert some row was routed to.
+      j["matmul_weight_bytes_read_per_step"] = read_per_step;
+      j["fraction_of_bound_read"] = tps.median / batch * read_per_step / (bw_now * 1e9);
     }
     add_on_demand(before, s, double(batch) * decode_n, &j);
     Emit(j);

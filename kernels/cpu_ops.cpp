@@ -113,7 +113,7 @@ static void CountedMatmul(const float* x, const float* w, float* y, int n, int i
   const auto t0 = std::chrono::steady_clock::now();
   MatmulImpl(x, w, y, n, in, out, beta);
   const double s = top ? std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() : 0.0;
-  internal::CountMatmul(2.0 * n * in * out, s);
+  internal::CountMatmul(2.0 * n * in * out, s, 4.0 * in * out);
 }
 
 void Matmul(const float* x, const float* w, float* y, int n, int in, int out) { CountedMatmul(x, w, y, n, in, out, 0.0f); }

@@ -28,6 +28,7 @@
 #include "engine/v41_init.h"
 #include "kernels/ops.h"
 #include "kernels/weight_quantize.h"
+#include "kernels/work_counters.h"
 #include "tests/test_models.h"
 
 using namespace cedar;
@@ -266,6 +267,40 @@ TEST_CASE("a decode token's weight bytes at the held precisions equal cedar info
     CHECK(m->dense_matmul_bytes_per_param() > 1.0);
     CHECK(DecodeWeightBytesHeld(info, c, m->dense_matmul_bytes_per_param(), m->routed_expert_bytes_per_param()) ==
           doctest::Approx(DecodeWeightBytesReleased(info, c)).epsilon(0.01));
+  }
+}
+
+// The work counters' weight bytes (each product's weight once, whatever its rows): one decode step
+// at batch 1 reads the matmul bytes the bound counts; two rows routed to different experts read
+// more (what `cedar bench` reports as a batch's bytes read).
+TEST_CASE("one decode step's counted weight bytes are the matmul bytes cedar info counts") {
+  for (WeightPrecision p : {WeightPrecision::kF32, WeightPrecision::kFp8Fp4}) {
+    CAPTURE(WeightPrecisionName(p));
+    auto m = Load("tiny", p);
+    const ModelConfig& c = m->config();
+    const ModelInfo info = ComputeInfo(c);
+    const double matmul_bytes = DecodeWeightBytesHeld(info, c, m->dense_matmul_bytes_per_param(), m->routed_expert_bytes_per_param()) -
+                                4.0 * double(info.active_per_decode_token - info.matmul_active_per_decode_token);
+    std::vector<SequenceState> st;
+    for (int n : {7, 30}) {
+      st.emplace_back(c);
+      Run(*m, st.back(), RandomTokens(n, c.vocab_size, 90 + n), PrefillMode::kExact);
+    }
+    kernels::EnableWorkCounters(true);
+    kernels::ResetWorkCounters();
+    DecodeStep(*m, st[0], 5);
+    const double one = kernels::ReadWorkCounters().matmul_weight_bytes;
+    kernels::ResetWorkCounters();
+    std::vector<SequenceState*> both = {&st[0], &st[1]};
+    const std::vector<int32_t> toks = {6, 7};
+    DecodeBatch(*m, both, toks);
+    const double two = kernels::ReadWorkCounters().matmul_weight_bytes;
+    kernels::EnableWorkCounters(false);
+    // The router's F32 product too (info counts it with the other F32 parameters). FP8's 2-D
+    // scales are shared fractionally per row in both counts, so they agree to rounding only.
+    const double router = c.n_routed_experts > 0 ? 4.0 * c.n_layers * c.n_routed_experts * c.dim : 0.0;
+    CHECK(one == doctest::Approx(matmul_bytes + router).epsilon(1e-5));
+    CHECK(two > one);  // two rows: their routed experts differ somewhere (seeded prompts)
   }
 }
 
