@@ -446,7 +446,7 @@ void MatmulMany(const MatmulJob* jobs, int n_jobs) {
   const double s = InPoolJob() ? 0.0 : std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   double bytes = 0;  // each job's weight once (its rows of x share every byte)
   for (int j = 0; j < n_jobs; ++j)
-    if (jobs[j].n > 0) bytes += jobs[j].w ? 4.0 * jobs[j].in * jobs[j].out : double(jobs[j].out) * WeightRowBytes(jobs[j].wv.type, jobs[j].in);
+    if (jobs[j].n > 0) bytes += double(jobs[j].out) * WeightRowBytes(jobs[j].w ? WeightType::kF32 : jobs[j].wv.type, jobs[j].in);
   internal::CountMatmul(flops, s, bytes);
 }
 
