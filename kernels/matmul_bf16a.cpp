@@ -41,6 +41,7 @@
 #endif
 
 #include "kernels/cpu_internal.h"
+#include "kernels/hsum_rows_avx512.h"
 #include "kernels/quant_formats.h"
 #include "kernels/weight_view.h"
 
@@ -168,12 +169,6 @@ void ConvertQuads(const float* x, int64_t in, uint16_t* out) {
   if (quads * 128 < in) ConvertScalar<4>(x + quads * 128, in - quads * 128, out + quads * 128);
 }
 
-inline float Reduce16(__m512 a) {
-  alignas(64) float v[16];
-  _mm512_store_ps(v, a);
-  return HSum16(v);
-}
-
 // Weight sources: Step(row, p, w) gives step p's K * 32 weights as bf16 words in X0 .. X{K-1}'s
 // order (StepElement).
 // FP8 (K = 2): w[0] / w[1] = the 8-bit unpacks (low / high half of each 128-bit lane) of the
@@ -273,6 +268,7 @@ __attribute__((noinline)) void RowsBf16(const uint16_t* const* xr, const WeightV
   const int64_t steps = ConvertedWords(w.cols, K) / kStep, whole = w.cols / kStep, nb = w.cols / B;
   const __m512i first = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), quad_first = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
   const __m512i idx0 = K == 2 ? first : quad_first, inc = _mm512_set1_epi32(K);
+  RowSums16 sums;  // HSum16 of 16 finished rows at a time
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* wr[S];
     const uint8_t* sc[S];
@@ -322,8 +318,9 @@ __attribute__((noinline)) void RowsBf16(const uint16_t* const* xr, const WeightV
       }
     }
     for (int n = 0; n < N; ++n)
-      for (int k = 0; k < S; ++k) y[n * ys + (r - r0) + k * rs] = Reduce16(acc[n][k]);
+      for (int k = 0; k < S; ++k) sums.Add(acc[n][k], y + n * ys + (r - r0) + k * rs);
   }
+  sums.Flush();
 }
 
 template <class Src>

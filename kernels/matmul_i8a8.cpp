@@ -40,6 +40,7 @@
 #endif
 
 #include "kernels/cpu_internal.h"
+#include "kernels/hsum_rows_avx512.h"
 #include "kernels/quant_formats.h"
 #include "kernels/weight_view.h"
 
@@ -260,12 +261,6 @@ float DotScalar(const QuantRow& q, const WeightView& w, int64_t r) {
 
 #if CEDAR_I8A8_VNNI
 
-inline float Reduce16(__m512 a) {
-  alignas(64) float v[16];
-  _mm512_store_ps(v, a);
-  return HSum16(v);
-}
-
 // Decode (one row of x) reads a thread's slice as kSpreadI8A8 equal parts side by side, as the
 // F32-activation kernels do (matmul_quant.cpp kSpreadOf).
 constexpr int kSpreadI8A8 = 2;
@@ -368,6 +363,7 @@ void RowsVnni(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t
   const uint64_t* neg[N];
   const float* sa16[N];
   for (int n = 0; n < N; ++n) absq[n] = q[n]->absq.data(), neg[n] = q[n]->neg.data(), sa16[n] = q[n]->sa16.data();
+  RowSums16 sums;  // HSum16 of 16 finished rows at a time
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* wr[S];
     const void* sw[S];
@@ -409,8 +405,9 @@ void RowsVnni(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t
       }
     }
     for (int n = 0; n < N; ++n)
-      for (int k = 0; k < S; ++k) y[n * ys + (r - r0) + k * rs] = Reduce16(_mm512_add_ps(acc0[n][k], acc1[n][k]));
+      for (int k = 0; k < S; ++k) sums.Add(_mm512_add_ps(acc0[n][k], acc1[n][k]), y + n * ys + (r - r0) + k * rs);
   }
+  sums.Flush();
 }
 
 #elif CEDAR_I8A8_AVX2
@@ -532,6 +529,7 @@ void RowsAvx2Fp4(const QuantRow* const* q, const WeightView& w, int64_t r0, int6
   const int8_t* sq[N];
   const float* sa8[N];
   for (int n = 0; n < N; ++n) absq[n] = q[n]->absq4.data(), sq[n] = q[n]->sq4.data(), sa8[n] = q[n]->sa8.data();
+  RowSums16 sums;  // HSum16 of 16 finished rows at a time
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* wr[S];
     const void* sw[S];

@@ -21,6 +21,8 @@
 #include <immintrin.h>
 #endif
 
+#include "kernels/cpu_internal.h"
+#include "kernels/hsum_rows_avx512.h"
 #include "kernels/ops.h"
 #include "kernels/thread_pool.h"
 #include "kernels/weight_quantize.h"
@@ -244,3 +246,36 @@ TEST_CASE("shapes and types off the BF16-activation path give the product they h
   }
   k::SetInt8Activations(false);
 }
+
+#if defined(__AVX512F__)
+// The kernels end 16 rows at once (kernels/hsum_rows_avx512.h): each sum must be HSum16's on that
+// row alone, bit for bit, whatever the values (every exponent, signed zeros, subnormals, infinities,
+// NaN) and however many rows are pending when a call ends.
+TEST_CASE("16 rows summed at once give each row HSum16's bits") {
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-150, 127), special(0, 63);
+  auto value = [&] {
+    switch (special(rng)) {
+      case 0: return 0.0f;
+      case 1: return -0.0f;
+      case 2: return std::numeric_limits<float>::infinity();
+      case 3: return -std::numeric_limits<float>::denorm_min();
+      case 4: return std::numeric_limits<float>::quiet_NaN();
+      default: return std::ldexp(unit(rng), exponent(rng) % 40 + (special(rng) < 4 ? exponent(rng) : 0));
+    }
+  };
+  auto same = [](float a, float b) { return std::isnan(a) ? std::isnan(b) : std::memcmp(&a, &b, sizeof a) == 0; };
+  int bad = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int rows = 1 + trial % 40;  // 1 to 40 rows: partial, whole and several flushes
+    std::vector<float> lanes(size_t(rows) * 16), got(size_t(rows), -1.0f);
+    for (float& v : lanes) v = value();
+    k::internal::RowSums16 sums;
+    for (int r = 0; r < rows; ++r) sums.Add(_mm512_loadu_ps(&lanes[size_t(r) * 16]), &got[size_t(r)]);
+    sums.Flush();
+    for (int r = 0; r < rows; ++r) bad += !same(got[size_t(r)], k::internal::HSum16(&lanes[size_t(r) * 16]));
+  }
+  CHECK(bad == 0);
+}
+#endif
