@@ -1,11 +1,19 @@
-// HSum16 (cpu_internal.h) of 16 rows' accumulators at once, for the one-row and few-row products
-// that end every output row with it: one halving butterfly over the 16 vectors (a[i] + a[i + 8],
-// then + [i + 4], + [i + 2], + [i + 1]) is HSum16's own pairing, so every sum has the bits of
-// HSum16 on that row alone, for ~3 instructions a row where a store and 15 scalar adds were ~20.
+// HSum16 (cpu_internal.h) of 16 rows' accumulators at once, for the few-row products that end
+// every output row with it: one halving butterfly over the 16 vectors (a[i] + a[i + 8], then
+// + [i + 4], + [i + 2], + [i + 1]) is HSum16's own pairing, so every sum has the bits of HSum16 on
+// that row alone, for ~3 instructions a row where a store and 15 scalar adds were ~20.
+// Measured (session 29, medium's shapes, weights in cache, one thread): two rows of x FP8 54 -> 63
+// GB/s, FP4 42.5 -> 53.5; eight rows FP8 97-99 -> 115-117, FP4 61 -> 73 (row-bytes); one row FP8
+// 58.5 -> 65, FP4 41 -> 49.5. One-row products (decode) still end each row alone (HSum16Row):
+// in `cedar bench` medium fp8-fp4 decode, tokens alternating in one process, the batched sums
+// were 1.0-1.5% slower (3 runs, against a null toggle's +0.5%): decode streams from memory,
+// and holding the rows bought nothing there. Batch 8 decode was unchanged either way.
 #pragma once
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
+
+#include "kernels/cpu_internal.h"
 
 namespace cedar::kernels::internal {
 
@@ -13,6 +21,13 @@ namespace cedar::kernels::internal {
 // reports once inlined; an all-ones mask over a defined source is the same instruction.
 template <int kImm>
 inline __m512 ShuffleQuarters(__m512 a, __m512 b) { return _mm512_mask_shuffle_f32x4(a, 0xFFFF, a, b, kImm); }
+
+// HSum16 of one row's lanes.
+inline float HSum16Row(__m512 a) {
+  alignas(64) float v[16];
+  _mm512_store_ps(v, a);
+  return HSum16(v);
+}
 
 // out[j] = HSum16(a[j]) for j < 16; a: [16 rows][16 lanes], 64-byte aligned.
 inline void HSum16Rows(const float (*a)[16], float* out) {

@@ -268,7 +268,7 @@ __attribute__((noinline)) void RowsBf16(const uint16_t* const* xr, const WeightV
   const int64_t steps = ConvertedWords(w.cols, K) / kStep, whole = w.cols / kStep, nb = w.cols / B;
   const __m512i first = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), quad_first = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
   const __m512i idx0 = K == 2 ? first : quad_first, inc = _mm512_set1_epi32(K);
-  RowSums16 sums;  // HSum16 of 16 finished rows at a time
+  RowSums16 sums;  // HSum16 of 16 finished rows at a time (few-row products; see hsum_rows_avx512.h)
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* wr[S];
     const uint8_t* sc[S];
@@ -318,7 +318,11 @@ __attribute__((noinline)) void RowsBf16(const uint16_t* const* xr, const WeightV
       }
     }
     for (int n = 0; n < N; ++n)
-      for (int k = 0; k < S; ++k) sums.Add(acc[n][k], y + n * ys + (r - r0) + k * rs);
+      for (int k = 0; k < S; ++k) {
+        float* out = y + n * ys + (r - r0) + k * rs;
+        if constexpr (N == 1) *out = HSum16Row(acc[n][k]);
+        else sums.Add(acc[n][k], out);
+      }
   }
   sums.Flush();
 }

@@ -363,7 +363,7 @@ void RowsVnni(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t
   const uint64_t* neg[N];
   const float* sa16[N];
   for (int n = 0; n < N; ++n) absq[n] = q[n]->absq.data(), neg[n] = q[n]->neg.data(), sa16[n] = q[n]->sa16.data();
-  RowSums16 sums;  // HSum16 of 16 finished rows at a time
+  RowSums16 sums;  // HSum16 of 16 finished rows at a time (few-row products; see hsum_rows_avx512.h)
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* wr[S];
     const void* sw[S];
@@ -405,7 +405,11 @@ void RowsVnni(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t
       }
     }
     for (int n = 0; n < N; ++n)
-      for (int k = 0; k < S; ++k) sums.Add(_mm512_add_ps(acc0[n][k], acc1[n][k]), y + n * ys + (r - r0) + k * rs);
+      for (int k = 0; k < S; ++k) {
+        float* out = y + n * ys + (r - r0) + k * rs;
+        if constexpr (N == 1) *out = HSum16Row(_mm512_add_ps(acc0[n][k], acc1[n][k]));
+        else sums.Add(_mm512_add_ps(acc0[n][k], acc1[n][k]), out);
+      }
   }
   sums.Flush();
 }
@@ -529,7 +533,7 @@ void RowsAvx2Fp4(const QuantRow* const* q, const WeightView& w, int64_t r0, int6
   const int8_t* sq[N];
   const float* sa8[N];
   for (int n = 0; n < N; ++n) absq[n] = q[n]->absq4.data(), sq[n] = q[n]->sq4.data(), sa8[n] = q[n]->sa8.data();
-  RowSums16 sums;  // HSum16 of 16 finished rows at a time
+  RowSums16 sums;  // HSum16 of 16 finished rows at a time (few-row products; see hsum_rows_avx512.h)
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* wr[S];
     const void* sw[S];
