@@ -533,7 +533,6 @@ void RowsAvx2Fp4(const QuantRow* const* q, const WeightView& w, int64_t r0, int6
   const int8_t* sq[N];
   const float* sa8[N];
   for (int n = 0; n < N; ++n) absq[n] = q[n]->absq4.data(), sq[n] = q[n]->sq4.data(), sa8[n] = q[n]->sa8.data();
-  RowSums16 sums;  // HSum16 of 16 finished rows at a time (few-row products; see hsum_rows_avx512.h)
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* wr[S];
     const void* sw[S];
