@@ -239,6 +239,16 @@ struct SrcFp4 {
 // parts, one part, and T1 / T2 hints 4-8 KiB ahead did no better. (In a driver with the matrix
 // in L2 the prefetch halved the rate: decode's weights are never there.)
 constexpr int kSpreadBf16 = 2;
+// Few-row products whose converted x (rows x columns x 2 bytes) exceeds kChunkXBytes go over the
+// columns in chunks of kChunkGroups groups of 16 blocks, kChunkRows weight rows at a time
+// (RowsBf16Wide). Session 29: in cache, one thread, 8 rows x 4096 columns FP8 74-77 -> 90-105 GB/s
+// (row-bytes), FP4 48 -> 64-68 (at 2048 columns, 32 KiB of x, chunking was 5-12% slower, hence the
+// threshold); medium fp8-fp4 decode at batch 8, steps alternating in one process, Wo_b (2048 x 4096)
+// 739 -> 604 us and the step 58.0 -> 56.5 / 54.2 -> 52.5 ms (without the next block's prefetch
+// the chunked step was 3.5% slower: 55.9 -> 58.0, 54.7 -> 56.8 ms).
+constexpr int64_t kChunkXBytes = 32 * 1024;
+constexpr int kChunkGroups = 2;
+constexpr int kChunkRows = 16;
 constexpr int64_t kPrefetchBytes = 4096;
 
 // The E8M0 scales of blocks 16g..16g+15 (fewer at the end of a row: the rest zero) as floats:
@@ -261,8 +271,11 @@ inline __m512 GroupScales(const uint8_t* sc, int64_t g, int64_t nb) {
 // one permute (a vmovd, table load, broadcast and insert per pair cost ~30% of a one-row FP8
 // product in L2, session 26; a masked broadcast from a row of float scales ran slower still).
 // Not inlined into ConvertedT: inlined there, FP8's 4-row product ran 5% slower (session 27).
-template <class Src, int N, int S, bool kPrefetch = false>
-__attribute__((noinline)) void RowsBf16(const uint16_t* const* xr, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys, int64_t rs) {
+// kHeld (RowsBf16Wide): only groups [g0, g1) of 16 blocks, each row's accumulators read from and
+// written back to held[r - r0] instead of starting at zero and ending in y.
+template <class Src, int N, int S, bool kPrefetch = false, bool kHeld = false>
+__attribute__((noinline)) void RowsBf16(const uint16_t* const* xr, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys, int64_t rs,
+                                        int64_t g0 = 0, int64_t g1 = 0, __m512 (*held)[N] = nullptr) {
   constexpr int K = Src::K, kStep = 32 * K, kGroup = 16 / K;  // words per step, steps per 16 blocks
   const Src src;
   const int64_t steps = ConvertedWords(w.cols, K) / kStep, whole = w.cols / kStep, nb = w.cols / B;
@@ -276,7 +289,7 @@ __attribute__((noinline)) void RowsBf16(const uint16_t* const* xr, const WeightV
     for (int k = 0; k < S; ++k) {
       wr[k] = Src::Row(w, r + k * rs);
       sc[k] = ScaleRow(w, r + k * rs);
-      for (int n = 0; n < N; ++n) acc[n][k] = _mm512_setzero_ps();
+      for (int n = 0; n < N; ++n) acc[n][k] = kHeld ? held[r - r0][n] : _mm512_setzero_ps();
     }
     // One step: its weights decoded once, its scales from the group's (s16), every row of x.
     auto step = [&]<bool kHalf = false>(int64_t p, const __m512 (&s16)[S], __m512i idx) __attribute__((always_inline)) {
@@ -300,15 +313,15 @@ __attribute__((noinline)) void RowsBf16(const uint16_t* const* xr, const WeightV
       }
     };
     // Whole groups of steps (16 blocks: one GroupScales each), unrolled, then the rest.
-    int64_t g = 0;
-    for (; kGroup * g + kGroup <= whole; ++g) {
+    int64_t g = kHeld ? g0 : 0;
+    for (; (!kHeld || g < g1) && kGroup * g + kGroup <= whole; ++g) {
       __m512 s16[S];
       for (int k = 0; k < S; ++k) s16[k] = GroupScales(sc[k], g, nb);
       __m512i idx = idx0;
 #pragma GCC unroll 8
       for (int j = 0; j < kGroup; ++j, idx = _mm512_add_epi32(idx, inc)) step(kGroup * g + j, s16, idx);
     }
-    if (kGroup * g < steps) {
+    if ((!kHeld || g < g1) && kGroup * g < steps) {
       __m512 s16[S];
       for (int k = 0; k < S; ++k) s16[k] = GroupScales(sc[k], g, nb);
       __m512i idx = idx0;
@@ -317,12 +330,48 @@ __attribute__((noinline)) void RowsBf16(const uint16_t* const* xr, const WeightV
         else step.template operator()<true>(p, s16, idx);
       }
     }
+    if constexpr (kHeld) {
+      for (int n = 0; n < N; ++n) held[r - r0][n] = acc[n][0];
+      continue;
+    }
     for (int n = 0; n < N; ++n)
       for (int k = 0; k < S; ++k) {
         float* out = y + n * ys + (r - r0) + k * rs;
         if constexpr (N == 1) *out = HSum16Row(acc[n][k]);
         else sums.Add(acc[n][k], out);
       }
+  }
+  sums.Flush();
+}
+
+// Several rows of x whose converted rows outgrow the first-level cache (more than kChunkXBytes):
+// blocks of kChunkRows weight rows go over the columns in chunks of kChunkGroups groups of 16
+// blocks, each row's accumulators held between chunks, so the chunk of x stays in cache for the
+// block (8 rows of x over 4096 columns are 64 KiB). Every lane's sequence of operations is
+// RowsBf16's: the same bits.
+template <class Src, int N>
+void RowsBf16Wide(const uint16_t* const* xr, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
+  constexpr int K = Src::K, kGroup = 16 / K;
+  const int64_t groups = (ConvertedWords(w.cols, K) / (32 * K) + kGroup - 1) / kGroup;
+  if (int64_t(N) * ConvertedWords(w.cols, K) * 2 <= kChunkXBytes || groups <= kChunkGroups)
+    return RowsBf16<Src, N, 1>(xr, w, r0, r1, y, ys, 1);
+  alignas(64) __m512 held[kChunkRows][N];
+  RowSums16 sums;
+  for (int64_t b = r0; b < r1; b += kChunkRows) {
+    const int64_t e = std::min(r1, b + kChunkRows);
+    for (int64_t r = b; r < e; ++r)
+      for (int n = 0; n < N; ++n) held[r - b][n] = _mm512_setzero_ps();
+    // The block reads each row a chunk at a time, which the hardware prefetchers do not follow
+    // from memory: each pass prefetches its share of the next block's weights to L2.
+    const int64_t row_bytes = Src::K == 2 ? w.cols : w.cols / 2, passes = (groups + kChunkGroups - 1) / kChunkGroups;
+    const int64_t share = (std::min(r1, e + kChunkRows) - e) * row_bytes / passes;
+    const char* next = reinterpret_cast<const char*>(Src::Row(w, 0)) + e * row_bytes;
+    for (int64_t g = 0, pass = 0; g < groups; g += kChunkGroups, ++pass) {
+      for (int64_t o = pass * share; o < (pass + 1) * share; o += 64) _mm_prefetch(next + o, _MM_HINT_T1);
+      RowsBf16<Src, N, 1, false, true>(xr, w, b, e, nullptr, 0, 1, g, std::min(groups, g + kChunkGroups), held);
+    }
+    for (int64_t r = b; r < e; ++r)
+      for (int n = 0; n < N; ++n) sums.Add(held[r - b][n], y + n * ys + (r - r0));
   }
   sums.Flush();
 }
@@ -342,13 +391,13 @@ void ConvertedT(const uint16_t* const* xr, int n, const WeightView& w, int64_t r
           RowsBf16<Src, 1, 1>(xb, w, r0, r1, yb, ys, 1);
         }
         break;
-      case 2: RowsBf16<Src, 2, 1>(xb, w, r0, r1, yb, ys, 1); break;
-      case 3: RowsBf16<Src, 3, 1>(xb, w, r0, r1, yb, ys, 1); break;
-      case 4: RowsBf16<Src, 4, 1>(xb, w, r0, r1, yb, ys, 1); break;
-      case 5: RowsBf16<Src, 5, 1>(xb, w, r0, r1, yb, ys, 1); break;
-      case 6: RowsBf16<Src, 6, 1>(xb, w, r0, r1, yb, ys, 1); break;
-      case 7: RowsBf16<Src, 7, 1>(xb, w, r0, r1, yb, ys, 1); break;
-      default: RowsBf16<Src, 8, 1>(xb, w, r0, r1, yb, ys, 1); break;
+      case 2: RowsBf16Wide<Src, 2>(xb, w, r0, r1, yb, ys); break;
+      case 3: RowsBf16Wide<Src, 3>(xb, w, r0, r1, yb, ys); break;
+      case 4: RowsBf16Wide<Src, 4>(xb, w, r0, r1, yb, ys); break;
+      case 5: RowsBf16Wide<Src, 5>(xb, w, r0, r1, yb, ys); break;
+      case 6: RowsBf16Wide<Src, 6>(xb, w, r0, r1, yb, ys); break;
+      case 7: RowsBf16Wide<Src, 7>(xb, w, r0, r1, yb, ys); break;
+      default: RowsBf16Wide<Src, 8>(xb, w, r0, r1, yb, ys); break;
     }
   }
 }

@@ -131,6 +131,25 @@ TEST_CASE("BF16-activation FP8 and FP4 products equal their scalar reference bit
   k::SetPoolThreads(2);
 }
 
+// Several rows of x over a wide input go over the columns in chunks (RowsBf16: x outgrows the
+// first-level cache), each row's accumulators kept between chunks: the same bits as the reference.
+TEST_CASE("BF16-activation few-row products over wide inputs keep the reference's bits") {
+  ModeOn on;
+  for (WeightType t : {WeightType::kFP8, WeightType::kFP4})
+    for (int threads : {1, 2}) {
+      k::SetPoolThreads(threads);
+      for (int n : {2, 3, 8, 9})
+        for (int in : {4096, 4160, 8192})  // 4160: FP4 ends in a half quad, FP8 in a partial group
+          for (int out : {17, 40}) {
+            const auto x = Random(size_t(n) * in, 30 + n + in), w = Random(size_t(out) * in, 40 + out + in);
+            const k::OwnedWeight s = k::QuantizeWeight(w, out, in, t);
+            INFO(k::WeightTypeName(t) << " n=" << n << " in=" << in << " out=" << out << " threads=" << threads);
+            CHECK(Mismatches(x, s.view, n) == 0);
+          }
+    }
+  k::SetPoolThreads(2);
+}
+
 TEST_CASE("BF16-activation products keep the reference's bits for every weight code, scale code and extreme x") {
   ModeOn on;
   const int n = 3, in = 512, out = 70;
