@@ -32,6 +32,7 @@
 #define CEDAR_GEMM_AVX512 1
 #endif
 
+#include "kernels/hsum_rows_avx512.h"
 #include "kernels/thread_pool.h"
 
 namespace cedar::kernels {
@@ -119,27 +120,13 @@ void Tile(const float* xp, const float* wp, int nblk16, float* acc, bool init) {
     for (int r = 0; r < kNr; ++r) _mm512_store_ps(acc + (b * kNr + r) * 16, a[b][r]);
 }
 
-// Reduce16 of four 16-lane accumulators at once: the same adds in the same pairing, the four
-// side by side. Returns [y(a), y(b), y(c), y(d)].
-inline __m128 Reduce4x16(__m512 a, __m512 b, __m512 c, __m512 d) {
-  // t = lo8 + hi8: tab = [t(a)[0:4], t(a)[4:8], t(b)[0:4], t(b)[4:8]], tcd likewise.
-  const __m512 tab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m512 tcd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 2, 3, 2)));
-  // u = t[0:4] + t[4:8]: one output's u per 128-bit lane, in the order a, b, c, d.
-  const __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(tab, tcd, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(tab, tcd, _MM_SHUFFLE(3, 1, 3, 1)));
-  // v = [u0 + u2, u1 + u3, ...] per lane, then y = v0 + v1 in each lane's first float.
-  const __m512 v = _mm512_add_ps(u, _mm512_permute_ps(u, _MM_SHUFFLE(1, 0, 3, 2)));
-  const __m512 y = _mm512_add_ps(v, _mm512_permute_ps(v, _MM_SHUFFLE(2, 3, 0, 1)));
-  return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), y));
-}
-
 // A finished tile's accumulators (acc[mr][kNr][16]) reduced into y: row b0 + b, column col + r
 // for r < nc (the tile's valid W rows).
 void StoreTile(const float* acc, int mr, float* y, int y_stride, int b0, int col, int nc) {
   for (int b = 0; b < mr; ++b) {
     const float* a = acc + b * kNr * 16;
     alignas(16) float res[4];
-    _mm_store_ps(res, Reduce4x16(_mm512_load_ps(a), _mm512_load_ps(a + 16), _mm512_load_ps(a + 32), _mm512_load_ps(a + 48)));
+    _mm_store_ps(res, internal::HSum16x4(_mm512_load_ps(a), _mm512_load_ps(a + 16), _mm512_load_ps(a + 32), _mm512_load_ps(a + 48)));
     for (int r = 0; r < std::min(nc, kNr); ++r) y[size_t(b0 + b) * y_stride + col + r] = res[r];
   }
 }

@@ -1,7 +1,8 @@
-// HSum16 (cpu_internal.h) of 16 rows' accumulators at once, for the few-row products that end
-// every output row with it: one halving butterfly over the 16 vectors (a[i] + a[i + 8], then
-// + [i + 4], + [i + 2], + [i + 1]) is HSum16's own pairing, so every sum has the bits of HSum16 on
-// that row alone, for ~3 instructions a row where a store and 15 scalar adds were ~20.
+// HSum16 (cpu_internal.h) of several rows' accumulators at once, for the few-row products that end
+// every output row with it and the row-invariant GEMM's tiles: one halving butterfly over the
+// vectors (a[i] + a[i + 8], then + [i + 4], + [i + 2], + [i + 1]) is HSum16's own pairing, so every
+// sum has the bits of HSum16 on that row alone, for ~3 instructions a row where a store and 15
+// scalar adds were ~20.
 // Measured (session 29, medium's shapes, weights in cache, one thread): two rows of x FP8 54 -> 63
 // GB/s, FP4 42.5 -> 53.5; eight rows FP8 97-99 -> 115-117, FP4 61 -> 73 (row-bytes); one row FP8
 // 58.5 -> 65, FP4 41 -> 49.5. One-row products (decode) still end each row alone (HSum16Row):
@@ -29,21 +30,24 @@ inline float HSum16Row(__m512 a) {
   return HSum16(v);
 }
 
+// HSum16 of four 16-lane accumulators at once, the four side by side: [y(a), y(b), y(c), y(d)].
+inline __m128 HSum16x4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  // t = lo8 + hi8: tab = [t(a)[0:4], t(a)[4:8], t(b)[0:4], t(b)[4:8]], tcd likewise.
+  const __m512 tab = _mm512_add_ps(ShuffleQuarters<0x44>(a, b), ShuffleQuarters<0xEE>(a, b));
+  const __m512 tcd = _mm512_add_ps(ShuffleQuarters<0x44>(c, d), ShuffleQuarters<0xEE>(c, d));
+  // u = t[0:4] + t[4:8]: one output's u per 128-bit lane, in the order a, b, c, d.
+  const __m512 u = _mm512_add_ps(ShuffleQuarters<0x88>(tab, tcd), ShuffleQuarters<0xDD>(tab, tcd));
+  // v = [u0 + u2, u1 + u3, ...] per lane, then y = v0 + v1 in each lane's first float.
+  const __m512 v = _mm512_add_ps(u, _mm512_mask_permute_ps(u, 0xFFFF, u, _MM_SHUFFLE(1, 0, 3, 2)));
+  const __m512 y = _mm512_add_ps(v, _mm512_mask_permute_ps(v, 0xFFFF, v, _MM_SHUFFLE(2, 3, 0, 1)));
+  const __m512i firsts = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  return _mm512_castps512_ps128(_mm512_mask_permutexvar_ps(y, 0xFFFF, firsts, y));
+}
+
 // out[j] = HSum16(a[j]) for j < 16; a: [16 rows][16 lanes], 64-byte aligned.
 inline void HSum16Rows(const float (*a)[16], float* out) {
-  __m512 v1[8], v2[4], v3[2];
-  for (int j = 0; j < 8; ++j) {  // quarters [A.b0-3, A.b4-7, B.b0-3, B.b4-7], b_i = a_i + a_{i+8}
-    const __m512 A = _mm512_load_ps(a[2 * j]), B = _mm512_load_ps(a[2 * j + 1]);
-    v1[j] = _mm512_add_ps(ShuffleQuarters<0x44>(A, B), ShuffleQuarters<0xEE>(A, B));
-  }
-  for (int j = 0; j < 4; ++j)  // quarter k = row 4j + k's c0-3, c_i = b_i + b_{i+4}
-    v2[j] = _mm512_add_ps(ShuffleQuarters<0x88>(v1[2 * j], v1[2 * j + 1]), ShuffleQuarters<0xDD>(v1[2 * j], v1[2 * j + 1]));
-  for (int j = 0; j < 2; ++j)  // quarter k = rows 8j + k and 8j + 4 + k, each d0, d1 (d_i = c_i + c_{i+2})
-    v3[j] = _mm512_add_ps(_mm512_shuffle_ps(v2[2 * j], v2[2 * j + 1], 0x44), _mm512_shuffle_ps(v2[2 * j], v2[2 * j + 1], 0xEE));
-  // lane 4k + m = row 4m + k's d0 + d1
-  const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(v3[0], v3[1], 0x88), _mm512_shuffle_ps(v3[0], v3[1], 0xDD));
-  const __m512i to_rows = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  _mm512_storeu_ps(out, _mm512_mask_permutexvar_ps(r, 0xFFFF, to_rows, r));
+  for (int q = 0; q < 16; q += 4)
+    _mm_storeu_ps(out + q, HSum16x4(_mm512_load_ps(a[q]), _mm512_load_ps(a[q + 1]), _mm512_load_ps(a[q + 2]), _mm512_load_ps(a[q + 3])));
 }
 
 // A kernel's finished rows: Add(acc, dst) holds a row's 16 lanes until 16 rows are held, then
