@@ -9,6 +9,7 @@
 
 #include "engine/model.h"
 #include "engine/int8_file.h"
+#include "kernels/thread_pool.h"
 #include "kernels/weight_quantize.h"
 #include "kernels/weight_view.h"
 
@@ -188,7 +189,9 @@ Weight Model::TakeMatmul(const std::string& name, std::vector<int64_t> shape, We
     const int64_t nb = (w.cols + k::kQuantBlock - 1) / k::kQuantBlock;
     auto* q = static_cast<int8_t*>(AllocateBytes(size_t(n)));
     auto* sc = static_cast<float*>(AllocateBytes(size_t(w.rows * nb) * sizeof(float)));
-    k::QuantizeI8(f.data(), w.rows, w.cols, q, sc);
+    k::ParallelFor(w.rows, 32, [&](int64_t r0, int64_t r1) {  // rows on the pool's threads: each writes its own
+      k::QuantizeI8(f.data() + r0 * w.cols, r1 - r0, w.cols, q + r0 * w.cols, sc + r0 * nb);
+    });
     w.type = k::WeightType::kI8;
     w.stored = q;
     w.scales = sc;
@@ -198,7 +201,9 @@ Weight Model::TakeMatmul(const std::string& name, std::vector<int64_t> shape, We
       std::memcpy(b, t->data, size_t(n) * 2);
     } else {
       const std::vector<float> f = file_->ReadFloats(name);
-      for (int64_t i = 0; i < n; ++i) b[i] = k::FloatToBf16(f[size_t(i)]);
+      k::ParallelFor(n, int64_t(1) << 20, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) b[i] = k::FloatToBf16(f[size_t(i)]);
+      });
     }
     w.type = k::WeightType::kBF16;
     w.stored = b;

@@ -6,10 +6,12 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <vector>
 
 #include "kernels/quant_formats.h"
+#include "kernels/weight_quantize.h"
 
 using namespace cedar::kernels;
 
@@ -169,4 +171,106 @@ TEST_CASE("packed FP4: the low nibble is the first value, one E8M0 scale per 32 
   DequantFp4Packed(p.data(), sc.data(), rows, cols, 32, y.data());
   for (size_t i = 0; i < x.size(); ++i) CHECK_MESSAGE(y[i] == x[i], "element " << i);
   CHECK_THROWS_AS(DequantFp4Packed(p.data(), sc.data(), 1, 33, 32, y.data()), std::invalid_argument);
+}
+
+namespace {
+// The nearest of `n` magnitudes mag(0..n-1) to a (ties to the even code, saturating at the last):
+// the definition the encoders implement, by search.
+template <class Mag>
+int NearestCode(double a, int n, Mag mag) {
+  if (a >= mag(n - 1)) return n - 1;
+  int best = 0;
+  for (int c = 1; c < n; ++c) {
+    const double d = std::fabs(a - mag(c)), db = std::fabs(a - mag(best));
+    if (d < db || (d == db && c % 2 == 0)) best = c;
+  }
+  return best;
+}
+int WantE4M3(float x) {
+  if (std::isnan(x)) return 0x7F;
+  return (std::signbit(x) ? 0x80 : 0) | NearestCode(std::fabs(double(x)), 0x7F, E4M3FromBits);
+}
+int WantE2M1(float x) {
+  if (std::isnan(x)) return 0x7;
+  return (std::signbit(x) ? 0x8 : 0) | NearestCode(std::fabs(double(x)), 8, E2M1FromBits);
+}
+float FromBits(uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+}  // namespace
+
+TEST_CASE("the encoders equal a nearest-value search across the float range") {
+  // Every 4099th bit pattern (both signs, zeros, subnormals, NaNs, infinities among them), then
+  // each midpoint between neighbouring codes and the floats on either side of it. (The encoders
+  // compare float bits and round on them; all 2^32 inputs matched the earlier table search.)
+  int bad = 0;
+  auto check = [&](float x) {
+    if (int(EncodeE4M3(x)) != WantE4M3(x) && bad++ < 10) FAIL_CHECK("E4M3 of " << x << ": " << int(EncodeE4M3(x)) << ", want " << WantE4M3(x));
+    if (int(EncodeE2M1(x)) != WantE2M1(x) && bad++ < 10) FAIL_CHECK("E2M1 of " << x << ": " << int(EncodeE2M1(x)) << ", want " << WantE2M1(x));
+  };
+  for (uint64_t u = 0; u < (uint64_t(1) << 32); u += 4099) check(FromBits(uint32_t(u)));
+  auto around = [&](double mid) {
+    for (float s : {1.0f, -1.0f}) {
+      const float m = float(mid) * s;
+      for (float x : {m, std::nextafter(m, 0.0f), std::nextafter(m, 2 * m)}) check(x);
+    }
+  };
+  for (int c = 0; c + 1 < 0x7F; ++c) around(0.5 * (E4M3FromBits(c) + E4M3FromBits(c + 1)));
+  for (int c = 0; c + 1 < 8; ++c) around(0.5 * (E2M1FromBits(c) + E2M1FromBits(c + 1)));
+  for (float x : {0.0f, -0.0f, 448.0f, 464.0f, 480.0f, 6.0f, 7.0f, INFINITY, -INFINITY, NAN, 0x1p-6f, 0x1p-10f, 0x1p-126f, 0x1p-149f}) check(x);
+  CHECK(bad == 0);
+}
+
+TEST_CASE("QuantizeWeight's FP8 and FP4 on the thread pool: every scale and code as the scalar rule gives") {
+  // Ragged FP8 blocks (70 x 100 on 32 x 32: three rows of blocks, split over the pool's threads),
+  // NaN / infinite / huge / tiny values inside blocks.
+  const int64_t rows = 70, cols = 100;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(size_t(rows * cols));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = nd(rng) * std::ldexp(1.0f, int(i % 23) - 11);
+  x[3] = NAN, x[140] = INFINITY, x[300] = -1e30f, x[555] = 1e-40f, x[4000] = -0.0f;
+  auto amax_of = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    float m = 0.0f;
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t c = c0; c < c1; ++c) m = std::max(m, std::fabs(x[size_t(r * cols + c)]));  // NaN left out
+    return m;
+  };
+  const OwnedWeight q8 = QuantizeWeight(x, rows, cols, WeightType::kFP8);
+  const std::vector<uint8_t>& w = q8.data;
+  const std::vector<uint8_t>& s = q8.scales;
+  REQUIRE(w.size() == x.size());
+  REQUIRE(s.size() == 3 * 4);
+  for (int64_t br = 0; br < 3; ++br)
+    for (int64_t bc = 0; bc < 4; ++bc) {
+      const int64_t r0 = br * 32, r1 = std::min<int64_t>(rows, r0 + 32), c0 = bc * 32, c1 = std::min<int64_t>(cols, c0 + 32);
+      const uint8_t sc = Ue8m0ScaleFor(amax_of(r0, r1, c0, c1), 1.0f / kE4M3Max);
+      CHECK(s[size_t(br * 4 + bc)] == sc);
+      const float inv = std::ldexp(1.0f, 127 - int(sc));
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = c0; c < c1; ++c)
+          CHECK_MESSAGE(int(w[size_t(r * cols + c)]) == WantE4M3(x[size_t(r * cols + c)] * inv), "row " << r << " col " << c);
+    }
+  // FP4: 70 rows of 96 (three blocks of 32 a row), the rows split over the threads.
+  const int64_t fc = 96;
+  const OwnedWeight q4 = QuantizeWeight(std::span<const float>(x.data(), size_t(rows * fc)), rows, fc, WeightType::kFP4);
+  const std::vector<uint8_t>& p = q4.data;
+  const std::vector<uint8_t>& ps = q4.scales;
+  REQUIRE(p.size() == size_t(rows * fc / 2));
+  REQUIRE(ps.size() == size_t(rows * 3));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < 3; ++b) {
+      float m = 0.0f;
+      for (int64_t c = b * 32; c < b * 32 + 32; ++c) m = std::max(m, std::fabs(x[size_t(r * fc + c)]));
+      const uint8_t sc = Ue8m0ScaleFor(m, 1.0f / kE2M1Max);
+      CHECK(ps[size_t(r * 3 + b)] == sc);
+      const float inv = std::ldexp(1.0f, 127 - int(sc));
+      for (int64_t c = b * 32; c < b * 32 + 32; ++c) {
+        const int nib = (p[size_t((r * fc + c) / 2)] >> (c % 2 ? 4 : 0)) & 0xF;
+        CHECK_MESSAGE(nib == WantE2M1(x[size_t(r * fc + c)] * inv), "row " << r << " col " << c);
+      }
+    }
+  CHECK_THROWS_AS(QuantizeWeight(std::span<const float>(x.data(), 70 * 40), 70, 40, WeightType::kFP4), std::invalid_argument);
 }
