@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "kernels/quant_formats.h"
+#include "kernels/thread_pool.h"
 
 namespace cedar {
 
@@ -178,19 +179,29 @@ std::pair<int64_t, int64_t> Checkpoint::LogicalShape(const std::string& name, in
 void Checkpoint::DequantizeWeightInto(const std::string& name, float* out, int fp4_block) const {
   const QuantView v = ViewOf(*this, dir_, name, fp4_block);
   const TensorInfo& t = *v.w;
+  // On the pool's threads, each part its own rows (at load, and on demand under --max-ram while
+  // decoding); ViewOf has checked the shapes, so no part throws.
   if (t.dtype == DType::F32) {
-    std::memcpy(out, t.data, size_t(t.NumElements()) * 4);
+    kernels::ParallelCopy(out, t.data, size_t(t.NumElements()) * 4);
   } else if (t.dtype == DType::BF16) {
-    const int64_t n = t.NumElements();
-    for (int64_t i = 0; i < n; ++i) {
-      uint16_t b;
-      std::memcpy(&b, t.data + 2 * i, 2);
-      out[i] = BF16ToFloat(b);
-    }
+    kernels::ParallelFor(t.NumElements(), int64_t(1) << 20, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        uint16_t b;
+        std::memcpy(&b, t.data + 2 * i, 2);
+        out[i] = BF16ToFloat(b);
+      }
+    });
   } else if (t.dtype == DType::F8_E4M3) {
-    kernels::DequantFp8Blocks(t.data, v.s->data, v.rows, v.cols, int(v.br), int(v.bc), out);
+    const int64_t scols = (v.cols + v.bc - 1) / v.bc;
+    kernels::ParallelFor((v.rows + v.br - 1) / v.br, 1, [&](int64_t b0, int64_t b1) {  // whole rows of blocks
+      const int64_t r0 = b0 * v.br, r1 = std::min(v.rows, b1 * v.br);
+      kernels::DequantFp8Blocks(t.data + r0 * v.cols, v.s->data + b0 * scols, r1 - r0, v.cols, int(v.br), int(v.bc), out + r0 * v.cols);
+    });
   } else {
-    kernels::DequantFp4Packed(t.data, v.s->data, v.rows, v.cols, fp4_block, out);
+    const int64_t nb = v.cols / fp4_block;
+    kernels::ParallelFor(v.rows, 16, [&](int64_t r0, int64_t r1) {
+      kernels::DequantFp4Packed(t.data + r0 * (v.cols / 2), v.s->data + r0 * nb, r1 - r0, v.cols, fp4_block, out + r0 * v.cols);
+    });
   }
 }
 

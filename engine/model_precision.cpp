@@ -90,8 +90,8 @@ void Model::HoldReleased(const std::string& name, const std::vector<float>& f, W
   const k::OwnedWeight q = k::QuantizeWeight(f, w.rows, w.cols, w.type);  // a transient copy of this tensor
   void* d = AllocateBytes(q.data.size());
   void* s = AllocateBytes(q.scales.size());
-  std::memcpy(d, q.data.data(), q.data.size());
-  std::memcpy(s, q.scales.data(), q.scales.size());
+  k::ParallelCopy(d, q.data.data(), q.data.size());
+  k::ParallelCopy(s, q.scales.data(), q.scales.size());
   w.stored = d;
   w.scales = s;
 }
@@ -145,7 +145,7 @@ Weight Model::TakeMatmul(const std::string& name, std::vector<int64_t> shape, We
     if (p == WeightPrecision::kI8 || p == WeightPrecision::kAsStored) {
       auto* q = static_cast<int8_t*>(AllocateBytes(size_t(n)));
       auto* sc = static_cast<float*>(AllocateBytes(scales.size() * sizeof(float)));
-      std::memcpy(q, t->data, size_t(n));
+      k::ParallelCopy(q, t->data, size_t(n));
       std::memcpy(sc, scales.data(), s->nbytes);
       w.type = k::WeightType::kI8;
       w.stored = q;
@@ -198,7 +198,7 @@ Weight Model::TakeMatmul(const std::string& name, std::vector<int64_t> shape, We
   } else {  // BF16: a BF16 file's bits as they are, F32 rounded to nearest even
     auto* b = static_cast<uint16_t*>(AllocateBytes(size_t(n) * 2));
     if (bf16_file) {
-      std::memcpy(b, t->data, size_t(n) * 2);
+      k::ParallelCopy(b, t->data, size_t(n) * 2);
     } else {
       const std::vector<float> f = file_->ReadFloats(name);
       k::ParallelFor(n, int64_t(1) << 20, [&](int64_t i0, int64_t i1) {

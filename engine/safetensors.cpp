@@ -161,16 +161,13 @@ std::vector<float> SafetensorsFile::ReadFloats(const std::string& name) const {
 void SafetensorsFile::ReadFloatsInto(const std::string& name, float* out) const {
   const TensorInfo* t = Find(name);
   if (!t) throw std::runtime_error("safetensors: " + path_ + ": missing tensor '" + name + "'");
-  // In parts of 1M values on the pool's threads: a load is mostly first touches of fresh pages
-  // (the kernel zeroing each one) and reads of the mapping (medium at f32 on this project's 2-core
-  // VM, alternating runs: 5.3-6.3 -> 4.3-5.0 s).
+  // On the pool's threads: a load is mostly first touches of fresh pages (the kernel zeroing each
+  // one) and reads of the mapping (medium at f32 on this project's 2-core VM, alternating runs:
+  // 5.3-6.3 -> 4.3-5.0 s).
   constexpr size_t kPart = size_t(1) << 20;
   const size_t n = size_t(t->NumElements()), parts = (n + kPart - 1) / kPart;
   if (t->dtype == DType::F32) {
-    kernels::ParallelFor(int64_t(parts), 1, [&](int64_t p0, int64_t p1) {
-      const size_t i0 = size_t(p0) * kPart, i1 = std::min(n, size_t(p1) * kPart);
-      std::memcpy(out + i0, t->data + 4 * i0, 4 * (i1 - i0));
-    });
+    kernels::ParallelCopy(out, t->data, t->nbytes);
   } else if (t->dtype == DType::BF16) {
     kernels::ParallelFor(int64_t(parts), 1, [&](int64_t p0, int64_t p1) {
       for (size_t i = size_t(p0) * kPart; i < std::min(n, size_t(p1) * kPart); ++i) {

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/checkpoint_index.h"
+#include "kernels/thread_pool.h"
 
 namespace cedar {
 
@@ -52,18 +53,22 @@ void HoldWeight(const Checkpoint& ck, const std::string& name, kernels::WeightTy
   const TensorInfo& src = ck.Get(name);
   if (held == WeightType::kBF16 && src.dtype == DType::BF16) {
     auto* b = static_cast<uint16_t*>(alloc(size_t(n) * 2));
-    std::memcpy(b, src.data, size_t(n) * 2);
+    kernels::ParallelCopy(b, src.data, size_t(n) * 2);
     w->stored = b;
   } else if (held == WeightType::kBF16 || held == WeightType::kI8) {
     const std::vector<float> f = ck.DequantizeWeight(name);  // one tensor's transient F32 copy
     if (held == WeightType::kBF16) {
       auto* b = static_cast<uint16_t*>(alloc(size_t(n) * 2));
-      for (int64_t i = 0; i < n; ++i) b[i] = kernels::FloatToBf16(f[size_t(i)]);
+      kernels::ParallelFor(n, int64_t(1) << 20, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) b[i] = kernels::FloatToBf16(f[size_t(i)]);
+      });
       w->stored = b;
     } else {
       auto* q = static_cast<int8_t*>(alloc(size_t(n)));
       auto* s = static_cast<float*>(alloc(size_t(rows * nb) * 4));
-      kernels::QuantizeI8(f.data(), rows, cols, q, s);
+      kernels::ParallelFor(rows, 32, [&](int64_t r0, int64_t r1) {  // rows on the pool's threads: each writes its own
+        kernels::QuantizeI8(f.data() + r0 * cols, r1 - r0, cols, q + r0 * cols, s + r0 * nb);
+      });
       w->stored = q;
       w->scales = s;
     }
@@ -71,8 +76,8 @@ void HoldWeight(const Checkpoint& ck, const std::string& name, kernels::WeightTy
     const TensorInfo& sc = ck.Get(name.substr(0, name.size() - 7) + ".scale");
     void* d = alloc(src.nbytes);
     void* s = alloc(sc.nbytes);
-    std::memcpy(d, src.data, src.nbytes);
-    std::memcpy(s, sc.data, sc.nbytes);
+    kernels::ParallelCopy(d, src.data, src.nbytes);
+    kernels::ParallelCopy(s, sc.data, sc.nbytes);
     w->stored = d;
     w->scales = s;
   }

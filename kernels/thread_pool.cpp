@@ -1,6 +1,8 @@
 #include "kernels/thread_pool.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -165,6 +167,14 @@ Pool& GlobalPool() {
 void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) { GlobalPool().Run(n, grain, fn); }
 int Threads() { return GlobalPool().size(); }
 bool InPoolJob() { return t_in_pool_job; }
+
+void ParallelCopy(void* dst, const void* src, size_t bytes) {
+  constexpr size_t kPart = size_t(1) << 20;
+  ParallelFor(int64_t((bytes + kPart - 1) / kPart), 1, [&](int64_t p0, int64_t p1) {
+    const size_t b0 = size_t(p0) * kPart, b1 = std::min(bytes, size_t(p1) * kPart);
+    std::memcpy(static_cast<char*>(dst) + b0, static_cast<const char*>(src) + b0, b1 - b0);
+  });
+}
 void SetPoolThreads(int n) { GlobalPool().Resize(n); }
 
 }  // namespace cedar::kernels

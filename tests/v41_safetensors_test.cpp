@@ -16,6 +16,7 @@
 
 #include "engine/checkpoint_index.h"
 #include "engine/safetensors.h"
+#include "kernels/quant_formats.h"
 
 using namespace cedar;
 namespace fs = std::filesystem;
@@ -193,4 +194,55 @@ TEST_CASE("a single model.safetensors without an index") {
   CHECK(ck.DequantizeWeight("norm.weight") == std::vector<float>{1.0f, 2.0f});
   TempDir empty;
   CHECK(ErrorOpening(empty.path.string()).find("expected model.safetensors.index.json or model.safetensors") != std::string::npos);
+}
+
+TEST_CASE("dequantising on the thread pool: ragged FP8 blocks, FP4 rows and large BF16 / F32 tensors split over threads") {
+  // FP8 [100, 72] with a [4, 3] scale grid (25 x 24 blocks: not 32, not powers of two), FP4 [40, 64]
+  // (rows split over the threads), BF16 and F32 tensors of 2.5M values (parts of 1M values):
+  // every value against the bytes decoded one by one here.
+  TempDir d;
+  std::vector<uint8_t> w(100 * 72), ws(4 * 3), e(40 * 32), es(40 * 2);
+  uint32_t h = 12345;
+  auto next = [&] { return h = h * 1103515245u + 12345u, uint8_t(h >> 16); };
+  for (auto& b : w) b = next();
+  for (auto& b : ws) b = uint8_t(120 + next() % 12);
+  for (auto& b : e) b = next();
+  for (auto& b : es) b = uint8_t(120 + next() % 12);
+  const size_t n = 2500000;
+  std::vector<float> big(n);
+  for (size_t i = 0; i < n; ++i) big[i] = float(int(i % 256) - 128) * 0.5f;  // 8 significant bits: exact in BF16
+  SafetensorsWriter s;
+  s.AddRaw("a.weight", DType::F8_E4M3, {100, 72}, w.data(), w.size());
+  s.AddRaw("a.scale", DType::F8_E8M0, {4, 3}, ws.data(), ws.size());
+  s.AddRaw("b.weight", DType::I8, {40, 32}, e.data(), e.size());
+  s.AddRaw("b.scale", DType::F8_E8M0, {40, 2}, es.data(), es.size());
+  s.AddBF16("c.weight", {int64_t(n)}, big.data());
+  s.AddF32("d.weight", {int64_t(n)}, big.data());
+  s.Write((d.path / "model.safetensors").string());
+  Checkpoint ck(d.path.string());
+  auto same = [](float a, float b) { return (std::isnan(a) && std::isnan(b)) || a == b; };
+  const std::vector<float> fa = ck.DequantizeWeight("a.weight");
+  REQUIRE(fa.size() == w.size());
+  int bad = 0;
+  for (int r = 0; r < 100; ++r)
+    for (int c = 0; c < 72; ++c) {
+      const float want = kernels::DecodeE4M3(w[size_t(r * 72 + c)]) * kernels::DecodeE8M0(ws[size_t((r / 25) * 3 + c / 24)]);
+      bad += !same(fa[size_t(r * 72 + c)], want);
+    }
+  CHECK(bad == 0);
+  const std::vector<float> fb = ck.DequantizeWeight("b.weight");
+  REQUIRE(fb.size() == 40 * 64);
+  bad = 0;
+  for (int r = 0; r < 40; ++r)
+    for (int c = 0; c < 64; ++c) {
+      const uint8_t byte = e[size_t(r * 32 + c / 2)];
+      const float want = kernels::DecodeE2M1(c % 2 == 0 ? byte & 15 : byte >> 4) * kernels::DecodeE8M0(es[size_t(r * 2 + c / 32)]);
+      bad += !same(fb[size_t(r * 64 + c)], want);
+    }
+  CHECK(bad == 0);
+  CHECK(ck.DequantizeWeight("c.weight") == big);
+  CHECK(ck.DequantizeWeight("d.weight") == big);
+  SafetensorsFile f((d.path / "model.safetensors").string());
+  CHECK(f.ReadFloats("c.weight") == big);
+  CHECK(f.ReadFloats("d.weight") == big);
 }
