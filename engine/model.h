@@ -2,6 +2,7 @@
 // threads for reading. Per-sequence state lives in SequenceState (engine/state.h).
 #pragma once
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -200,7 +201,7 @@ class Model {
   Weight TakeMatmul(const std::string& name, std::vector<int64_t> shape, WeightPrecision p);
   void* AllocateBytes(size_t bytes);  // in the arena, or owned_ when mmap_weights
   // --weights fp8-fp4: f ([w.rows, w.cols] F32) converted to ReleasedTypeOf(name) into the arena.
-  void HoldReleased(const std::string& name, const std::vector<float>& f, Weight& w);
+  void HoldReleased(const std::string& name, std::span<const float> f, Weight& w);
   std::string dir_;
   ModelConfig config_;
   std::unique_ptr<SafetensorsFile> file_;

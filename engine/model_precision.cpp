@@ -78,7 +78,7 @@ kernels::WeightType ReleasedTypeOf(const std::string& name, int64_t cols) {
 }
 
 // fp8-fp4: w's values f ([rows, cols] F32) converted to ReleasedTypeOf(name) in the arena.
-void Model::HoldReleased(const std::string& name, const std::vector<float>& f, Weight& w) {
+void Model::HoldReleased(const std::string& name, std::span<const float> f, Weight& w) {
   namespace k = kernels;
   w.type = ReleasedTypeOf(name, w.cols);
   if (w.type == k::WeightType::kBF16) {
@@ -183,9 +183,11 @@ Weight Model::TakeMatmul(const std::string& name, std::vector<int64_t> shape, We
   Weight w = MatmulShape(shape);
   const int64_t n = w.rows * w.cols;
   if (p == WeightPrecision::kFp8Fp4) {
-    HoldReleased(name, file_->ReadFloats(name), w);  // BF16 files: exact floats, so the head keeps its bits
+    std::vector<float> scratch;
+    HoldReleased(name, file_->FloatsView(name, scratch), w);  // BF16 files: exact floats, so the head keeps its bits
   } else if (p == WeightPrecision::kI8) {
-    const std::vector<float> f = file_->ReadFloats(name);  // a transient F32 copy of this tensor only
+    std::vector<float> scratch;  // a transient F32 copy of this tensor only, if it is not F32 in the file
+    const std::span<const float> f = file_->FloatsView(name, scratch);
     const int64_t nb = (w.cols + k::kQuantBlock - 1) / k::kQuantBlock;
     auto* q = static_cast<int8_t*>(AllocateBytes(size_t(n)));
     auto* sc = static_cast<float*>(AllocateBytes(size_t(w.rows * nb) * sizeof(float)));
@@ -200,7 +202,8 @@ Weight Model::TakeMatmul(const std::string& name, std::vector<int64_t> shape, We
     if (bf16_file) {
       k::ParallelCopy(b, t->data, size_t(n) * 2);
     } else {
-      const std::vector<float> f = file_->ReadFloats(name);
+      std::vector<float> scratch;
+      const std::span<const float> f = file_->FloatsView(name, scratch);
       k::ParallelFor(n, int64_t(1) << 20, [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i) b[i] = k::FloatToBf16(f[size_t(i)]);
       });

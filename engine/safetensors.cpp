@@ -181,6 +181,14 @@ void SafetensorsFile::ReadFloatsInto(const std::string& name, float* out) const 
   }
 }
 
+std::span<const float> SafetensorsFile::FloatsView(const std::string& name, std::vector<float>& scratch) const {
+  const TensorInfo* t = Find(name);
+  if (t && t->dtype == DType::F32 && reinterpret_cast<uintptr_t>(t->data) % alignof(float) == 0)
+    return {reinterpret_cast<const float*>(t->data), size_t(t->NumElements())};
+  scratch = ReadFloats(name);  // throws naming a missing tensor or another dtype
+  return scratch;
+}
+
 std::vector<int32_t> SafetensorsFile::ReadInts(const std::string& name) const {
   const TensorInfo* t = Find(name);
   if (!t) throw std::runtime_error("safetensors: " + path_ + ": missing tensor '" + name + "'");

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,10 @@ class SafetensorsFile {
   std::vector<float> ReadFloats(const std::string& name) const;
   // The same into `out` (room for the tensor's element count).
   void ReadFloatsInto(const std::string& name, float* out) const;
+  // The tensor's floats in place in the mapping when it is F32 and 4-byte aligned there (valid
+  // while this file is open), else ReadFloats' copy, kept in `scratch`. For a conversion that
+  // reads each value once: a copy would first touch as many fresh pages as it reads.
+  std::span<const float> FloatsView(const std::string& name, std::vector<float>& scratch) const;
   std::vector<int32_t> ReadInts(const std::string& name) const;
   // Drops this process's copies of the file's pages (they stay valid: a later read faults
   // them in again from the file). For callers that copied what they need, so the mapping no

@@ -246,3 +246,28 @@ TEST_CASE("dequantising on the thread pool: ragged FP8 blocks, FP4 rows and larg
   CHECK(f.ReadFloats("c.weight") == big);
   CHECK(f.ReadFloats("d.weight") == big);
 }
+
+TEST_CASE("FloatsView: an aligned F32 tensor in place, a BF16 or misaligned F32 one copied, a missing one refused") {
+  TempDir d;
+  const float v[5] = {1.5f, -2.0f, 0.25f, 3.0f, -0.5f};  // exact in BF16
+  SafetensorsWriter s;
+  s.AddF32("a", {5}, v);   // bytes 0-19 of the data: aligned (the header is padded to 8)
+  s.AddBF16("b", {5}, v);  // 20-29
+  s.AddF32("c", {5}, v);   // 30-49: not 4-byte aligned
+  s.Write((d.path / "m.safetensors").string());
+  SafetensorsFile f((d.path / "m.safetensors").string());
+  const std::vector<float> want(v, v + 5);
+  std::vector<float> scratch;
+  const std::span<const float> av = f.FloatsView("a", scratch);
+  REQUIRE(reinterpret_cast<uintptr_t>(f.Find("a")->data) % alignof(float) == 0);
+  CHECK(av.data() == reinterpret_cast<const float*>(f.Find("a")->data));  // in place: no copy
+  CHECK(scratch.empty());
+  CHECK(std::vector<float>(av.begin(), av.end()) == want);
+  for (const char* name : {"b", "c"}) {
+    const std::span<const float> cv = f.FloatsView(name, scratch);
+    CHECK(cv.data() == scratch.data());
+    CHECK(std::vector<float>(cv.begin(), cv.end()) == want);
+  }
+  REQUIRE(reinterpret_cast<uintptr_t>(f.Find("c")->data) % alignof(float) != 0);
+  CHECK_THROWS_WITH(f.FloatsView("nope", scratch), doctest::Contains("missing tensor 'nope'"));
+}
