@@ -181,16 +181,8 @@ void Checkpoint::DequantizeWeightInto(const std::string& name, float* out, int f
   const TensorInfo& t = *v.w;
   // On the pool's threads, each part its own rows (at load, and on demand under --max-ram while
   // decoding); ViewOf has checked the shapes, so no part throws.
-  if (t.dtype == DType::F32) {
-    kernels::ParallelCopy(out, t.data, size_t(t.NumElements()) * 4);
-  } else if (t.dtype == DType::BF16) {
-    kernels::ParallelFor(t.NumElements(), int64_t(1) << 20, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) {
-        uint16_t b;
-        std::memcpy(&b, t.data + 2 * i, 2);
-        out[i] = BF16ToFloat(b);
-      }
-    });
+  if (t.dtype == DType::F32 || t.dtype == DType::BF16) {
+    FloatsInto(t, out);
   } else if (t.dtype == DType::F8_E4M3) {
     const int64_t scols = (v.cols + v.bc - 1) / v.bc;
     kernels::ParallelFor((v.rows + v.br - 1) / v.br, 1, [&](int64_t b0, int64_t b1) {  // whole rows of blocks

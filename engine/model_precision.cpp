@@ -81,17 +81,15 @@ kernels::WeightType ReleasedTypeOf(const std::string& name, int64_t cols) {
 void Model::HoldReleased(const std::string& name, std::span<const float> f, Weight& w) {
   namespace k = kernels;
   w.type = ReleasedTypeOf(name, w.cols);
-  if (w.type == k::WeightType::kBF16) {
-    auto* b = static_cast<uint16_t*>(AllocateBytes(f.size() * 2));
-    for (size_t i = 0; i < f.size(); ++i) b[i] = k::FloatToBf16(f[i]);
-    w.stored = b;
-    return;
-  }
-  const k::OwnedWeight q = k::QuantizeWeight(f, w.rows, w.cols, w.type);  // a transient copy of this tensor
-  void* d = AllocateBytes(q.data.size());
-  void* s = AllocateBytes(q.scales.size());
-  k::ParallelCopy(d, q.data.data(), q.data.size());
-  k::ParallelCopy(s, q.scales.data(), q.scales.size());
+  HoldConverted(f, w);
+}
+
+// w's values f ([rows, cols] F32) converted to w.type straight into the arena.
+void Model::HoldConverted(std::span<const float> f, Weight& w) {
+  const kernels::QuantizedBytes bytes = kernels::QuantizedBytesOf(w.rows, w.cols, w.type);
+  void* d = AllocateBytes(bytes.data);
+  void* s = bytes.scales ? AllocateBytes(bytes.scales) : nullptr;
+  kernels::QuantizeWeightInto(f, w.rows, w.cols, w.type, d, s);
   w.stored = d;
   w.scales = s;
 }
@@ -187,29 +185,18 @@ Weight Model::TakeMatmul(const std::string& name, std::vector<int64_t> shape, We
     HoldReleased(name, file_->FloatsView(name, scratch), w);  // BF16 files: exact floats, so the head keeps its bits
   } else if (p == WeightPrecision::kI8) {
     std::vector<float> scratch;  // a transient F32 copy of this tensor only, if it is not F32 in the file
-    const std::span<const float> f = file_->FloatsView(name, scratch);
-    const int64_t nb = (w.cols + k::kQuantBlock - 1) / k::kQuantBlock;
-    auto* q = static_cast<int8_t*>(AllocateBytes(size_t(n)));
-    auto* sc = static_cast<float*>(AllocateBytes(size_t(w.rows * nb) * sizeof(float)));
-    k::ParallelFor(w.rows, 32, [&](int64_t r0, int64_t r1) {  // rows on the pool's threads: each writes its own
-      k::QuantizeI8(f.data() + r0 * w.cols, r1 - r0, w.cols, q + r0 * w.cols, sc + r0 * nb);
-    });
     w.type = k::WeightType::kI8;
-    w.stored = q;
-    w.scales = sc;
+    HoldConverted(file_->FloatsView(name, scratch), w);
   } else {  // BF16: a BF16 file's bits as they are, F32 rounded to nearest even
-    auto* b = static_cast<uint16_t*>(AllocateBytes(size_t(n) * 2));
+    w.type = k::WeightType::kBF16;
     if (bf16_file) {
+      auto* b = static_cast<uint16_t*>(AllocateBytes(size_t(n) * 2));
       k::ParallelCopy(b, t->data, size_t(n) * 2);
+      w.stored = b;
     } else {
       std::vector<float> scratch;
-      const std::span<const float> f = file_->FloatsView(name, scratch);
-      k::ParallelFor(n, int64_t(1) << 20, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) b[i] = k::FloatToBf16(f[size_t(i)]);
-      });
+      HoldConverted(file_->FloatsView(name, scratch), w);
     }
-    w.type = k::WeightType::kBF16;
-    w.stored = b;
   }
   CountMatmul(name, w.rows, w.cols, w.type);
   return w;

@@ -84,6 +84,8 @@ class SafetensorsWriter {
 };
 
 float BF16ToFloat(uint16_t v);
+// An F32 or BF16 tensor's values as floats into `out` (its element count), on the thread pool.
+void FloatsInto(const TensorInfo& t, float* out);
 uint16_t FloatToBF16(float f);  // round to nearest even
 
 }  // namespace cedar

@@ -7,6 +7,7 @@
 
 #include "engine/checkpoint_index.h"
 #include "kernels/thread_pool.h"
+#include "kernels/weight_quantize.h"
 
 namespace cedar {
 
@@ -42,7 +43,7 @@ int64_t HeldBytes(kernels::WeightType t, int64_t rows, int64_t cols) {
 void HoldWeight(const Checkpoint& ck, const std::string& name, kernels::WeightType held, Weight* w,
                 const std::function<void*(size_t bytes)>& alloc) {
   using kernels::WeightType;
-  const int64_t rows = w->rows, cols = w->cols, n = rows * cols, nb = (cols + 31) / 32;
+  const int64_t rows = w->rows, cols = w->cols, n = rows * cols;
   w->type = held;
   if (held == WeightType::kF32) {
     auto* f = static_cast<float*>(alloc(size_t(n) * sizeof(float)));
@@ -57,21 +58,12 @@ void HoldWeight(const Checkpoint& ck, const std::string& name, kernels::WeightTy
     w->stored = b;
   } else if (held == WeightType::kBF16 || held == WeightType::kI8) {
     const std::vector<float> f = ck.DequantizeWeight(name);  // one tensor's transient F32 copy
-    if (held == WeightType::kBF16) {
-      auto* b = static_cast<uint16_t*>(alloc(size_t(n) * 2));
-      kernels::ParallelFor(n, int64_t(1) << 20, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) b[i] = kernels::FloatToBf16(f[size_t(i)]);
-      });
-      w->stored = b;
-    } else {
-      auto* q = static_cast<int8_t*>(alloc(size_t(n)));
-      auto* s = static_cast<float*>(alloc(size_t(rows * nb) * 4));
-      kernels::ParallelFor(rows, 32, [&](int64_t r0, int64_t r1) {  // rows on the pool's threads: each writes its own
-        kernels::QuantizeI8(f.data() + r0 * cols, r1 - r0, cols, q + r0 * cols, s + r0 * nb);
-      });
-      w->stored = q;
-      w->scales = s;
-    }
+    const kernels::QuantizedBytes bytes = kernels::QuantizedBytesOf(rows, cols, held);
+    void* d = alloc(bytes.data);
+    void* s = bytes.scales ? alloc(bytes.scales) : nullptr;
+    kernels::QuantizeWeightInto(f, rows, cols, held, d, s);
+    w->stored = d;
+    w->scales = s;
   } else {  // FP8 (E4M3 + [ceil(rows/32), ceil(cols/32)] E8M0) or FP4 (packed + [rows, cols/32] E8M0)
     const TensorInfo& sc = ck.Get(name.substr(0, name.size() - 7) + ".scale");
     void* d = alloc(src.nbytes);
