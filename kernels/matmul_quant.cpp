@@ -420,9 +420,14 @@ inline __m256 Step16(const __m512 v[2], const float* xp, __m256 s, __m256 acc) {
 // (1 part: no change), two threads from memory 37-41 -> 44-46 in 2 of 3 alternating rounds; FP4
 // (LoadPair) likewise, 2 parts against 1 from memory on two threads 18.6 / 23.9 / 23.6 against
 // 18.2 / 14.0 / 17.9 GB/s, in cache no difference (session 24).
+// BF16 on AVX-512 reads 4 parts, as F32's MatVec does (session 31): `cedar bench` medium bf16
+// decode at batch 1, 4 and 2 parts alternating token by token in one process, 20.9 / 20.9 / 20.5 /
+// 20.7 / 21.1 ms a step against 22.8 / 23.3 / 22.1 / 22.4 / 23.1 (-7 to -10%; probe 67-74 GB/s);
+// without the software prefetch the same (21.9 / 21.9, 24.5 / 24.4). INT8 at 4 parts was 9% slower
+// with the prefetch and even without it; FP8 / FP4 on BF16 activations at 3 or 4 parts 7-10% slower.
 // Each row keeps its own accumulator: the bits do not change.
 template <class D>
-constexpr int kSpreadOf = kQuantAvx512 ? (std::is_same_v<D, DecBf16> || std::is_same_v<D, DecI8> || D::kPair16 ? 2 : 1)
+constexpr int kSpreadOf = kQuantAvx512 ? (std::is_same_v<D, DecBf16> ? 4 : std::is_same_v<D, DecI8> || D::kPair16 ? 2 : 1)
                                        : (std::is_same_v<D, DecFp4> ? 1 : 4);
 // Whether decode's one-row products prefetch in software (the parts' streams do better without
 // on the AVX2 machine above; the AVX-512 measurements were taken with it).
