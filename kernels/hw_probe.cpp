@@ -53,25 +53,29 @@ double MeasureSgemmGflops(int n, int k, int m, int reps) {
 }
 
 namespace {
-// Sum of [b, e) read as 8 streams side by side (the slice cut in 8 consecutive parts), each with
-// its own vector accumulator: decode's MatVec reads 6-8 weight rows at once, and one stream per
-// thread read ~20% slower than that, which put decode above "its" bound (fraction_of_bound 1.19).
+// Sum of [b, e) read as S streams side by side (the slice cut in S consecutive parts), each with
+// its own vector accumulator, as decode's one-row products read a thread's slice as parts side by
+// side: one stream per thread read ~20% slower than 8, which put decode above "its" bound
+// (fraction_of_bound 1.19). Which count reads fastest depends on the machine: on the AVX-512 EPYC
+// (Zen 5, 2 threads, 1 GiB on huge pages, six alternating rounds, session 31) 8 streams of 256-bit
+// loads read 70.6-73.7 GB/s, 8 of 512-bit 76.1-80.6, 4 of 512-bit 79.9-84.2 (F32's MatVec,
+// 4 parts with an FMA each, 80.5-82.2), 16 about 50; the probe takes the best of 4 and 8.
+template <int S>
 float StreamSum(const float* p, size_t b, size_t e) {
-  typedef float V __attribute__((vector_size(32)));
-  constexpr int kStreams = 8;
-  const size_t len = (e - b) / kStreams / 8 * 8;  // floats per stream, whole vectors
-  V acc[kStreams] = {};
-  for (size_t i = 0; i < len; i += 8)
+  typedef float V __attribute__((vector_size(64)));  // 16 floats: one 512-bit load where there is one
+  const size_t len = (e - b) / S / 16 * 16;  // floats per stream, whole vectors
+  V acc[S] = {};
+  for (size_t i = 0; i < len; i += 16)
 #pragma GCC unroll 8
-    for (int k = 0; k < kStreams; ++k) {
+    for (int k = 0; k < S; ++k) {
       V v;
       __builtin_memcpy(&v, p + b + size_t(k) * len + i, sizeof v);
       acc[k] += v;
     }
   float s = 0;
-  for (int k = 0; k < kStreams; ++k)
-    for (int j = 0; j < 8; ++j) s += acc[k][j];
-  for (size_t i = b + kStreams * len; i < e; ++i) s += p[i];
+  for (int k = 0; k < S; ++k)
+    for (int j = 0; j < 16; ++j) s += acc[k][j];
+  for (size_t i = b + S * len; i < e; ++i) s += p[i];
   return s;
 }
 }  // namespace
@@ -113,12 +117,17 @@ double MeasureReadBandwidthGBs(int mbytes, int reps) {
   double best = 1e30;
   volatile float sink = 0;
   std::vector<float> partial(static_cast<size_t>(Threads()));
-  for (int r = 0; r < reps; ++r) {
+  // Each rep reads the buffer once with 4 streams a thread and once with 8 (alternating, so both
+  // see the same machine state); the bound takes the fastest pass.
+  for (int r = 0; r < 2 * reps; ++r) {
+    const bool four = r % 2 == 0;
     auto t0 = std::chrono::steady_clock::now();
     // Every pool thread streams its slice, as the decode's weight reads do.
     ParallelFor(int64_t(Threads()), 1, [&](int64_t b, int64_t e) {
-      for (int64_t t = b; t < e; ++t)
-        partial[size_t(t)] = StreamSum(buf.data(), n * size_t(t) / size_t(Threads()), n * size_t(t + 1) / size_t(Threads()));
+      for (int64_t t = b; t < e; ++t) {
+        const size_t lo = n * size_t(t) / size_t(Threads()), hi = n * size_t(t + 1) / size_t(Threads());
+        partial[size_t(t)] = four ? StreamSum<4>(buf.data(), lo, hi) : StreamSum<8>(buf.data(), lo, hi);
+      }
     });
     best = std::min(best, Seconds(t0, std::chrono::steady_clock::now()));
     for (float p : partial) sink = sink + p;

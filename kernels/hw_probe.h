@@ -6,8 +6,8 @@ namespace cedar::kernels {
 // GFLOP/s of OpenBLAS sgemm (column slices over the pool) on [n, k] x [m, k]^T: the best of at
 // least `reps` runs and at least 0.5 s of runs, after 0.3 s of warm-up.
 double MeasureSgemmGflops(int n, int k, int m, int reps);
-// GB/s reading a buffer of `mbytes` MiB (a streaming sum split over the thread pool, 8 streams per
-// thread as decode reads its weight rows), best of `reps`.
+// GB/s reading a buffer of `mbytes` MiB (a streaming sum split over the thread pool, 4 or 8
+// streams per thread as decode reads a slice as parts), best of `reps` passes of each.
 double MeasureReadBandwidthGBs(int mbytes, int reps);
 // Process setting for the engine's large per-layer buffers: keep freed memory in the heap
 // instead of returning it to the kernel, so the next layer's [rows, dim] buffers do not
