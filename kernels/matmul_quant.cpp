@@ -421,10 +421,11 @@ inline __m256 Step16(const __m512 v[2], const float* xp, __m256 s, __m256 acc) {
 // (LoadPair) likewise, 2 parts against 1 from memory on two threads 18.6 / 23.9 / 23.6 against
 // 18.2 / 14.0 / 17.9 GB/s, in cache no difference (session 24).
 // BF16 on AVX-512 reads 4 parts, as F32's MatVec does (session 31): `cedar bench` medium bf16
-// decode at batch 1, 4 and 2 parts alternating token by token in one process, 20.9 / 20.9 / 20.5 /
-// 20.7 / 21.1 ms a step against 22.8 / 23.3 / 22.1 / 22.4 / 23.1 (-7 to -10%; probe 67-74 GB/s);
-// without the software prefetch the same (21.9 / 21.9, 24.5 / 24.4). INT8 at 4 parts was 9% slower
-// with the prefetch and even without it; FP8 / FP4 on BF16 activations at 3 or 4 parts 7-10% slower.
+// decode at batch 1, 2 and 4 parts alternating token by token in one process, median step ms
+// 22.1 / 20.5, 22.4 / 20.7, 22.8 / 20.9, 23.3 / 20.9, 28.4 / 26.8 (with the prefetch), 22.4 / 21.1,
+// 24.0 / 21.4, 24.2 / 21.7, 25.1 / 22.4 (without), two runs even or slower (24.5 / 24.6, 26.2 /
+// 28.4); at 4 parts the prefetch changes nothing. INT8 at 4 parts was 9% slower with its prefetch
+// and no faster without; FP8 / FP4 on BF16 activations at 3 or 4 parts 8-10% slower (docs/WEIGHTS.md).
 // Each row keeps its own accumulator: the bits do not change.
 template <class D>
 constexpr int kSpreadOf = kQuantAvx512 ? (std::is_same_v<D, DecBf16> ? 4 : std::is_same_v<D, DecI8> || D::kPair16 ? 2 : 1)
