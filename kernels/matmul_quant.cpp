@@ -434,6 +434,16 @@ constexpr int kSpreadOf = kQuantAvx512 ? (std::is_same_v<D, DecBf16> ? 4 : std::
 // on the AVX2 machine above; the AVX-512 measurements were taken with it).
 template <class D>
 constexpr bool kOneRowPrefetchOf = kQuantAvx512 || kSpreadOf<D> == 1;
+// How far ahead decode's one-row products prefetch (few-row products keep D::kPrefetch): BF16 on
+// AVX-512, 4 parts, 2 KiB (session 31). A driver alternating one-row BF16 products through
+// MatmulMany with a plain 4-stream F32 FMA loop over the same memory (2 threads, 1 GiB of copies,
+// the memory's fast phase), products' median rate over the loop's: 4 KiB 0.80-0.85, none
+// 0.90-0.92, 1 KiB 0.89-0.97, 2 KiB 0.95-0.96 (2048 x 4096 bf16; other shapes alike). In
+// `cedar bench` medium bf16 decode, steps alternating token by token in one process, 4 KiB / 2 KiB:
+// 22.8 / 20.2, 22.1 / 20.0, 20.3 / 18.7, 25.5 / 21.9, 22.4 / 20.1, 32.1 / 31.1 ms (1 KiB: -5 to -9%;
+// 3 KiB: -2 to -3%; none: as 4 KiB). INT8 and FP8 / FP4 on BF16 activations at 2 KiB: 2-5% slower.
+template <class D>
+constexpr int64_t kOneRowPrefetchBytesOf = kQuantAvx512 && std::is_same_v<D, DecBf16> ? 2048 : D::kPrefetch;
 constexpr int64_t kSpreadMinRows = 16;  // rows per part at least, else address order
 // Whether 2-4 rows of x (Rows' R = 4 or 2 weight rows per Block) take those weight rows from R
 // parts of the slice instead of R adjacent rows, as the F32 few-row kernel does (session 19).
@@ -495,7 +505,7 @@ int64_t TwoRowBlocks(const D& d, const float* x, const uint8_t* const* row, cons
   const int64_t end = nb / kStep * kStep;
   for (int64_t b = 0; b < end; b += kStep) {
     for (int k = 0; k < 2; ++k) {
-      const uint8_t* pf = row[k] + b * D::kBlockBytes + D::kPrefetch;
+      const uint8_t* pf = row[k] + b * D::kBlockBytes + kOneRowPrefetchBytesOf<D>;
       if (kOneRowPrefetchOf<D> && pf < pf_end) _mm_prefetch(reinterpret_cast<const char*>(pf), kHint);
     }
 #if CEDAR_QUANT_VBMI
@@ -538,15 +548,16 @@ void Block(const D& d, const float* x, const WeightView& w, int64_t r, float* y,
 #if CEDAR_QUANT_AVX512
   if constexpr (N == 1 && R == 2 && (D::kWide || D::kPair16)) b0 = TwoRowBlocks<D, kHint>(d, x, row, sc, nb, pf_end, acc);
 #endif
-  // Software prefetch D::kPrefetch bytes ahead in each weight stream (at decode, that runs into the
-  // stream's next row when a row ends: rows r + k * rs are contiguous per k): decode's rows are 0.25-2 KiB,
+  // Software prefetch D::kPrefetch bytes ahead (kOneRowPrefetchBytesOf at one row of x) in each
+  // weight stream (at decode, that runs into the stream's next row when a row ends: rows r + k * rs
+  // are contiguous per k): decode's rows are 0.25-2 KiB,
   // too short for the hardware prefetchers to ramp up per stream (see kOneRowR). Never past pf_end,
   // the end of this call's slice: the bytes there are another thread's (or nobody's next), and at
   // decode's 32-300 KiB slices the 4 KiB past the end were ~10% more bytes from memory.
   for (int64_t b = b0; b < nb; ++b) {
 #pragma GCC unroll 4
     for (int k = 0; k < R; ++k) {
-      const uint8_t* pf = row[k] + b * D::kBlockBytes + D::kPrefetch;
+      const uint8_t* pf = row[k] + b * D::kBlockBytes + (N == 1 ? kOneRowPrefetchBytesOf<D> : D::kPrefetch);
       if ((N > 1 || kOneRowPrefetchOf<D>) && pf < pf_end) _mm_prefetch(reinterpret_cast<const char*>(pf), kHint);
     }
 #if CEDAR_QUANT_VBMI
