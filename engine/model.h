@@ -202,8 +202,6 @@ class Model {
   void* AllocateBytes(size_t bytes);  // in the arena, or owned_ when mmap_weights
   // --weights fp8-fp4: f ([w.rows, w.cols] F32) converted to ReleasedTypeOf(name) into the arena.
   void HoldReleased(const std::string& name, std::span<const float> f, Weight& w);
-  // f ([w.rows, w.cols] F32) converted to w.type (kernels::QuantizeWeightInto) into the arena.
-  void HoldConverted(std::span<const float> f, Weight& w);
   std::string dir_;
   ModelConfig config_;
   std::unique_ptr<SafetensorsFile> file_;

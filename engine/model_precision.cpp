@@ -9,6 +9,7 @@
 
 #include "engine/model.h"
 #include "engine/int8_file.h"
+#include "engine/v41_held.h"
 #include "kernels/thread_pool.h"
 #include "kernels/weight_quantize.h"
 #include "kernels/weight_view.h"
@@ -79,19 +80,8 @@ kernels::WeightType ReleasedTypeOf(const std::string& name, int64_t cols) {
 
 // fp8-fp4: w's values f ([rows, cols] F32) converted to ReleasedTypeOf(name) in the arena.
 void Model::HoldReleased(const std::string& name, std::span<const float> f, Weight& w) {
-  namespace k = kernels;
   w.type = ReleasedTypeOf(name, w.cols);
-  HoldConverted(f, w);
-}
-
-// w's values f ([rows, cols] F32) converted to w.type straight into the arena.
-void Model::HoldConverted(std::span<const float> f, Weight& w) {
-  const kernels::QuantizedBytes bytes = kernels::QuantizedBytesOf(w.rows, w.cols, w.type);
-  void* d = AllocateBytes(bytes.data);
-  void* s = bytes.scales ? AllocateBytes(bytes.scales) : nullptr;
-  kernels::QuantizeWeightInto(f, w.rows, w.cols, w.type, d, s);
-  w.stored = d;
-  w.scales = s;
+  HoldConverted(f, &w, [this](size_t bytes) { return AllocateBytes(bytes); });
 }
 
 void Model::CountMatmul(const std::string& name, int64_t rows, int64_t cols, kernels::WeightType held) {
@@ -179,24 +169,18 @@ Weight Model::TakeMatmul(const std::string& name, std::vector<int64_t> shape, We
   if (t->shape != shape) return Take(name, shape);  // Take names the expected and found shapes
   if (t->dtype != DType::F32 && t->dtype != DType::BF16) return Take(name, shape);  // and the dtype
   Weight w = MatmulShape(shape);
-  const int64_t n = w.rows * w.cols;
+  std::vector<float> scratch;  // a transient F32 copy of this tensor only, if it is not F32 in the file
   if (p == WeightPrecision::kFp8Fp4) {
-    std::vector<float> scratch;
     HoldReleased(name, file_->FloatsView(name, scratch), w);  // BF16 files: exact floats, so the head keeps its bits
-  } else if (p == WeightPrecision::kI8) {
-    std::vector<float> scratch;  // a transient F32 copy of this tensor only, if it is not F32 in the file
-    w.type = k::WeightType::kI8;
-    HoldConverted(file_->FloatsView(name, scratch), w);
-  } else {  // BF16: a BF16 file's bits as they are, F32 rounded to nearest even
+  } else if (p == WeightPrecision::kI8 || !bf16_file) {  // INT8, or BF16 from F32 rounded to nearest even
+    w.type = p == WeightPrecision::kI8 ? k::WeightType::kI8 : k::WeightType::kBF16;
+    HoldConverted(file_->FloatsView(name, scratch), &w, [this](size_t bytes) { return AllocateBytes(bytes); });
+  } else {  // BF16: a BF16 file's bits as they are
+    const size_t bytes = size_t(w.rows * w.cols) * 2;
+    void* d = AllocateBytes(bytes);
+    k::ParallelCopy(d, t->data, bytes);
     w.type = k::WeightType::kBF16;
-    if (bf16_file) {
-      auto* b = static_cast<uint16_t*>(AllocateBytes(size_t(n) * 2));
-      k::ParallelCopy(b, t->data, size_t(n) * 2);
-      w.stored = b;
-    } else {
-      std::vector<float> scratch;
-      HoldConverted(file_->FloatsView(name, scratch), w);
-    }
+    w.stored = d;
   }
   CountMatmul(name, w.rows, w.cols, w.type);
   return w;

@@ -40,6 +40,15 @@ int64_t HeldBytes(kernels::WeightType t, int64_t rows, int64_t cols) {
   }
 }
 
+void HoldConverted(std::span<const float> f, Weight* w, const std::function<void*(size_t bytes)>& alloc) {
+  const kernels::QuantizedBytes bytes = kernels::QuantizedBytesOf(w->rows, w->cols, w->type);
+  void* d = alloc(bytes.data);
+  void* s = bytes.scales ? alloc(bytes.scales) : nullptr;
+  kernels::QuantizeWeightInto(f, w->rows, w->cols, w->type, d, s);
+  w->stored = d;
+  w->scales = s;
+}
+
 void HoldWeight(const Checkpoint& ck, const std::string& name, kernels::WeightType held, Weight* w,
                 const std::function<void*(size_t bytes)>& alloc) {
   using kernels::WeightType;
@@ -57,13 +66,7 @@ void HoldWeight(const Checkpoint& ck, const std::string& name, kernels::WeightTy
     kernels::ParallelCopy(b, src.data, size_t(n) * 2);
     w->stored = b;
   } else if (held == WeightType::kBF16 || held == WeightType::kI8) {
-    const std::vector<float> f = ck.DequantizeWeight(name);  // one tensor's transient F32 copy
-    const kernels::QuantizedBytes bytes = kernels::QuantizedBytesOf(rows, cols, held);
-    void* d = alloc(bytes.data);
-    void* s = bytes.scales ? alloc(bytes.scales) : nullptr;
-    kernels::QuantizeWeightInto(f, rows, cols, held, d, s);
-    w->stored = d;
-    w->scales = s;
+    HoldConverted(ck.DequantizeWeight(name), w, alloc);  // one tensor's transient F32 copy
   } else {  // FP8 (E4M3 + [ceil(rows/32), ceil(cols/32)] E8M0) or FP4 (packed + [rows, cols/32] E8M0)
     const TensorInfo& sc = ck.Get(name.substr(0, name.size() - 7) + ".scale");
     void* d = alloc(src.nbytes);

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 
 #include "engine/model.h"
@@ -27,5 +28,9 @@ int64_t HeldBytes(kernels::WeightType t, int64_t rows, int64_t cols);
 // values), FP8 / FP4 (the released bytes and scales copied). Each part comes from alloc(bytes).
 void HoldWeight(const Checkpoint& ck, const std::string& name, kernels::WeightType held, Weight* w,
                 const std::function<void*(size_t bytes)>& alloc);
+// Fills `w` (rows, cols and type set) with f ([rows, cols] F32) converted to w->type
+// (kernels::QuantizeWeightInto, on the pool); the elements and scales come from alloc(bytes).
+// Shared by HoldWeight and the Cedar-layout loader's --weights conversions (model_precision.cpp).
+void HoldConverted(std::span<const float> f, Weight* w, const std::function<void*(size_t bytes)>& alloc);
 
 }  // namespace cedar
