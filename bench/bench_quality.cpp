@@ -192,7 +192,7 @@ int Main(int argc, char** argv) {
       "weights", po::value(&weights)->default_value(weights),
       "matmul weights' precision for every scenario: f32|bf16|int8|as-stored|fp8-fp4 (docs/WEIGHTS.md)")(
       "int8-activations", "INT8 and FP4 weights: decode products on 8-bit activations (kernels::SetInt8Activations; the --kl-ref F32 run is unaffected)")(
-      "bf16-activations", "FP8 and FP4 weights: decode products on BF16 activations (kernels::SetBf16Activations; the --kl-ref F32 run is unaffected)")(
+      "bf16-activations", "FP8, FP4 and INT8 weights: decode products on BF16 activations (kernels::SetBf16Activations; the --kl-ref F32 run is unaffected)")(
       "kl-ref", po::value(&kl_ref),
       "also run every scenario at this precision and print kl_ref / nll_ref per row (bench/quality/weights_kl.py)");
   po::variables_map vm;

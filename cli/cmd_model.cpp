@@ -290,7 +290,7 @@ int RunGenerate(int argc, char** argv) {
       "weights", po::value(&weights)->default_value("f32"), "matmul weights in memory: f32 | bf16 | int8 (block 32) | as-stored (BF16, released FP8/FP4 kept) | fp8-fp4 (the released precisions: experts FP4, head BF16, the rest FP8)")(
       "max-ram", BytesOption("--max-ram", &max_ram, "0"), "released layout: most bytes of dequantised weights to hold (0 = no limit)")(
       "int8-activations", "INT8 and FP4 weights: decode's products (up to 16 rows) on 8-bit activations, quantised per row and block of 32 (AVX-512 VNNI or AVX2: faster INT8 decode products, at the accuracy cost docs/WEIGHTS.md measures); prefill keeps F32 activations")(
-      "bf16-activations", "FP8 and FP4 weights: decode's products (up to 16 rows) on BF16 activations, x rounded to bf16 per row (AVX-512 BF16: faster FP8 / FP4 decode products, at the accuracy cost docs/WEIGHTS.md measures; FP4 takes them where --int8-activations is on too); prefill keeps F32 activations")("json", "print JSON");
+      "bf16-activations", "FP8, FP4 and INT8 weights: decode's products (up to 16 rows) on BF16 activations, x rounded to bf16 per row (AVX-512 BF16: faster FP8 / FP4 / INT8 decode products, at the accuracy cost docs/WEIGHTS.md measures; FP4 takes them where --int8-activations is on too, INT8 keeps 8-bit ones); prefill keeps F32 activations")("json", "print JSON");
   po::variables_map vm;
   if (!Parse(argc, argv, "usage: cedar generate --model DIR --prompt TEXT|--tokens IDS --mode M --max-tokens N [--spec-tokens K] [--json]", desc, vm)) return 0;
   kernels::SetThreads(threads);

@@ -180,7 +180,7 @@ int RunServe(int argc, char** argv) {
       "mixed: on (a turn's decoder phase after its last chunk runs as many layers a step as the step budget holds, so "
       "no step holds a long prompt's whole replay; same outputs) | off (the default: the whole phase in one step)")(
       "int8-activations", "INT8 and FP4 weights: decode's products (up to 16 rows) on 8-bit activations, quantised per row and block of 32 (AVX-512 VNNI or AVX2: faster INT8 decode products, at the accuracy cost docs/WEIGHTS.md measures); prefill keeps F32 activations")(
-      "bf16-activations", "FP8 and FP4 weights: decode's products (up to 16 rows) on BF16 activations, x rounded to bf16 per row (AVX-512 BF16: faster FP8 / FP4 decode products, at the accuracy cost docs/WEIGHTS.md measures; FP4 takes them where --int8-activations is on too); prefill keeps F32 activations")(
+      "bf16-activations", "FP8, FP4 and INT8 weights: decode's products (up to 16 rows) on BF16 activations, x rounded to bf16 per row (AVX-512 BF16: faster FP8 / FP4 / INT8 decode products, at the accuracy cost docs/WEIGHTS.md measures; FP4 takes them where --int8-activations is on too, INT8 keeps 8-bit ones); prefill keeps F32 activations")(
       "row-invariant-matmul",
       "every product sums each row in the decode kernels' order (kernels/gemm_rowinv.h), so rows of different turns "
       "share one product (and a prompt's rows equal its decode rows bit for bit); ~0.7x the prefill GEMM's rate")(

@@ -171,7 +171,7 @@ int RunEngineBenchMain(int argc, char** argv) {
                   "with the acceptance rate and both decode rates; nothing else runs.\n"
                   "--weights holds the CPU's matmul weights at that precision (the decode bound counts its bytes);\n"
                   "--int8-activations runs INT8 and FP4 weights' decode products on 8-bit activations (kernels::SetInt8Activations).\n"
-                  "--bf16-activations runs FP8 and FP4 weights' decode products on BF16 activations (kernels::SetBf16Activations; FP4 too with both flags).\n"
+                  "--bf16-activations runs FP8, FP4 and INT8 weights' decode products on BF16 activations (kernels::SetBf16Activations; FP4 too with both flags, INT8 then keeps 8-bit ones).\n"
                   "A released-layout model (cedar init --arch v41) also prints its load (dequantise-once seconds, stored\n"
                   "and F32 bytes); with --max-ram below its expert bytes the experts are dequantised on demand, and the\n"
                   "prefill and decode lines give the share of time spent dequantising and the shard bytes read per token.\n");

@@ -1,6 +1,7 @@
 // Matmul weights at the precision chosen at load (`--weights`, issue 20): BF16 files kept as
 // BF16, F32 rounded to BF16 or quantised to INT8 (block 32 along the input, F32 scales), or
 // converted to the released checkpoint's FP8 / FP4 / BF16 (fp8-fp4).
+#include <cstdint>
 #include <cstring>
 #include <vector>
 #include <stdexcept>
@@ -119,6 +120,13 @@ Weight Model::TakeMatmul(const std::string& name, std::vector<int64_t> shape, We
       for (size_t i = 0; i < s->shape.size(); ++i) found += (i ? ", " : "") + std::to_string(s->shape[i]);
       throw std::runtime_error("model: " + file_->Path() + ": tensor '" + sname + "': expected F32 " + want + "] (one scale per 32 inputs of '" +
                                name + "'), found " + DTypeName(s->dtype) + " " + found + "]");
+    }
+    // The symmetric format holds -127..127 (QuantizeI8 writes no -128). The 8-bit- and BF16-activation
+    // kernels negate a weight or take its magnitude, which -128 does not survive: refuse the file.
+    if (const void* bad = std::memchr(t->data, 0x80, size_t(n))) {
+      const int64_t at = static_cast<const uint8_t*>(bad) - static_cast<const uint8_t*>(t->data);
+      throw std::runtime_error("model: " + file_->Path() + ": tensor '" + name + "': INT8 weights are symmetric, -127..127; found -128 at row " +
+                               std::to_string(at / w.cols) + ", column " + std::to_string(at % w.cols));
     }
     // Copied out of the mapping (the arena is sized for F32 tensors, so at f32 / bf16 the scales are
     // a transient copy and only the decoded weights take arena room).

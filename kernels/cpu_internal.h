@@ -90,15 +90,15 @@ struct I8A8Rows {
 void QuantiseRows(const float* x, int n, int64_t in, I8A8Rows& q, bool fp4);
 void I8A8Quantised(const I8A8Rows& q, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys);
 
-// FP8 and FP4 weights times BF16 activations (matmul_bf16a.cpp): whether w's few-row products
-// take that path (FP8 or FP4, also where 8-bit activations are on; cols a multiple of 64;
+// FP8, FP4 and INT8 weights times BF16 activations (matmul_bf16a.cpp): whether w's few-row products
+// take that path (FP8 or FP4, also where 8-bit activations are on; INT8 where they are not; cols a multiple of 64;
 // SetBf16Activations on), rows of x converted once for it (Bf16Rows: each row's words in the
 // order the kernel for that weight type reads, on a cache line), and the products on converted
 // rows (or on x, converting it first).
 bool Bf16ActivationsApply(const WeightView& w);
 struct Bf16Rows {
   std::vector<LineVector<uint16_t>> rows;  // [n][in rounded up to a step] (grown, never shrunk: reused)
-  WeightType type = WeightType::kFP8;      // whose step order the words are in (FP8 pairs, FP4 quads)
+  WeightType type = WeightType::kFP8;      // whose step order the words are in (FP8 and INT8 pairs, FP4 quads)
 };
 void ConvertRowsBf16(const float* x, int n, int64_t in, WeightType type, Bf16Rows& rows);
 void Bf16AConverted(const Bf16Rows& rows, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys);

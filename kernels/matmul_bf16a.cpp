@@ -1,25 +1,28 @@
-// FP8 and FP4 weights times BF16 activations (issue 20, `--bf16-activations`): decode's and
-// batched decode's FP8 / FP4 products (the released precisions) on AVX-512 BF16 dot products
-// (vdpbf16ps), so a pair of blocks (64 weights) costs two dot-product instructions and a byte
-// lookup where the F32-activation kernel (matmul_quant.cpp) spends eight multiplies, four float
-// unpacks and a fold: that kernel is compute bound on FP8 and FP4 (docs/WEIGHTS.md).
+// FP8, FP4 and INT8 weights times BF16 activations (issue 20, `--bf16-activations`): decode's and
+// batched decode's FP8 / FP4 products (the released precisions) and INT8 ones on AVX-512 BF16 dot
+// products (vdpbf16ps), so a pair of blocks (64 weights) costs two dot-product instructions and a
+// byte lookup where the F32-activation kernel (matmul_quant.cpp) spends eight multiplies, four
+// float conversions and a fold: that kernel is compute bound on FP8, FP4 and INT8 (docs/WEIGHTS.md).
 //
 // Every E4M3 and every E2M1 value is a bfloat16 exactly (4 exponent and 3 mantissa bits fit its
-// 8 and 7; E4M3's subnormals are bf16 normals), so the weights are exact; only x is rounded, once
+// 8 and 7; E4M3's subnormals are bf16 normals), and so is every integer of magnitude up to 256, so
+// the weights are exact; only x is rounded, once
 // per row of x, to bf16: round to nearest even, and |x| below the smallest normal float (2^-126)
 // becomes a zero of its sign (what vcvtne2ps2bf16 does). A product of two bf16 is exact in F32.
+// INT8's code -128 (0x80), outside its symmetric format (|q| <= 127: what QuantizeI8 writes and
+// the loader checks in INT8 files), reads as -0 here, as FP8's NaN codes read as +-480.
 //
 // The order, which fixes the bits (the same on any ISA and whatever rows share a call):
-//   elements go in steps of K * 32 (K = 2 for FP8: pairs of blocks; K = 4 for FP4: quads of
-//   blocks), as K rows of 32 words X0 .. X{K-1} (StepElement, the order the kernel's weight
-//   decoding gives): FP8's X0 holds a pair's elements 0-7, 16-23, 32-39, 48-55 and X1 8-15, 24-31,
+//   elements go in steps of K * 32 (K = 2 for FP8 and INT8: pairs of blocks; K = 4 for FP4: quads
+//   of blocks), as K rows of 32 words X0 .. X{K-1} (StepElement, the order the kernel's weight
+//   decoding gives): FP8's (and INT8's) X0 holds a pair's elements 0-7, 16-23, 32-39, 48-55 and X1 8-15, 24-31,
 //   40-47, 56-63 (the 8-bit unpacks of the decoded weight bytes); FP4's Xk holds a quad's
 //   elements k, 4 + k, 8 + k, ..., 124 + k (the nibble at bit 4k of each 16-bit word of packed
 //   bytes). An FP4 row of 64 mod 128 elements ends in a half quad padded with zero weights and x.
 //   Lane i (of 16) of a step: t = 0; for X0 .. X{K-1}: t = dp(t, word 2i + 1), t = dp(t, word 2i)
 //   with dp(t, k) = ftz(t + w_k * x_k) (one rounding to nearest; a result below 2^-126 becomes a
 //   zero of its sign), then acc_i = fma(t, scale of block K * step + i / (16 / K), acc_i) (plain
-//   F32 FMA; a padded block's scale is E8M0 code 0's).
+//   F32 FMA; a padded block's scale is E8M0 code 0's; INT8's scales are its F32 ones).
 //   y = HSum16(acc): HSum8(a[0..7] + a[8..15]), HSum8 = ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
 // dp is vdpbf16ps's definition (odd word first, each step rounded, denormal inputs read as zero,
 // denormal results flushed): on this project's AVX-512 EPYC (Zen 5) the instruction matched a
@@ -55,7 +58,7 @@ std::atomic<bool> bf16_activations{false};
 constexpr int B = kQuantBlock;
 constexpr int kPair = 2 * B;  // elements per pair of blocks
 
-// Word vectors per step (the module comment's K): FP8 reads pairs of blocks, FP4 quads.
+// Word vectors per step (the module comment's K): FP8 and INT8 read pairs of blocks, FP4 quads.
 constexpr int StepVectors(WeightType t) { return t == WeightType::kFP4 ? 4 : 2; }
 
 // The step element that word q (< 32 K: X0's words 0-31, then X1's, ...) of a converted row holds.
@@ -78,8 +81,13 @@ uint16_t RoundBf16(float x) {
 }
 
 // The weight's unscaled value (exact in bf16) and its block's scale. FP8 codes 0x7F / 0xFF (NaN)
-// read as +-480, as the F32-activation kernels read them: the released weights have none.
+// read as +-480, as the F32-activation kernels read them: the released weights have none. INT8's
+// -128 reads as -0 (module comment).
 float RawValue(const WeightView& w, int64_t r, int64_t e) {
+  if (w.type == WeightType::kI8) {
+    const int8_t q = static_cast<const int8_t*>(w.data)[r * w.cols + e];
+    return q == -128 ? -0.0f : float(q);
+  }
   if (w.type == WeightType::kFP8) {
     const uint8_t c = static_cast<const uint8_t*>(w.data)[r * w.cols + e];
     return (c & 0x7F) == 0x7F ? (c & 0x80 ? -480.0f : 480.0f) : DecodeE4M3(c);
@@ -87,10 +95,17 @@ float RawValue(const WeightView& w, int64_t r, int64_t e) {
   const uint8_t byte = static_cast<const uint8_t*>(w.data)[r * (w.cols / 2) + e / 2];
   return DecodeE2M1(e % 2 ? uint8_t(byte >> 4) : uint8_t(byte & 0x0F));
 }
-const uint8_t* ScaleRow(const WeightView& w, int64_t r) {
+// FP8 / FP4: row r's E8M0 codes; INT8: its F32 scales.
+const void* ScaleRow(const WeightView& w, int64_t r) {
   const int64_t nb = w.cols / B;
+  if (w.type == WeightType::kI8) return static_cast<const float*>(w.scales) + r * nb;
   const auto* s = static_cast<const uint8_t*>(w.scales);
   return w.type == WeightType::kFP8 ? s + ((w.row0 + r) / B) * nb : s + r * nb;
+}
+// Block b's scale from a ScaleRow (b < nb; a padded block's is E8M0 code 0's).
+float BlockScale(const WeightView& w, const void* sc, int64_t b, int64_t nb) {
+  if (w.type == WeightType::kI8) return static_cast<const float*>(sc)[b];
+  return E8m0Floats()[b < nb ? static_cast<const uint8_t*>(sc)[b] : 0];
 }
 
 inline float Ftz(float v) { return std::fabs(v) < 0x1p-126f ? std::copysign(0.0f, v) : v; }
@@ -98,7 +113,7 @@ inline float Ftz(float v) { return std::fabs(v) < 0x1p-126f ? std::copysign(0.0f
 // The order above in scalar code: y = x . w[r] for one converted row xr (step layout).
 template <int K>
 float DotScalar(const uint16_t* xr, const WeightView& w, int64_t r) {
-  const uint8_t* sc = ScaleRow(w, r);
+  const void* sc = ScaleRow(w, r);
   const int64_t nb = w.cols / B, step = 32 * K;
   float acc[16] = {};
   for (int64_t p = 0; p < ConvertedWords(w.cols, K) / step; ++p)
@@ -110,7 +125,7 @@ float DotScalar(const uint16_t* xr, const WeightView& w, int64_t r) {
           t = Ftz(std::fma(e < w.cols ? RawValue(w, r, e) : 0.0f, Bf16ToFloat(xr[p * step + q]), t));
         }
       const int64_t block = K * p + i / (16 / K);
-      acc[i] = std::fma(t, E8m0Floats()[block < nb ? sc[block] : 0], acc[i]);
+      acc[i] = std::fma(t, BlockScale(w, sc, block, nb), acc[i]);
     }
   return HSum16(acc);
 }
@@ -169,6 +184,43 @@ void ConvertQuads(const float* x, int64_t in, uint16_t* out) {
   if (quads * 128 < in) ConvertScalar<4>(x + quads * 128, in - quads * 128, out + quads * 128);
 }
 
+// How decode (one row of x) reads a weight: a thread's slice as `spread` parts side by side, each
+// prefetched `prefetch_bytes` ahead (one prefetch per line) with `hint`, and with scale_lines,
+// each row's block scales one line per 16 blocks as far ahead in blocks.
+// FP8 / FP4: `cedar bench` medium fp8-fp4 decode with BF16 activations, three rounds alternating
+// (session 26): 2 parts with the 4 KiB T0 prefetch 76.6 / 84.3 / 79.2 tok/s, without 72.6 / 73.8 /
+// 76.0, 8 KiB ahead 73.8 / 81.9 / 68.3; in a first sweep 4 parts, one part, and T1 / T2 hints 4-8
+// KiB ahead did no better; 3 or 4 parts were 8-10% slower (session 31). (In a driver with the
+// matrix in L2 the prefetch halved the rate: decode's weights are never there.)
+// INT8 (its F32 scales a separate array, 12.5% of its bytes; session 32): medium int8 decode,
+// steps alternating one by one in one process (a driver over the engine), step time against FP8's
+// settings: 4 parts, NTA, 2 KiB, scales prefetched 4 KiB ahead 0.905 / 0.917; the same without the
+// scales' prefetch 0.972 / 0.994; 4 parts with FP8's prefetch 1.046 / 1.097. Against that: 1 KiB
+// ahead 1.007 / 0.993, 3 KiB 1.060 / 1.043, T0 1.008 / 0.996, 2 parts 1.105 / 1.089, 3 parts
+// 1.053 / 1.039, the F32-activation INT8 kernel 1.035 / 1.019; the scales as far ahead as the
+// weights (kept) 0.982 / 0.986, the F32-activation kernel with its scales prefetched 1.020 / 1.027.
+struct DecodeStream {
+  int spread;
+  int64_t prefetch_bytes;
+  _mm_hint hint;
+  bool scale_lines;
+};
+constexpr DecodeStream kFp8Fp4Stream = {2, 4096, _MM_HINT_T0, false};
+constexpr DecodeStream kI8Stream = {4, 2048, _MM_HINT_NTA, true};
+
+// The E8M0 scales of blocks 16g..16g+15 (fewer at the end of a row: the rest zero) as floats:
+// code c as the bits c << 23, 2^(c - 127) for c in 1..254, then code 0 (2^-127, a subnormal) and
+// 255 (NaN) put in by mask, so every code gives E8m0Floats' value.
+inline __m512 E8m0GroupScales(const uint8_t* sc, int64_t g, int64_t nb) {
+  const int64_t left = nb - 16 * g;
+  const __m512i c = _mm512_cvtepu8_epi32(left >= 16 ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * g))
+                                                    : _mm_maskz_loadu_epi8(__mmask16((1u << left) - 1), sc + 16 * g));
+  __m512i bits = _mm512_slli_epi32(c, 23);
+  bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(c, _mm512_setzero_si512()), _mm512_set1_epi32(0x00400000));
+  bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(c, _mm512_set1_epi32(255)), _mm512_set1_epi32(0x7FC00000));
+  return _mm512_castsi512_ps(bits);
+}
+
 // Weight sources: Step(row, p, w) gives step p's K * 32 weights as bf16 words in X0 .. X{K-1}'s
 // order (StepElement).
 // FP8 (K = 2): w[0] / w[1] = the 8-bit unpacks (low / high half of each 128-bit lane) of the
@@ -177,7 +229,9 @@ void ConvertQuads(const float* x, int64_t in, uint16_t* out) {
 // byte and high byte, the sign or-ed into the high byte (the F32 kernel's LoadPair tables).
 struct SrcFp8 {
   static constexpr int K = 2;
+  static constexpr DecodeStream kStream = kFp8Fp4Stream;
   static const uint8_t* Row(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.data) + r * w.cols; }
+  static __m512 GroupScales(const void* sc, int64_t g, int64_t nb) { return E8m0GroupScales(static_cast<const uint8_t*>(sc), g, nb); }
   struct Tables {
     alignas(64) uint8_t lo[128], hi[128];
   };
@@ -204,6 +258,41 @@ struct SrcFp8 {
     w[0] = _mm512_unpacklo_epi8(lo, hi), w[1] = _mm512_unpackhi_epi8(lo, hi);
   }
 };
+// INT8 (K = 2): FP8's order. |q| (vpabsb) indexes two 128-entry byte tables for bf16(|q|)'s low
+// and high byte, q's sign or-ed into the high byte; -128, whose |q| wraps to index 0, reads as -0
+// (module comment). Its F32 scales, 16 blocks' at once (fewer at the end of a row: the rest zero).
+struct SrcI8 {
+  static constexpr int K = 2;
+  static constexpr DecodeStream kStream = kI8Stream;
+  static const uint8_t* Row(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.data) + r * w.cols; }
+  static __m512 GroupScales(const void* sc, int64_t g, int64_t nb) {
+    const float* f = static_cast<const float*>(sc) + 16 * g;
+    const int64_t left = nb - 16 * g;
+    return left >= 16 ? _mm512_loadu_ps(f) : _mm512_maskz_loadu_ps(__mmask16((1u << left) - 1), f);
+  }
+  static const SrcFp8::Tables& Lut() {
+    static const SrcFp8::Tables t = [] {
+      SrcFp8::Tables u{};
+      for (int c = 0; c < 128; ++c) {
+        const uint16_t b = RoundBf16(float(c));  // exact
+        u.lo[c] = uint8_t(b), u.hi[c] = uint8_t(b >> 8);
+      }
+      return u;
+    }();
+    return t;
+  }
+  const SrcFp8::Tables& lut = Lut();
+  __m512i lo_a = _mm512_load_si512(lut.lo), lo_b = _mm512_load_si512(lut.lo + 64);
+  __m512i hi_a = _mm512_load_si512(lut.hi), hi_b = _mm512_load_si512(lut.hi + 64);
+  __m512i sign = _mm512_set1_epi8(int8_t(0x80));
+  template <bool kHalf = false>
+  void Step(const uint8_t* row, int64_t p, __m512i (&w)[K]) const {
+    const __m512i c = _mm512_loadu_si512(row + p * 64), a = _mm512_abs_epi8(c);
+    const __m512i lo = _mm512_permutex2var_epi8(lo_a, a, lo_b);
+    const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi_a, a, hi_b), c, sign, 0xF8);  // hi | (c & sign)
+    w[0] = _mm512_unpacklo_epi8(lo, hi), w[1] = _mm512_unpackhi_epi8(lo, hi);
+  }
+};
 // FP4 (K = 4): the quad's 64 packed bytes as 32 16-bit words, each holding elements 4j .. 4j + 3
 // in its nibbles from bit 0 up; w[k] = the words shifted right by 4k, each looked up (vpermw) in
 // a 32-entry table that repeats the 16 nibbles' bf16 words, so the bits above the nibble are
@@ -211,7 +300,9 @@ struct SrcFp8 {
 // zeros (nibble 0 is +0).
 struct SrcFp4 {
   static constexpr int K = 4;
+  static constexpr DecodeStream kStream = kFp8Fp4Stream;
   static const uint8_t* Row(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.data) + r * (w.cols / 2); }
+  static __m512 GroupScales(const void* sc, int64_t g, int64_t nb) { return E8m0GroupScales(static_cast<const uint8_t*>(sc), g, nb); }
   static const uint16_t* Lut() {
     alignas(64) static const struct Table {
       uint16_t v[32];
@@ -232,13 +323,6 @@ struct SrcFp4 {
   }
 };
 
-// Decode (one row of x) reads a thread's slice as kSpreadBf16 parts side by side, each prefetched
-// kPrefetchBytes ahead (T0, one prefetch per line). `cedar bench` medium fp8-fp4 decode with BF16
-// activations, three rounds alternating (session 26): 2 parts with this prefetch 76.6 / 84.3 /
-// 79.2 tok/s, without 72.6 / 73.8 / 76.0, 8 KiB ahead 73.8 / 81.9 / 68.3; in a first sweep 4
-// parts, one part, and T1 / T2 hints 4-8 KiB ahead did no better. (In a driver with the matrix
-// in L2 the prefetch halved the rate: decode's weights are never there.)
-constexpr int kSpreadBf16 = 2;
 // Few-row products whose converted x (rows x columns x 2 bytes) exceeds kChunkXBytes go over the
 // columns in chunks of kChunkGroups groups of 16 blocks, kChunkRows weight rows at a time
 // (RowsBf16Wide). Session 29: in cache, one thread, 8 rows x 4096 columns FP8 74-77 -> 90-105 GB/s
@@ -249,20 +333,7 @@ constexpr int kSpreadBf16 = 2;
 constexpr int64_t kChunkXBytes = 32 * 1024;
 constexpr int kChunkGroups = 2;
 constexpr int kChunkRows = 16;
-constexpr int64_t kPrefetchBytes = 4096;
 
-// The E8M0 scales of blocks 16g..16g+15 (fewer at the end of a row: the rest zero) as floats:
-// code c as the bits c << 23, 2^(c - 127) for c in 1..254, then code 0 (2^-127, a subnormal) and
-// 255 (NaN) put in by mask, so every code gives E8m0Floats' value.
-inline __m512 GroupScales(const uint8_t* sc, int64_t g, int64_t nb) {
-  const int64_t left = nb - 16 * g;
-  const __m512i c = _mm512_cvtepu8_epi32(left >= 16 ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * g))
-                                                    : _mm_maskz_loadu_epi8(__mmask16((1u << left) - 1), sc + 16 * g));
-  __m512i bits = _mm512_slli_epi32(c, 23);
-  bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(c, _mm512_setzero_si512()), _mm512_set1_epi32(0x00400000));
-  bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(c, _mm512_set1_epi32(255)), _mm512_set1_epi32(0x7FC00000));
-  return _mm512_castsi512_ps(bits);
-}
 
 // N converted rows of x against weight rows [r0, r1), each weight step decoded once for the N
 // rows. With S > 1 (decode, N = 1) rows r + k * rs for k < S run side by side, their outputs at
@@ -284,7 +355,7 @@ __attribute__((noinline)) void RowsBf16(const uint16_t* const* xr, const WeightV
   RowSums16 sums;  // HSum16 of 16 finished rows at a time (few-row products; see hsum_rows_avx512.h)
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* wr[S];
-    const uint8_t* sc[S];
+    const void* sc[S];
     __m512 acc[N][S];
     for (int k = 0; k < S; ++k) {
       wr[k] = Src::Row(w, r + k * rs);
@@ -297,7 +368,7 @@ __attribute__((noinline)) void RowsBf16(const uint16_t* const* xr, const WeightV
       __m512 s[S];
       for (int k = 0; k < S; ++k) {
         if constexpr (kPrefetch)  // one prefetch per line: every step is 64 bytes of weights
-          _mm_prefetch(reinterpret_cast<const char*>(wr[k] + p * 64 + kPrefetchBytes), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(wr[k] + p * 64 + Src::kStream.prefetch_bytes), Src::kStream.hint);
         src.template Step<kHalf>(wr[k], p, wv[k]);
         s[k] = _mm512_permutexvar_ps(idx, s16[k]);
       }
@@ -316,17 +387,23 @@ __attribute__((noinline)) void RowsBf16(const uint16_t* const* xr, const WeightV
     int64_t g = kHeld ? g0 : 0;
     for (; (!kHeld || g < g1) && kGroup * g + kGroup <= whole; ++g) {
       __m512 s16[S];
-      for (int k = 0; k < S; ++k) s16[k] = GroupScales(sc[k], g, nb);
+      for (int k = 0; k < S; ++k) {
+        // INT8's F32 scales: group g + ahead's line (a prefetch past the array's end cannot fault).
+        constexpr int64_t ahead = Src::kStream.prefetch_bytes / (64 * kGroup);
+        if constexpr (kPrefetch && Src::kStream.scale_lines)
+          _mm_prefetch(static_cast<const char*>(sc[k]) + 64 * (g + ahead), Src::kStream.hint);
+        s16[k] = Src::GroupScales(sc[k], g, nb);
+      }
       __m512i idx = idx0;
 #pragma GCC unroll 8
       for (int j = 0; j < kGroup; ++j, idx = _mm512_add_epi32(idx, inc)) step(kGroup * g + j, s16, idx);
     }
     if ((!kHeld || g < g1) && kGroup * g < steps) {
       __m512 s16[S];
-      for (int k = 0; k < S; ++k) s16[k] = GroupScales(sc[k], g, nb);
+      for (int k = 0; k < S; ++k) s16[k] = Src::GroupScales(sc[k], g, nb);
       __m512i idx = idx0;
       for (int64_t p = kGroup * g; p < steps; ++p, idx = _mm512_add_epi32(idx, inc)) {
-        if (K == 2 || p < whole) step(p, s16, idx);  // FP8 rows are whole pairs
+        if (K == 2 || p < whole) step(p, s16, idx);  // FP8 and INT8 rows are whole pairs
         else step.template operator()<true>(p, s16, idx);
       }
     }
@@ -383,10 +460,10 @@ void ConvertedT(const uint16_t* const* xr, int n, const WeightView& w, int64_t r
     float* yb = y + int64_t(b0) * ys;
     switch (std::min(8, n - b0)) {
       case 1:
-        if (r1 - r0 >= kSpreadBf16 * 16) {
-          const int64_t per = (r1 - r0) / kSpreadBf16;
-          RowsBf16<Src, 1, kSpreadBf16, true>(xb, w, r0, r0 + per, yb, ys, per);
-          RowsBf16<Src, 1, 1>(xb, w, r0 + per * kSpreadBf16, r1, yb + per * kSpreadBf16, ys, 1);
+        if (constexpr int S = Src::kStream.spread; r1 - r0 >= S * 16) {
+          const int64_t per = (r1 - r0) / S;
+          RowsBf16<Src, 1, S, true>(xb, w, r0, r0 + per, yb, ys, per);
+          RowsBf16<Src, 1, 1>(xb, w, r0 + per * S, r1, yb + per * S, ys, 1);
         } else {
           RowsBf16<Src, 1, 1>(xb, w, r0, r1, yb, ys, 1);
         }
@@ -408,7 +485,8 @@ void ConvertedT(const uint16_t* const* xr, int n, const WeightView& w, int64_t r
 
 bool Bf16ActivationsApply(const WeightView& w) {
   if (!bf16_activations.load(std::memory_order_relaxed) || w.cols <= 0 || w.cols % kPair != 0) return false;
-  return w.type == WeightType::kFP8 || w.type == WeightType::kFP4;  // FP4 too where 8-bit activations are on
+  // FP4 too where 8-bit activations are on; INT8 keeps those where they are on.
+  return w.type == WeightType::kFP8 || w.type == WeightType::kFP4 || (w.type == WeightType::kI8 && !Int8ActivationsApply(w));
 }
 
 void ConvertRowsBf16(const float* x, int n, int64_t in, WeightType type, Bf16Rows& rows) {
@@ -436,6 +514,8 @@ void Bf16AConverted(const Bf16Rows& rows, int n, const WeightView& w, int64_t r0
 #if CEDAR_BF16A_AVX512
   if (w.type == WeightType::kFP8)
     ConvertedT<SrcFp8>(xr, n, w, r0, r1, y, ys);
+  else if (w.type == WeightType::kI8)
+    ConvertedT<SrcI8>(xr, n, w, r0, r1, y, ys);
   else
     ConvertedT<SrcFp4>(xr, n, w, r0, r1, y, ys);
 #else

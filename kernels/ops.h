@@ -107,13 +107,13 @@ bool Int8Activations();
 // loop (same bits, far slower than the F32-activation kernels), so the flags that turn it on warn.
 bool Int8ActivationsVectorised();
 
-// FP8 and FP4 weights' decode and batched-decode products (up to 16 rows) on BF16 activations:
-// each row of x rounded to bf16 once (round to nearest even) and the blocks' dot products on
-// AVX-512 BF16 (vdpbf16ps; the weights are exact in bf16), in the order kernels/matmul_bf16a.cpp
-// defines (a scalar loop with the same bits without AVX-512 BF16 + VBMI). Faster FP8 / FP4 decode
-// products at the accuracy cost docs/WEIGHTS.md measures; prefill (more rows) keeps F32
-// activations. FP4 takes 8-bit activations instead where SetInt8Activations is on too, and
-// inputs that are not a multiple of 64 keep F32. Off by default. Process-wide; set it before
+// FP8, FP4 and INT8 weights' decode and batched-decode products (up to 16 rows) on BF16
+// activations: each row of x rounded to bf16 once (round to nearest even) and the blocks' dot
+// products on AVX-512 BF16 (vdpbf16ps; the weights are exact in bf16), in the order
+// kernels/matmul_bf16a.cpp defines (a scalar loop with the same bits without AVX-512 BF16 + VBMI).
+// Faster FP8 / FP4 / INT8 decode products at the accuracy cost docs/WEIGHTS.md measures; prefill
+// (more rows) keeps F32 activations. Where SetInt8Activations is on too, FP4 takes BF16
+// activations and INT8 keeps 8-bit ones; inputs that are not a multiple of 64 keep F32. Off by default. Process-wide; set it before
 // products run, not during.
 void SetBf16Activations(bool on);
 bool Bf16Activations();

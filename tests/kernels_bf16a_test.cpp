@@ -1,11 +1,12 @@
-// FP8 and FP4 weights times BF16 activations (kernels/matmul_bf16a.cpp, SetBf16Activations):
+// FP8, FP4 and INT8 weights times BF16 activations (kernels/matmul_bf16a.cpp, SetBf16Activations):
 // the products equal their scalar reference bit for bit (the order and vdpbf16ps's rounding are a
 // definition, so the AVX-512 BF16 path and the scalar path give the same bits), including FP8
-// subnormal and NaN codes, every E8M0 scale code and x with subnormals, zeros and huge values; a
+// subnormal and NaN codes, every INT8 code (-128 reads as -0), every E8M0 scale code, extreme
+// INT8 scales and x with subnormals, zeros and huge values; a
 // row of a few-row product equals that row alone; the error against the F32-activation product
 // stays within what rounding x to bf16 allows; and shapes the path does not take (inputs not a
 // multiple of 64, more than 16 rows, other types, mode off) give exactly the F32-activation product.
-// FP8 reads x in pairs of blocks and FP4 in quads (a row of 192 ends in a half quad); with
+// FP8 and INT8 read x in pairs of blocks and FP4 in quads (a row of 192 ends in a half quad); with
 // 8-bit activations on too, FP8 and FP4 take BF16 activations and INT8 stays on 8-bit ones.
 #include <doctest/doctest.h>
 
@@ -113,10 +114,10 @@ TEST_CASE("vdpbf16ps adds the odd product, rounds, then the even one, flushing s
 }
 #endif
 
-TEST_CASE("BF16-activation FP8 and FP4 products equal their scalar reference bit for bit, and each row equals it alone") {
+TEST_CASE("BF16-activation FP8, FP4 and INT8 products equal their scalar reference bit for bit, and each row equals it alone") {
   ModeOn on;
   INFO("vectorised (AVX-512 BF16 + VBMI): " << k::Bf16ActivationsVectorised());
-  for (WeightType t : {WeightType::kFP8, WeightType::kFP4})
+  for (WeightType t : {WeightType::kFP8, WeightType::kFP4, WeightType::kI8})
     for (int threads : {1, 2}) {
       k::SetPoolThreads(threads);
       for (int n : {1, 2, 5, 8, 9, 16})
@@ -135,11 +136,11 @@ TEST_CASE("BF16-activation FP8 and FP4 products equal their scalar reference bit
 // first-level cache), each row's accumulators kept between chunks: the same bits as the reference.
 TEST_CASE("BF16-activation few-row products over wide inputs keep the reference's bits") {
   ModeOn on;
-  for (WeightType t : {WeightType::kFP8, WeightType::kFP4})
+  for (WeightType t : {WeightType::kFP8, WeightType::kFP4, WeightType::kI8})
     for (int threads : {1, 2}) {
       k::SetPoolThreads(threads);
       for (int n : {2, 3, 8, 9})
-        for (int in : {4096, 4160, 8192})  // 4160: FP4 ends in a half quad, FP8 in a partial group
+        for (int in : {4096, 4160, 8192})  // 4160: FP4 ends in a half quad, FP8 and INT8 in a partial group
           for (int out : {17, 40}) {
             const auto x = Random(size_t(n) * in, 30 + n + in), w = Random(size_t(out) * in, 40 + out + in);
             const k::OwnedWeight s = k::QuantizeWeight(w, out, in, t);
@@ -159,18 +160,24 @@ TEST_CASE("BF16-activation products keep the reference's bits for every weight c
   // of the float range), and tiny normals (products that flush).
   const float specials[] = {1e-40f, -3e-39f, 0x1.fffffep-1f, -0x1.ff8p+10f, 3e37f, -2e38f, 0x1p-126f, -1.5e-30f, 0x1.00ffp0f, 0x1.fffffcp-127f, -0x1.fffffcp-127f};
   for (size_t i = 0; i < x.size(); i += 5) x[i] = specials[(i / 5) % 11];
-  for (WeightType t : {WeightType::kFP8, WeightType::kFP4}) {
+  for (WeightType t : {WeightType::kFP8, WeightType::kFP4, WeightType::kI8}) {
     const auto w = Random(size_t(out) * in, 32);
     k::OwnedWeight f = k::QuantizeWeight(w, out, in, t);
     auto* data = const_cast<uint8_t*>(static_cast<const uint8_t*>(f.view.data));
-    auto* codes = const_cast<uint8_t*>(static_cast<const uint8_t*>(f.view.scales));
     // Every byte value somewhere (FP8: all 256 codes, subnormals 0x01-0x07, zeros and the NaN
-    // codes 0x7F / 0xFF; FP4: every pair of nibbles).
-    const size_t bytes = size_t(out) * size_t(t == WeightType::kFP8 ? in : in / 2);
+    // codes 0x7F / 0xFF; FP4: every pair of nibbles; INT8: -128..127, -128 included).
+    const size_t bytes = size_t(out) * size_t(t == WeightType::kFP4 ? in / 2 : in);
     for (size_t i = 0; i < bytes; i += 3) data[i] = uint8_t(i / 3);
-    const size_t scale_count = t == WeightType::kFP8 ? size_t((out + 31) / 32) * (in / 32) : size_t(out) * (in / 32);
-    const uint8_t special_codes[] = {0, 1, 2, 100, 127, 140, 200, 254, 255};
-    for (size_t i = 0; i < scale_count; i += 4) codes[i] = special_codes[(i / 4) % 9];
+    if (t == WeightType::kI8) {  // F32 scales: zero, subnormal, tiny, huge, negative
+      auto* scales = const_cast<float*>(static_cast<const float*>(f.view.scales));
+      const float special_scales[] = {0.0f, 1e-40f, 3e-39f, 1e-30f, 1e30f, -2.5f, 0x1p-126f};
+      for (size_t i = 0; i < size_t(out) * (in / 32); i += 4) scales[i] = special_scales[(i / 4) % 7];
+    } else {
+      auto* codes = const_cast<uint8_t*>(static_cast<const uint8_t*>(f.view.scales));
+      const size_t scale_count = t == WeightType::kFP8 ? size_t((out + 31) / 32) * (in / 32) : size_t(out) * (in / 32);
+      const uint8_t special_codes[] = {0, 1, 2, 100, 127, 140, 200, 254, 255};
+      for (size_t i = 0; i < scale_count; i += 4) codes[i] = special_codes[(i / 4) % 9];
+    }
     for (int threads : {1, 2}) {
       k::SetPoolThreads(threads);
       INFO(k::WeightTypeName(t) << " threads=" << threads);
@@ -222,9 +229,10 @@ static void CheckErrorBound(WeightType type) {
   CHECK(worst > 0.0);  // the mode did change the product
 }
 
-TEST_CASE("BF16 activations cost at most the rounding of x to 8 significant bits (FP8 and FP4 weights)") {
+TEST_CASE("BF16 activations cost at most the rounding of x to 8 significant bits (FP8, FP4 and INT8 weights)") {
   CheckErrorBound(WeightType::kFP8);
   CheckErrorBound(WeightType::kFP4);
+  CheckErrorBound(WeightType::kI8);
 }
 
 // The product of an n x in by out x in weight of `type` with the mode off and on, bit for bit equal.
@@ -243,13 +251,13 @@ static bool SameWithModeOn(int n, int in, int out, uint64_t seed, WeightType typ
 }
 
 TEST_CASE("shapes and types off the BF16-activation path give the product they had without it") {
-  for (WeightType t : {WeightType::kFP8, WeightType::kFP4}) {
+  for (WeightType t : {WeightType::kFP8, WeightType::kFP4, WeightType::kI8}) {
     INFO(std::string(k::WeightTypeName(t)));
     CHECK(SameWithModeOn(4, 96, 20, 7, t));    // in not a multiple of 64
     CHECK(SameWithModeOn(17, 64, 24, 9, t));   // more than 16 rows: prefill keeps F32 activations
     CHECK(!SameWithModeOn(4, 64, 20, 7, t));   // a shape on the path does change (the check can fail)
   }
-  for (WeightType t : {WeightType::kBF16, WeightType::kI8, WeightType::kF32}) {  // types the path does not take
+  for (WeightType t : {WeightType::kBF16, WeightType::kF32}) {  // types the path does not take
     INFO(std::string(k::WeightTypeName(t)));
     CHECK(SameWithModeOn(4, 64, 20, 7, t));
   }

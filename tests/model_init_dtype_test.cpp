@@ -179,6 +179,30 @@ TEST_CASE("an INT8 tensor without its scales, or with misshapen ones, is an erro
   CHECK(e2.find("expected F32") != std::string::npos);
 }
 
+// The symmetric format holds -127..127: the 8-bit- and BF16-activation kernels take a weight's
+// magnitude or negate it, which -128 does not survive, so a file holding one is refused.
+TEST_CASE("an INT8 weight of -128 is an error naming the tensor and the element") {
+  const std::string d = Written("int8neg", InitDType::kI8);
+  {
+    SafetensorsWriter w;
+    {
+      SafetensorsFile f(d + "/model.safetensors");
+      for (const auto& [name, t] : f.Tensors()) {
+        std::vector<uint8_t> bytes(t.data, t.data + t.nbytes);
+        if (name == "layers.1.attn.wkv.weight") {
+          REQUIRE(t.dtype == DType::I8);
+          bytes[size_t(t.shape.back()) * 2 + 5] = 0x80;  // row 2, column 5
+        }
+        w.AddRaw(name, t.dtype, t.shape, bytes.data(), bytes.size());
+      }
+    }
+    w.Write(d + "/model.safetensors");
+  }
+  const std::string e = LoadError(d);
+  CHECK(e.find("layers.1.attn.wkv.weight") != std::string::npos);
+  CHECK(e.find("-128 at row 2, column 5") != std::string::npos);
+}
+
 TEST_CASE("--dtype names the accepted values") {
   CHECK(ParseInitDType("int8") == InitDType::kI8);
   try {

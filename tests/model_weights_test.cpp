@@ -20,6 +20,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <utility>
+#include <vector>
 
 #include "engine/engine.h"
 #include "engine/info.h"
@@ -305,11 +307,13 @@ TEST_CASE("one decode step's counted weight bytes are the matmul bytes cedar inf
 }
 
 // A process-wide activation mode (set_mode) on the released precisions: v41-tiny as stored and a
-// Cedar model at fp8-fp4. Own cache key, decode logits within bound_per_product * (products in
-// series) of the same weights' F32-activation logits, the mode did change them, and a batched
-// decode row still equals the row alone bit for bit.
-static void CheckActivationMode(void (*set_mode)(bool), const char* label, double bound_per_product) {
-  for (const auto& [name, p] : {std::pair{std::string("v41-tiny"), WeightPrecision::kAsStored}, std::pair{std::string("tiny"), WeightPrecision::kFp8Fp4}}) {
+// Cedar model at fp8-fp4 (and, with int8_too, both at int8). Own cache key, decode logits within
+// bound_per_product * (products in series) of the same weights' F32-activation logits, the mode
+// did change them, and a batched decode row still equals the row alone bit for bit.
+static void CheckActivationMode(void (*set_mode)(bool), const char* label, double bound_per_product, bool int8_too = false) {
+  std::vector<std::pair<std::string, WeightPrecision>> cases = {{"v41-tiny", WeightPrecision::kAsStored}, {"tiny", WeightPrecision::kFp8Fp4}};
+  if (int8_too) cases.insert(cases.end(), {{"v41-tiny", WeightPrecision::kI8}, {"tiny", WeightPrecision::kI8}});
+  for (const auto& [name, p] : cases) {
     CAPTURE(name);
     auto plain = Load(name, p);
     const ModelConfig& c = plain->config();
@@ -338,7 +342,7 @@ TEST_CASE("FP4 weights with 8-bit activations: own fingerprint, logits near the 
   CheckActivationMode(kernels::SetInt8Activations, "8-bit activations", 1.0 / 254);
 }
 
-// --bf16-activations: FP8 and FP4 products on x rounded to bf16: at most about 2^-8 relative.
-TEST_CASE("FP8 and FP4 weights with BF16 activations: own fingerprint, logits near the F32-activation ones, batch row == alone") {
-  CheckActivationMode(kernels::SetBf16Activations, "BF16 activations", 2.0 / 256);
+// --bf16-activations: FP8, FP4 and INT8 products on x rounded to bf16: at most about 2^-8 relative.
+TEST_CASE("FP8, FP4 and INT8 weights with BF16 activations: own fingerprint, logits near the F32-activation ones, batch row == alone") {
+  CheckActivationMode(kernels::SetBf16Activations, "BF16 activations", 2.0 / 256, true);
 }
