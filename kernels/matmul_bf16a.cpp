@@ -184,29 +184,26 @@ void ConvertQuads(const float* x, int64_t in, uint16_t* out) {
   if (quads * 128 < in) ConvertScalar<4>(x + quads * 128, in - quads * 128, out + quads * 128);
 }
 
-// How decode (one row of x) reads a weight: a thread's slice as `spread` parts side by side, each
-// prefetched `prefetch_bytes` ahead (one prefetch per line) with `hint`, and with scale_lines,
-// each row's block scales one line per 16 blocks as far ahead in blocks.
-// FP8 / FP4: `cedar bench` medium fp8-fp4 decode with BF16 activations, three rounds alternating
-// (session 26): 2 parts with the 4 KiB T0 prefetch 76.6 / 84.3 / 79.2 tok/s, without 72.6 / 73.8 /
-// 76.0, 8 KiB ahead 73.8 / 81.9 / 68.3; in a first sweep 4 parts, one part, and T1 / T2 hints 4-8
-// KiB ahead did no better; 3 or 4 parts were 8-10% slower (session 31). (In a driver with the
-// matrix in L2 the prefetch halved the rate: decode's weights are never there.)
-// INT8 (its F32 scales a separate array, 12.5% of its bytes; session 32): medium int8 decode,
-// steps alternating one by one in one process (a driver over the engine), step time against FP8's
-// settings: 4 parts, NTA, 2 KiB, scales prefetched 4 KiB ahead 0.905 / 0.917; the same without the
-// scales' prefetch 0.972 / 0.994; 4 parts with FP8's prefetch 1.046 / 1.097. Against that: 1 KiB
-// ahead 1.007 / 0.993, 3 KiB 1.060 / 1.043, T0 1.008 / 0.996, 2 parts 1.105 / 1.089, 3 parts
-// 1.053 / 1.039, the F32-activation INT8 kernel 1.035 / 1.019; the scales as far ahead as the
-// weights (kept) 0.982 / 0.986, the F32-activation kernel with its scales prefetched 1.020 / 1.027.
-struct DecodeStream {
-  int spread;
-  int64_t prefetch_bytes;
-  _mm_hint hint;
-  bool scale_lines;
-};
-constexpr DecodeStream kFp8Fp4Stream = {2, 4096, _MM_HINT_T0, false};
-constexpr DecodeStream kI8Stream = {4, 2048, _MM_HINT_NTA, true};
+// Decode (one row of x) reads a thread's slice as kSpread parts side by side, each prefetched
+// kPrefetchBytes ahead (NTA, one prefetch per line), and with each row's block scales where they
+// are a stream of their own (Src::kGroupScaleBytes: INT8's F32 scales, 12.5% of its bytes; FP4's
+// E8M0 codes, 6%), one prefetch per 16 blocks as far ahead in blocks. Session 32, medium decode
+// steps alternating one by one in one process (a driver over the engine), step time against the
+// previous reading (2 parts, T0, 4 KiB, no scales):
+//   INT8: 4 parts, NTA, 2 KiB, scales 4 KiB ahead 0.905 / 0.917; without the scales' prefetch
+//   0.972 / 0.994; 4 parts with the old prefetch 1.046 / 1.097. Against the first: 1 KiB ahead
+//   1.007 / 0.993, 3 KiB 1.060 / 1.043, T0 1.008 / 0.996, 2 parts 1.105 / 1.089, 3 parts 1.053 /
+//   1.039, the F32-activation INT8 kernel 1.035 / 1.019; the scales as far ahead as the weights
+//   (kept) 0.982 / 0.986, the F32-activation kernel with its scales prefetched 1.020 / 1.027.
+//   fp8-fp4: FP8 and FP4 read so, FP4's scales prefetched, 0.980 / 0.960 / 0.954 (FP4's scales
+//   not prefetched 0.990 / 0.966 / 0.966, 0.963 / 0.971; FP8 alone 0.980 / 0.971; FP8 at 2 parts
+//   NTA 2 KiB 1.006 / 1.024, 4 KiB 0.979 / 0.978; FP4 alone 0.989 / 0.992).
+// Before: (session 26) `cedar bench` medium fp8-fp4, three rounds alternating, 2 parts with the
+// 4 KiB T0 prefetch 76.6 / 84.3 / 79.2 tok/s, without 72.6 / 73.8 / 76.0, 8 KiB ahead 73.8 / 81.9 /
+// 68.3; 3 or 4 parts with T0 4 KiB 8-10% slower (session 31). (In a driver with the matrix in L2
+// the prefetch halved the rate: decode's weights are never there.)
+constexpr int kSpread = 4;
+constexpr int64_t kPrefetchBytes = 2048;
 
 // The E8M0 scales of blocks 16g..16g+15 (fewer at the end of a row: the rest zero) as floats:
 // code c as the bits c << 23, 2^(c - 127) for c in 1..254, then code 0 (2^-127, a subnormal) and
@@ -229,7 +226,7 @@ inline __m512 E8m0GroupScales(const uint8_t* sc, int64_t g, int64_t nb) {
 // byte and high byte, the sign or-ed into the high byte (the F32 kernel's LoadPair tables).
 struct SrcFp8 {
   static constexpr int K = 2;
-  static constexpr DecodeStream kStream = kFp8Fp4Stream;
+  static constexpr int64_t kGroupScaleBytes = 0;  // a 32 x 32 block's scale: few
   static const uint8_t* Row(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.data) + r * w.cols; }
   static __m512 GroupScales(const void* sc, int64_t g, int64_t nb) { return E8m0GroupScales(static_cast<const uint8_t*>(sc), g, nb); }
   struct Tables {
@@ -263,7 +260,7 @@ struct SrcFp8 {
 // (module comment). Its F32 scales, 16 blocks' at once (fewer at the end of a row: the rest zero).
 struct SrcI8 {
   static constexpr int K = 2;
-  static constexpr DecodeStream kStream = kI8Stream;
+  static constexpr int64_t kGroupScaleBytes = 64;  // 16 F32 scales
   static const uint8_t* Row(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.data) + r * w.cols; }
   static __m512 GroupScales(const void* sc, int64_t g, int64_t nb) {
     const float* f = static_cast<const float*>(sc) + 16 * g;
@@ -300,7 +297,7 @@ struct SrcI8 {
 // zeros (nibble 0 is +0).
 struct SrcFp4 {
   static constexpr int K = 4;
-  static constexpr DecodeStream kStream = kFp8Fp4Stream;
+  static constexpr int64_t kGroupScaleBytes = 16;  // 16 E8M0 codes
   static const uint8_t* Row(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.data) + r * (w.cols / 2); }
   static __m512 GroupScales(const void* sc, int64_t g, int64_t nb) { return E8m0GroupScales(static_cast<const uint8_t*>(sc), g, nb); }
   static const uint16_t* Lut() {
@@ -368,7 +365,7 @@ __attribute__((noinline)) void RowsBf16(const uint16_t* const* xr, const WeightV
       __m512 s[S];
       for (int k = 0; k < S; ++k) {
         if constexpr (kPrefetch)  // one prefetch per line: every step is 64 bytes of weights
-          _mm_prefetch(reinterpret_cast<const char*>(wr[k] + p * 64 + Src::kStream.prefetch_bytes), Src::kStream.hint);
+          _mm_prefetch(reinterpret_cast<const char*>(wr[k] + p * 64 + kPrefetchBytes), _MM_HINT_NTA);
         src.template Step<kHalf>(wr[k], p, wv[k]);
         s[k] = _mm512_permutexvar_ps(idx, s16[k]);
       }
@@ -388,10 +385,10 @@ __attribute__((noinline)) void RowsBf16(const uint16_t* const* xr, const WeightV
     for (; (!kHeld || g < g1) && kGroup * g + kGroup <= whole; ++g) {
       __m512 s16[S];
       for (int k = 0; k < S; ++k) {
-        // INT8's F32 scales: group g + ahead's line (a prefetch past the array's end cannot fault).
-        constexpr int64_t ahead = Src::kStream.prefetch_bytes / (64 * kGroup);
-        if constexpr (kPrefetch && Src::kStream.scale_lines)
-          _mm_prefetch(static_cast<const char*>(sc[k]) + 64 * (g + ahead), Src::kStream.hint);
+        // Group g + ahead's scales (a prefetch past the array's end cannot fault).
+        constexpr int64_t ahead = kPrefetchBytes / (64 * kGroup);
+        if constexpr (kPrefetch && Src::kGroupScaleBytes > 0)
+          _mm_prefetch(static_cast<const char*>(sc[k]) + Src::kGroupScaleBytes * (g + ahead), _MM_HINT_NTA);
         s16[k] = Src::GroupScales(sc[k], g, nb);
       }
       __m512i idx = idx0;
@@ -460,10 +457,10 @@ void ConvertedT(const uint16_t* const* xr, int n, const WeightView& w, int64_t r
     float* yb = y + int64_t(b0) * ys;
     switch (std::min(8, n - b0)) {
       case 1:
-        if (constexpr int S = Src::kStream.spread; r1 - r0 >= S * 16) {
-          const int64_t per = (r1 - r0) / S;
-          RowsBf16<Src, 1, S, true>(xb, w, r0, r0 + per, yb, ys, per);
-          RowsBf16<Src, 1, 1>(xb, w, r0 + per * S, r1, yb + per * S, ys, 1);
+        if (r1 - r0 >= kSpread * 16) {
+          const int64_t per = (r1 - r0) / kSpread;
+          RowsBf16<Src, 1, kSpread, true>(xb, w, r0, r0 + per, yb, ys, per);
+          RowsBf16<Src, 1, 1>(xb, w, r0 + per * kSpread, r1, yb + per * kSpread, ys, 1);
         } else {
           RowsBf16<Src, 1, 1>(xb, w, r0, r1, yb, ys, 1);
         }

@@ -425,7 +425,8 @@ inline __m256 Step16(const __m512 v[2], const float* xp, __m256 s, __m256 acc) {
 // 22.1 / 20.5, 22.4 / 20.7, 22.8 / 20.9, 23.3 / 20.9, 28.4 / 26.8 (with the prefetch), 22.4 / 21.1,
 // 24.0 / 21.4, 24.2 / 21.7, 25.1 / 22.4 (without), two runs even or slower (24.5 / 24.6, 26.2 /
 // 28.4); at 4 parts the prefetch changes nothing. INT8 at 4 parts was 9% slower with its prefetch
-// and no faster without; FP8 / FP4 on BF16 activations at 3 or 4 parts 8-10% slower (docs/WEIGHTS.md).
+// and no faster without; FP8 / FP4 on BF16 activations at 3 or 4 parts 8-10% slower with
+// their T0 prefetch 4 KiB ahead (docs/WEIGHTS.md; with NTA 2 KiB ahead 4 parts won: matmul_bf16a.cpp).
 // Each row keeps its own accumulator: the bits do not change.
 template <class D>
 constexpr int kSpreadOf = kQuantAvx512 ? (std::is_same_v<D, DecBf16> ? 4 : std::is_same_v<D, DecI8> || D::kPair16 ? 2 : 1)
