@@ -442,7 +442,8 @@ constexpr bool kOneRowPrefetchOf = kQuantAvx512 || kSpreadOf<D> == 1;
 // 0.90-0.92, 1 KiB 0.89-0.97, 2 KiB 0.95-0.96 (2048 x 4096 bf16; other shapes alike). In
 // `cedar bench` medium bf16 decode, steps alternating token by token in one process, 4 KiB / 2 KiB:
 // 22.8 / 20.2, 22.1 / 20.0, 20.3 / 18.7, 25.5 / 21.9, 22.4 / 20.1, 32.1 / 31.1 ms (1 KiB: -5 to -9%;
-// 3 KiB: -2 to -3%; none: as 4 KiB). INT8 and FP8 / FP4 on BF16 activations at 2 KiB: 2-5% slower.
+// 3 KiB: -2 to -3%; none: as 4 KiB). INT8, and FP8 / FP4 on BF16 activations (then 2 parts, T0), at
+// 2 KiB: 2-5% slower.
 template <class D>
 constexpr int64_t kOneRowPrefetchBytesOf = kQuantAvx512 && std::is_same_v<D, DecBf16> ? 2048 : D::kPrefetch;
 // Whether decode's one-row products also prefetch each row's F32 block scales (INT8: a separate
