@@ -201,7 +201,10 @@ void ConvertQuads(const float* x, int64_t in, uint16_t* out) {
 // Before: (session 26) `cedar bench` medium fp8-fp4, three rounds alternating, 2 parts with the
 // 4 KiB T0 prefetch 76.6 / 84.3 / 79.2 tok/s, without 72.6 / 73.8 / 76.0, 8 KiB ahead 73.8 / 81.9 /
 // 68.3; 3 or 4 parts with T0 4 KiB 8-10% slower (session 31). (In a driver with the matrix in L2
-// the prefetch halved the rate: decode's weights are never there.)
+// the prefetch halved the rate: decode's weights are never there.) A part's prefetches stop at its
+// end, as the F32-activation kernels' stop at their slice's (session 32: running 2 KiB past it,
+// into lines another part had read, cost INT8 7-8% of the step, 0.925 -> 0.854 and 0.968 -> 0.909
+// of the F32-activation kernel's, and fp8-fp4 0.962 / 0.948).
 constexpr int kSpread = 4;
 constexpr int64_t kPrefetchBytes = 2048;
 
@@ -353,8 +356,10 @@ __attribute__((noinline)) void RowsBf16(const uint16_t* const* xr, const WeightV
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* wr[S];
     const void* sc[S];
+    const uint8_t* part_end[S];  // rows r0 + k * rs .. r0 + (k + 1) * rs - 1 are part k
     __m512 acc[N][S];
     for (int k = 0; k < S; ++k) {
+      part_end[k] = Src::Row(w, r0 + (k + 1) * rs);
       wr[k] = Src::Row(w, r + k * rs);
       sc[k] = ScaleRow(w, r + k * rs);
       for (int n = 0; n < N; ++n) acc[n][k] = kHeld ? held[r - r0][n] : _mm512_setzero_ps();
@@ -364,8 +369,9 @@ __attribute__((noinline)) void RowsBf16(const uint16_t* const* xr, const WeightV
       __m512i wv[S][K];
       __m512 s[S];
       for (int k = 0; k < S; ++k) {
-        if constexpr (kPrefetch)  // one prefetch per line: every step is 64 bytes of weights
-          _mm_prefetch(reinterpret_cast<const char*>(wr[k] + p * 64 + kPrefetchBytes), _MM_HINT_NTA);
+        // One prefetch per line (every step is 64 bytes of weights), never past the part's end.
+        if (const uint8_t* pf = wr[k] + p * 64 + kPrefetchBytes; kPrefetch && pf < part_end[k])
+          _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_NTA);
         src.template Step<kHalf>(wr[k], p, wv[k]);
         s[k] = _mm512_permutexvar_ps(idx, s16[k]);
       }
