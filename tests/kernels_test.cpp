@@ -253,6 +253,22 @@ TEST_CASE("IndexScores matches the reference") {
         }
 }
 
+TEST_CASE("IndexScores at decode gives the same bits whether its keys are split over the pool or not") {
+  // The one- and two-row path splits the keys over the threads: each key's sum must not change.
+  for (int rows : {1, 2})
+    for (int keys : {65, 130, 1001, 4096}) {
+      const int heads = 8, hd = 128;
+      auto q = Random(size_t(rows) * heads * hd, 60 + keys), w = Random(size_t(rows) * heads, 61);
+      auto kv = Random(size_t(keys) * hd, 62 + keys);
+      std::vector<float> one(size_t(rows) * keys), two(size_t(rows) * keys, -1.0f);
+      k::SetPoolThreads(1);
+      k::IndexScores(q.data(), w.data(), kv.data(), rows, heads, hd, keys, one.data());
+      k::SetPoolThreads(2);
+      k::IndexScores(q.data(), w.data(), kv.data(), rows, heads, hd, keys, two.data());
+      CHECK_MESSAGE(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0, "rows ", rows, " keys ", keys);
+    }
+}
+
 TEST_CASE("TopK matches the reference, breaks ties toward the lower index and skips -inf") {
   std::mt19937_64 rng(7);
   for (int n : kSizes)
