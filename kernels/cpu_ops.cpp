@@ -269,10 +269,37 @@ void IndexScoresRow(const float* q, const float* w, const float* keys, int n_hea
       alignas(16) float d[4];
       _mm_store_ps(d, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
       float acc = s[j];
-      for (int h = 0; h < 4; ++h) acc += w[h0 + h] * (d[h] > 0.0f ? d[h] : 0.0f);
+      for (int h = 0; h < 4; ++h) acc = std::fma(w[h0 + h], d[h] > 0.0f ? d[h] : 0.0f, acc);  // fused, as GCC contracted it
       s[j] = acc;
     };
     int j = j0;
+#if defined(__AVX512F__)
+    // Two keys per 512-bit register: lanes 0-7 key j's, lanes 8-15 key j + 1's, each lane the same
+    // FMA chain as the 256-bit loop below, so the same bits with half the multiply-adds issued
+    // (session 33, medium int8 on BF16 activations, steps alternating in one process: 2.1% a step
+    // at 4096 tokens of context, 0.3% at 512; bf16 at 4096 1.1%).
+    auto low = [](__m512 v) { return _mm512_castps512_ps256(v); };
+    auto high = [](__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); };
+    auto pair = [&](const float* k, int i) {
+      return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(k + i)), _mm256_loadu_ps(k + hd + i), 1);
+    };
+    for (; j + 4 <= j1; j += 4) {
+      const float* k0 = keys + size_t(j) * hd;
+      const float* k2 = k0 + 2 * hd;
+      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+      for (int i = 0; i < hd; i += 8) {
+        const __m512 e01 = pair(k0, i), e23 = pair(k2, i);
+        const __m512 x0 = _mm512_broadcast_f32x8(_mm256_loadu_ps(q0 + i)), x1 = _mm512_broadcast_f32x8(_mm256_loadu_ps(q0 + hd + i));
+        const __m512 x2 = _mm512_broadcast_f32x8(_mm256_loadu_ps(q0 + 2 * hd + i)), x3 = _mm512_broadcast_f32x8(_mm256_loadu_ps(q0 + 3 * hd + i));
+        a0 = _mm512_fmadd_ps(x0, e01, a0), a1 = _mm512_fmadd_ps(x1, e01, a1), a2 = _mm512_fmadd_ps(x2, e01, a2), a3 = _mm512_fmadd_ps(x3, e01, a3);
+        b0 = _mm512_fmadd_ps(x0, e23, b0), b1 = _mm512_fmadd_ps(x1, e23, b1), b2 = _mm512_fmadd_ps(x2, e23, b2), b3 = _mm512_fmadd_ps(x3, e23, b3);
+      }
+      finish(low(a0), low(a1), low(a2), low(a3), j);
+      finish(high(a0), high(a1), high(a2), high(a3), j + 1);
+      finish(low(b0), low(b1), low(b2), low(b3), j + 2);
+      finish(high(b0), high(b1), high(b2), high(b3), j + 3);
+    }
+#endif
     for (; j + 2 <= j1; j += 2) {
       const float* k0 = keys + size_t(j) * hd;
       const float* k1 = k0 + hd;

@@ -253,6 +253,34 @@ TEST_CASE("IndexScores matches the reference") {
         }
 }
 
+TEST_CASE("IndexScores at decode adds in its documented order (8 lanes, a fixed tree, heads in order)") {
+  // The one- and two-row path's order: per head, lane l sums q[i] * key[i] over i = l mod 8 by
+  // FMA; the lanes are added as ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)); the ReLU-weighted heads
+  // are added in head order from 0, each by one FMA. The AVX2 and AVX-512 loops must both give
+  // exactly this.
+  for (int rows : {1, 2})
+    for (int keys : {1, 2, 3, 5, 8, 67}) {
+      const int heads = 8, hd = 128;
+      auto q = Random(size_t(rows) * heads * hd, 70 + keys), w = Random(size_t(rows) * heads, 71);
+      auto kv = Random(size_t(keys) * hd, 72 + keys);
+      std::vector<float> got(size_t(rows) * keys), want(size_t(rows) * keys);
+      k::IndexScores(q.data(), w.data(), kv.data(), rows, heads, hd, keys, got.data());
+      for (int r = 0; r < rows; ++r)
+        for (int j = 0; j < keys; ++j) {
+          float acc = 0.0f;
+          for (int h = 0; h < heads; ++h) {
+            float lane[8] = {};
+            for (int i = 0; i < hd; ++i)
+              lane[i % 8] = std::fma(q[(size_t(r) * heads + h) * hd + size_t(i)], kv[size_t(j) * hd + size_t(i)], lane[i % 8]);
+            volatile float d = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+            acc = std::fma(w[size_t(r) * heads + size_t(h)], d > 0.0f ? d : 0.0f, acc);
+          }
+          want[size_t(r) * keys + size_t(j)] = acc;
+        }
+      CHECK_MESSAGE(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0, "rows ", rows, " keys ", keys);
+    }
+}
+
 TEST_CASE("IndexScores at decode gives the same bits whether its keys are split over the pool or not") {
   // The one- and two-row path splits the keys over the threads: each key's sum must not change.
   for (int rows : {1, 2})
