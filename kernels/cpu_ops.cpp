@@ -260,8 +260,11 @@ namespace {
 // n_heads % 4 == 0). Decode scores one row per sequence: sgemm packed all the keys for it
 // (perf, int8 decode on small: sgemm's copy and kernel 1.6% of the samples, ~20 us per index
 // layer); this reads each key once. The heads' terms are added in head order, as below.
-void IndexScoresRow(const float* q, const float* w, const float* keys, int n_heads, int hd, int j0, int j1, float* s) {
-  std::fill(s + j0, s + j1, 0.0f);
+// The keys stream from memory (8 MiB a layer at 16K tokens): the hardware prefetcher alone kept
+// one thread at ~20 GB/s, so the loops fetch kKeysAhead bytes ahead (one thread, 16384 keys of
+// 128 floats from memory: 463 -> 270 us at 4 KiB, 262 at 8 KiB; 2048 keys 59 -> 35 us).
+constexpr int kKeysAhead = 4096;
+void IndexScoresRowBlock(const float* q, const float* w, const float* keys, int n_heads, int hd, int j0, int j1, float* s) {
   for (int h0 = 0; h0 < n_heads; h0 += 4) {
     const float* q0 = q + size_t(h0) * hd;
     auto finish = [&](__m256 a0, __m256 a1, __m256 a2, __m256 a3, int j) {
@@ -288,6 +291,9 @@ void IndexScoresRow(const float* q, const float* w, const float* keys, int n_hea
       const float* k2 = k0 + 2 * hd;
       __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
       for (int i = 0; i < hd; i += 8) {
+        // The 4 keys' 16 * hd bytes, kKeysAhead bytes on: two lines an iteration.
+        _mm_prefetch(reinterpret_cast<const char*>(k0) + kKeysAhead + 16 * i, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(k0) + kKeysAhead + 16 * i + 64, _MM_HINT_T0);
         const __m512 e01 = pair(k0, i), e23 = pair(k2, i);
         const __m512 x0 = _mm512_broadcast_f32x8(_mm256_loadu_ps(q0 + i)), x1 = _mm512_broadcast_f32x8(_mm256_loadu_ps(q0 + hd + i));
         const __m512 x2 = _mm512_broadcast_f32x8(_mm256_loadu_ps(q0 + 2 * hd + i)), x3 = _mm512_broadcast_f32x8(_mm256_loadu_ps(q0 + 3 * hd + i));
@@ -305,6 +311,7 @@ void IndexScoresRow(const float* q, const float* w, const float* keys, int n_hea
       const float* k1 = k0 + hd;
       __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00;
       for (int i = 0; i < hd; i += 8) {
+        _mm_prefetch(reinterpret_cast<const char*>(k0) + kKeysAhead + 8 * i, _MM_HINT_T0);  // the 2 keys' bytes: a line an iteration
         const __m256 e0 = _mm256_loadu_ps(k0 + i), e1 = _mm256_loadu_ps(k1 + i);
         const __m256 x0 = _mm256_loadu_ps(q0 + i), x1 = _mm256_loadu_ps(q0 + hd + i);
         const __m256 x2 = _mm256_loadu_ps(q0 + 2 * hd + i), x3 = _mm256_loadu_ps(q0 + 3 * hd + i);
@@ -325,6 +332,19 @@ void IndexScoresRow(const float* q, const float* w, const float* keys, int n_hea
       finish(a0, a1, a2, a3, j);
     }
   }
+}
+
+void IndexScoresRow(const float* q, const float* w, const float* keys, int n_heads, int hd, int j_begin, int j_end, float* s) {
+  std::fill(s + j_begin, s + j_end, 0.0f);
+  // Keys in blocks of kKeyBlock (64 keys of 128 floats: 32 KiB, in L1) with every head's group of
+  // 4 run over a block before the next: heads-outer streamed all the keys from memory once per
+  // group (twice for 8 heads, 16 times for the released 64; one thread, 16384 keys, 8 heads:
+  // 449 -> 404 us before the prefetch). Each key's heads are still added in head order: the same
+  // bits. Session 33, medium int8 on BF16 activations, decode steps alternating in one process,
+  // blocks and prefetch against neither: 15.35 -> 13.66 ms a step at 16384 tokens of context,
+  // 17.34 -> 17.05 at 4096.
+  constexpr int kKeyBlock = 64;
+  for (int jb = j_begin; jb < j_end; jb += kKeyBlock) IndexScoresRowBlock(q, w, keys, n_heads, hd, jb, std::min(j_end, jb + kKeyBlock), s);
 }
 #endif
 
