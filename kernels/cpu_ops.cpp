@@ -255,8 +255,8 @@ void SwiGLU(const float* g, const float* u, float* out, int n, float limit) {
 namespace {
 
 #if defined(__AVX2__) && defined(__FMA__)
-// scores[j] = sum_h w[h] * ReLU(q[h, :] . keys[j, :]) for one query row and keys [j0, j1), 4 heads x 2 keys at a time
-// (8 accumulators over head_dim, finished by one hadd tree per key; head_dim % 8 == 0,
+// scores[j] = sum_h w[h] * ReLU(q[h, :] . keys[j, :]) for one query row and keys [j0, j1), 4 heads x 2
+// keys at a time (4 keys on AVX-512) (8 lanes over head_dim, finished by one hadd tree per key; head_dim % 8 == 0,
 // n_heads % 4 == 0). Decode scores one row per sequence: sgemm packed all the keys for it
 // (perf, int8 decode on small: sgemm's copy and kernel 1.6% of the samples, ~20 us per index
 // layer); this reads each key once. The heads' terms are added in head order, as below.
