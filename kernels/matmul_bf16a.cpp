@@ -353,13 +353,13 @@ __attribute__((noinline)) void RowsBf16(const uint16_t* const* xr, const WeightV
   const __m512i first = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), quad_first = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
   const __m512i idx0 = K == 2 ? first : quad_first, inc = _mm512_set1_epi32(K);
   RowSums16 sums;  // HSum16 of 16 finished rows at a time (few-row products; see hsum_rows_avx512.h)
+  const uint8_t* part_end[S];  // rows r0 + k * rs .. r0 + (k + 1) * rs - 1 are part k
+  for (int k = 0; k < S; ++k) part_end[k] = Src::Row(w, r0 + (k + 1) * rs);
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* wr[S];
     const void* sc[S];
-    const uint8_t* part_end[S];  // rows r0 + k * rs .. r0 + (k + 1) * rs - 1 are part k
     __m512 acc[N][S];
     for (int k = 0; k < S; ++k) {
-      part_end[k] = Src::Row(w, r0 + (k + 1) * rs);
       wr[k] = Src::Row(w, r + k * rs);
       sc[k] = ScaleRow(w, r + k * rs);
       for (int n = 0; n < N; ++n) acc[n][k] = kHeld ? held[r - r0][n] : _mm512_setzero_ps();
