@@ -41,8 +41,26 @@ run() {
   "$@" >"$TMP/case.$n" &
 }
 
+# check_decode_ab: bench_decode_ab runs both settings on a tiny model (made with the `cedar` beside
+# the bench directory) and prints a line per side, then the ratio.
+check_decode_ab() {
+  local out rc
+  if ! out=$(timeout 60 "$DIR/../cedar" init --preset tiny --seed 3 --out "$TMP/tiny" 2>&1); then
+    echo "FAIL: cedar init --preset tiny: $out"; return
+  fi
+  out=$(timeout 60 "$DIR/bench_decode_ab" --model "$TMP/tiny" --weights int8 --a threads=1 --b bf16a=1,int8a=1 \
+        --context 24 --steps 3 --warmup 1 --batch 2 2>&1 </dev/null)
+  rc=$?
+  if [[ $rc -ne 0 ]]; then echo "FAIL: bench_decode_ab on a tiny model -> exit $rc: $out"; return; fi
+  if [[ $(grep -c '"bench":"decode_ab"' <<<"$out") -ne 3 || $out != *'"side":"a"'*'"side":"b"'*'"ratio_b_over_a":'* ||
+        $out != *'"setting":"bf16a=1,int8a=1"'* ]]; then
+    echo "FAIL: bench_decode_ab on a tiny model -> not a line per side and the ratio: $out"; return
+  fi
+  echo "ok: bench_decode_ab on a tiny model -> $(wc -l <<<"$out") lines"
+}
+
 PROGRAMS=(bench_tokenizer bench_dsml_prompt bench_quality bench_sampling bench_weights bench_gemm bench_engram
-          bench_server bench_session bench_grammar bench_scheduler bench_trace_replay)
+          bench_server bench_session bench_grammar bench_scheduler bench_trace_replay bench_decode_ab)
 for p in "${PROGRAMS[@]}"; do
   run check_help "$p"
   run check_refused "$p" --no-such-flag --no-such-flag 1
@@ -69,6 +87,12 @@ run check_refused bench_grammar --steps --steps x
 run check_refused bench_scheduler --sessions --sessions x
 run check_refused bench_trace_replay --time-scale --time-scale -1
 run check_refused bench_trace_replay --configs --configs mixed,bogus
+run check_refused bench_decode_ab --b --model m --b foo=1
+run check_refused bench_decode_ab --b --model m --b bf16a=2
+run check_refused bench_decode_ab --a --model m --a threads --b bf16a=1
+run check_refused bench_decode_ab --model --b bf16a=1
+run check_refused bench_decode_ab --steps --model m --b bf16a=1 --steps 0
+run check_decode_ab
 wait
 
 fail=0
