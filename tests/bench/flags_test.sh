@@ -2,6 +2,7 @@
 # The bench programs' command lines (bench/bench_flags.h): `--help` prints the options and
 # exits 0 at once, without running the benchmark; a bad value or an unknown flag exits 2 with
 # one message naming the flag (and never a library's own text: stoi, stol, stod, lexical_cast).
+# bench_decode_ab also runs once, on a tiny model made with the `cedar` beside the bench directory.
 # Usage: flags_test.sh BENCH_DIR   (build/bench, where the programs are)
 set -u
 DIR=$1
