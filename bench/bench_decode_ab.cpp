@@ -5,12 +5,16 @@
 //
 // A setting is a comma-separated list of switches: bf16a=0|1 (kernels::SetBf16Activations),
 // int8a=0|1 (SetInt8Activations), threads=N (SetPoolThreads); a switch that a side does not name
-// keeps the process default (off, off, all cores). The model is loaded once at --weights, --batch
+// keeps the process default (off, off, all cores). A side's switches are set before its step's
+// clock starts (threads=N restarts the pool there). The model is loaded once at --weights, --batch
 // states are prefilled with --context tokens (`exact`), and then each step decodes one token
 // for every state, the steps alternating between setting A and setting B.
 // Why one process: this 2-core VM's runs move by 10-25% from one process to the next. Its read
-// probe gave 44-82 GB/s over a day. A step-toggled ratio is steady to ~1% (docs/WEIGHTS.md,
-// session 29). The tokens are fixed, not sampled, so both sides decode the same sequence of
+// probe gave 44-82 GB/s over a day. Two sides with the same setting read within ~1% of each
+// other (docs/WEIGHTS.md, session 29; here 1.0001 on medium). Two different settings still see
+// the machine's state differently, so their ratio moves between runs: INT8 on BF16 activations
+// against F32 ones read 0.82, 0.89 and 0.93 in three runs. The tokens are fixed, not sampled, so
+// both sides decode the same sequence of
 // tokens. The state is one, and a switch that changes results (BF16 activations do) leaves the
 // other side to continue from a slightly different state, which costs the same.
 //
