@@ -33,6 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_flags.h"
+#include "bench/bench_stats.h"
 #include "engine/engine.h"
 #include "engine/flag_values.h"
 #include "kernels/ops.h"
@@ -73,16 +74,6 @@ void Apply(const Setting& s, int default_threads) {
   k::SetInt8Activations(s.int8a == 1);
   const int th = s.threads > 0 ? s.threads : default_threads;
   if (k::Threads() != th) k::SetPoolThreads(th);
-}
-
-double LoadAverage1() {
-  double l[1] = {-1};
-  return getloadavg(l, 1) == 1 ? l[0] : -1;
-}
-
-double Quantile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, size_t(q * double(v.size())))];
 }
 
 }  // namespace
@@ -132,23 +123,23 @@ int main(int argc, char** argv) {
       const int side = i % 2;
       Apply(sides[side], default_threads);
       for (int s = 0; s < batch; ++s) tokens[size_t(s)] = int32_t((i / 2 * 13 + s * 7 + 1) % c.vocab_size);
-      const auto t0 = std::chrono::steady_clock::now();
+      const auto t0 = cedar::bench::Clock::now();
       if (batch == 1) cedar::DecodeStep(*m, *states[0], tokens[0]);
       else cedar::DecodeBatch(*m, states, tokens);
-      const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const double t = cedar::bench::Ms(t0, cedar::bench::Clock::now());
       if (i >= 2 * warmup) ms[side].push_back(t);
     }
     double median[2];
     for (int side = 0; side < 2; ++side) {
-      median[side] = Quantile(ms[side], 0.5);
+      median[side] = cedar::bench::Pct(ms[side], 50);
       nlohmann::json j = {{"bench", "decode_ab"}, {"side", side ? "b" : "a"}, {"setting", sides[side].text},
                           {"model", model_dir}, {"weights", weights}, {"context", context}, {"batch", batch},
-                          {"steps", steps}, {"step_ms_median", median[side]}, {"step_ms_p25", Quantile(ms[side], 0.25)},
-                          {"step_ms_p75", Quantile(ms[side], 0.75)}, {"tokens_per_s", batch * 1e3 / median[side]}};
+                          {"steps", steps}, {"step_ms_median", median[side]}, {"step_ms_p25", cedar::bench::Pct(ms[side], 25)},
+                          {"step_ms_p75", cedar::bench::Pct(ms[side], 75)}, {"tokens_per_s", batch * 1e3 / median[side]}};
       std::printf("%s\n", j.dump().c_str());
     }
     std::printf("%s\n", nlohmann::json{{"bench", "decode_ab"}, {"ratio_b_over_a", median[1] / median[0]}, {"a", sides[0].text},
-                                       {"b", sides[1].text}, {"load1", LoadAverage1()}}.dump().c_str());
+                                       {"b", sides[1].text}, {"load1", cedar::bench::Load1()}}.dump().c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_decode_ab: %s\n", e.what());
     return 1;

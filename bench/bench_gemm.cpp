@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "bench/bench_flags.h"
+#include "bench/bench_stats.h"
 #include "kernels/gemm_rowinv.h"
 #include "kernels/ops.h"
 #include "kernels/thread_pool.h"
@@ -52,11 +53,6 @@ std::pair<double, double> Seconds(const std::function<void()>& f) {
   const double c0 = CpuNow();
   f();
   return {std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), CpuNow() - c0};
-}
-
-double Load1() {
-  double l[3] = {0, 0, 0};
-  return getloadavg(l, 3) >= 1 ? l[0] : -1.0;
 }
 
 }  // namespace
@@ -128,7 +124,7 @@ int main(int argc, char** argv) {
           "\"load1\":%.2f}\n",
           s.name, s.out, s.in, n, kernels::Threads(), flop / ts.first * 1e-9, flop / tr.first * 1e-9,
           flop / tm.first * 1e-9, ts.first / tr.first, ts.first / tm.first, flop / ts.second * 1e-9, flop / tr.second * 1e-9,
-          ts.second / tr.second, Load1());
+          ts.second / tr.second, cedar::bench::Load1());
       std::fflush(stdout);
     }
   }

@@ -1,9 +1,10 @@
-// Small helpers shared by the scheduler benchmarks (bench_scheduler, bench_trace_replay):
-// milliseconds between two clock readings and a nearest-rank percentile, so both report
-// their latencies the same way.
+// Small helpers shared by the benchmarks (bench_scheduler, bench_trace_replay, bench_decode_ab,
+// bench_gemm): milliseconds between two clock readings, a nearest-rank percentile and the load
+// average, so they report them the same way.
 #pragma once
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <vector>
 
 namespace cedar::bench {
@@ -20,6 +21,12 @@ inline double Pct(std::vector<double> v, double p) {
   std::sort(v.begin(), v.end());
   const size_t i = std::min(v.size() - 1, size_t(p / 100.0 * double(v.size() - 1) + 0.5));
   return v[i];
+}
+
+// The 1-minute load average, -1 when unavailable: on a shared machine figures move with load.
+inline double Load1() {
+  double l[1] = {-1};
+  return getloadavg(l, 1) == 1 ? l[0] : -1.0;
 }
 
 // x / y, or -1 when y is not positive (a ratio that cannot be formed).
