@@ -285,6 +285,7 @@ TEST_CASE("IndexScores at decode adds in its documented order (8 lanes, a fixed 
 
 TEST_CASE("IndexScores at decode gives the same bits whether its keys are split over the pool or not") {
   // The one- and two-row path splits the keys over the threads: each key's sum must not change.
+  const int pool_before = k::Threads();
   for (int rows : {1, 2})
     for (int keys : {65, 130, 1001, 4096}) {
       const int heads = 8, hd = 128;
@@ -297,6 +298,7 @@ TEST_CASE("IndexScores at decode gives the same bits whether its keys are split 
       k::IndexScores(q.data(), w.data(), kv.data(), rows, heads, hd, keys, two.data());
       CHECK_MESSAGE(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0, "rows ", rows, " keys ", keys);
     }
+  k::SetPoolThreads(pool_before);  // the later cases run on the pool they would have had
 }
 
 TEST_CASE("TopK matches the reference, breaks ties toward the lower index and skips -inf") {
