@@ -134,7 +134,8 @@ void Tile6(const float* p, const float* w, int in, float* y, int ys, int nr) {
     for (int o = 0; o < kMo; ++o) y[size_t(r) * ys + o] = t[o][r];
 }
 
-void RunTile(int mo, const float* p, const float* w, int in, float* y, int ys, int nr) {
+// The AVX2 build's tile switch (the AVX-512 build's RunBlock runs RunTile512 instead).
+[[maybe_unused]] void RunTile(int mo, const float* p, const float* w, int in, float* y, int ys, int nr) {
   switch (mo) {
     case 1: return Tile<1>(p, w, in, y, ys, nr);
     case 2: return Tile<2>(p, w, in, y, ys, nr);

@@ -126,7 +126,7 @@ void StoreTile(const float* acc, int mr, float* y, int y_stride, int b0, int col
   for (int b = 0; b < mr; ++b) {
     const float* a = acc + b * kNr * 16;
     alignas(16) float res[4];
-    _mm_store_ps(res, internal::HSum16x4(_mm512_load_ps(a), _mm512_load_ps(a + 16), _mm512_load_ps(a + 32), _mm512_load_ps(a + 48)));
+    internal::HSum16x4(res, _mm512_load_ps(a), _mm512_load_ps(a + 16), _mm512_load_ps(a + 32), _mm512_load_ps(a + 48));
     for (int r = 0; r < std::min(nc, kNr); ++r) y[size_t(b0 + b) * y_stride + col + r] = res[r];
   }
 }

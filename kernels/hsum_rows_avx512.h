@@ -30,8 +30,10 @@ inline float HSum16Row(__m512 a) {
   return HSum16(v);
 }
 
-// HSum16 of four 16-lane accumulators at once, the four side by side: [y(a), y(b), y(c), y(d)].
-inline __m128 HSum16x4(__m512 a, __m512 b, __m512 c, __m512 d) {
+// HSum16 of four 16-lane accumulators at once, written side by side: out[0..4) = [y(a), y(b),
+// y(c), y(d)]. (A masked store of the first 4 lanes: GCC 12's _mm512_castps512_ps128 extracts
+// from an undefined vector and warned -Wmaybe-uninitialized at every caller.)
+inline void HSum16x4(float* out, __m512 a, __m512 b, __m512 c, __m512 d) {
   // t = lo8 + hi8: tab = [t(a)[0:4], t(a)[4:8], t(b)[0:4], t(b)[4:8]], tcd likewise.
   const __m512 tab = _mm512_add_ps(ShuffleQuarters<0x44>(a, b), ShuffleQuarters<0xEE>(a, b));
   const __m512 tcd = _mm512_add_ps(ShuffleQuarters<0x44>(c, d), ShuffleQuarters<0xEE>(c, d));
@@ -41,13 +43,13 @@ inline __m128 HSum16x4(__m512 a, __m512 b, __m512 c, __m512 d) {
   const __m512 v = _mm512_add_ps(u, _mm512_mask_permute_ps(u, 0xFFFF, u, _MM_SHUFFLE(1, 0, 3, 2)));
   const __m512 y = _mm512_add_ps(v, _mm512_mask_permute_ps(v, 0xFFFF, v, _MM_SHUFFLE(2, 3, 0, 1)));
   const __m512i firsts = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-  return _mm512_castps512_ps128(_mm512_mask_permutexvar_ps(y, 0xFFFF, firsts, y));
+  _mm512_mask_storeu_ps(out, 0x000F, _mm512_mask_permutexvar_ps(y, 0xFFFF, firsts, y));
 }
 
 // out[j] = HSum16(a[j]) for j < 16; a: [16 rows][16 lanes], 64-byte aligned.
 inline void HSum16Rows(const float (*a)[16], float* out) {
   for (int q = 0; q < 16; q += 4)
-    _mm_storeu_ps(out + q, HSum16x4(_mm512_load_ps(a[q]), _mm512_load_ps(a[q + 1]), _mm512_load_ps(a[q + 2]), _mm512_load_ps(a[q + 3])));
+    HSum16x4(out + q, _mm512_load_ps(a[q]), _mm512_load_ps(a[q + 1]), _mm512_load_ps(a[q + 2]), _mm512_load_ps(a[q + 3]));
 }
 
 // A kernel's finished rows: Add(acc, dst) holds a row's 16 lanes until 16 rows are held, then

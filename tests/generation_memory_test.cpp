@@ -17,8 +17,14 @@ namespace {
 using bridge::Message;
 using bridge::Role;
 
-Message Assistant(const std::string& content) { return Message{Role::kAssistant, content, {}, {}, std::nullopt}; }
-Message User(const std::string& content) { return Message{Role::kUser, content, {}, {}, std::nullopt}; }
+Message Said(Role role, const std::string& content) {
+  Message m;
+  m.role = role;
+  m.content = content;
+  return m;
+}
+Message Assistant(const std::string& content) { return Said(Role::kAssistant, content); }
+Message User(const std::string& content) { return Said(Role::kUser, content); }
 
 struct Remembered {
   bridge::TokenIds gen_prompt;

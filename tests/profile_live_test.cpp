@@ -39,9 +39,14 @@ session::ManagerOptions SmallCache() {
   return o;
 }
 
+server::ApiOptions Restoring(session::RestorePolicy restore) {
+  server::ApiOptions o;
+  o.restore_policy = restore;
+  return o;
+}
+
 struct LiveServer {
-  explicit LiveServer(session::RestorePolicy restore)
-      : api(SmallCache(), server::ApiOptions{.restore_policy = restore}) {
+  explicit LiveServer(session::RestorePolicy restore) : api(SmallCache(), Restoring(restore)) {
     server::ServerOptions o;
     o.unix_socket = TempDir("profile-live") + "/cedar.sock";
     http = std::make_unique<server::HttpServer>(*api.api, *api.manager, o);

@@ -157,7 +157,7 @@ std::vector<Case> ChatCases() {
     for (const std::string& v : values) add(field, v);
   }
   // Bad UTF-8 and raw control characters inside a field's string.
-  for (const std::string& f : {"model", "stop", "session_id", "messages", "tools", "tool_choice"}) {
+  for (const char* f : {"model", "stop", "session_id", "messages", "tools", "tool_choice"}) {
     add(f, "\"\xC3\x28\"");
     add(f, "\"\xFF\xFE\"");
     add(f, std::string("\"a\0b\"", 5));
@@ -193,7 +193,7 @@ std::vector<Case> ChatCases() {
                                std::string(4200, '1').insert(0, "\"").append("\"")}) {
     add("prompt", v, "prompt", 400, kCompletion, "/v1/completions");
   }
-  for (const std::string& f : {"model", "stop", "temperature", "session_id", "max_tokens"}) {
+  for (const char* f : {"model", "stop", "temperature", "session_id", "max_tokens"}) {
     add(f, Deep(100000), f, 400, kCompletion, "/v1/completions");
     add(f, "1e400", f, 400, kCompletion, "/v1/completions");
   }
@@ -221,7 +221,7 @@ std::vector<Case> ChatCases() {
 // Whole bodies that are not a request, and ids in paths.
 std::vector<Case> BodyAndPathCases() {
   std::vector<Case> cases;
-  for (const std::string& target : {"/v1/chat/completions", "/v1/completions", "/v1/sessions"}) {
+  for (const std::string target : {"/v1/chat/completions", "/v1/completions", "/v1/sessions"}) {
     // (body, the param it is reported under: the top-level key the error is in, if any)
     const std::vector<std::pair<std::string, std::optional<std::string>>> bodies = {
         {Deep(100000), {}}, {DeepObjects(100000), "a"}, {Deep(65), {}}, {"[", {}}, {"{", {}}, {"null", {}},
@@ -240,7 +240,7 @@ std::vector<Case> BodyAndPathCases() {
     }
   }
   // Ids in the path: percent-decoded, then held to the alphabet.
-  for (const std::string& method : {"GET", "DELETE"}) {
+  for (const std::string method : {"GET", "DELETE"}) {
     for (const std::string& id : {std::string("a%20b"), std::string("%zz"), std::string("a%2"), std::string("a%2Fb"),
                                   std::string("a%00b"), std::string(129, 'p'), std::string("a%0D%0Ab"),
                                   std::string("%C3%A9"), std::string("a/b")}) {
