@@ -368,6 +368,11 @@ int RunEngineBenchMain(int argc, char** argv) {
     std::vector<double> tpss;
     double in_matmul_gbs = 0, matmul_share = 0, attention_share = 0, matmul_bytes_per_token = 0, read_per_step = 0, s = 0;
     ExpertCache::Stats before{};  // of the last rep
+    // CPU: a read probe before the first rep and after each one. This VM's bandwidth moves
+    // +-10% over seconds (and dips 35% at moments), so each rep is also divided by the probes
+    // on either side of it: a paired fraction next to the run-wide one below.
+    std::vector<double> probes, paired_fractions;
+    if (!on_gpu) probes.push_back(kernels::MeasureReadBandwidthGBs(probe_mib, 5));
     for (int rep = 0; rep < reps; ++rep) {
       kernels::ResetWorkCounters();
       before = experts ? experts->stats() : ExpertCache::Stats{};
@@ -387,14 +392,19 @@ int RunEngineBenchMain(int argc, char** argv) {
         // Weight bytes the products read (each product's weight once, whatever its rows: a batch's
         // rows routed to different experts read more than the lower bound), and per second in them.
         read_per_step = w.matmul_weight_bytes / decode_n;
-        in_matmul_gbs = std::max(in_matmul_gbs, w.matmul_weight_bytes / w.matmul_seconds / 1e9);
+        const double rep_in_matmul_gbs = w.matmul_weight_bytes / w.matmul_seconds / 1e9;
+        in_matmul_gbs = std::max(in_matmul_gbs, rep_in_matmul_gbs);
+        probes.push_back(kernels::MeasureReadBandwidthGBs(probe_mib, 5));
+        double rep_bw = 0.5 * (probes[probes.size() - 2] + probes.back());
+        if (batch == 1) rep_bw = std::max(rep_bw, rep_in_matmul_gbs);  // never below decode's own rate
+        paired_fractions.push_back(tpss.back() / (rep_bw * 1e9 / bytes_per_step * batch));
       }
     }
     // The bound's bandwidth: the best of the probe before, one right after the decode run (this
     // VM's bandwidth moves by +-30% over a minute), and, at batch 1, the rate decode's own
     // matmuls streamed weights at, so the bound is never below what decode itself reached.
     double bw_now = bw;
-    if (!on_gpu) bw_now = std::max(bw, kernels::MeasureReadBandwidthGBs(probe_mib, 5));
+    if (!on_gpu) bw_now = std::max(bw, probes.back());
     const bool decode_faster = !on_gpu && batch == 1 && in_matmul_gbs > bw_now;
     if (decode_faster) bw_now = in_matmul_gbs;
     const double bound = bw_now * 1e9 / bytes_per_step * batch;
@@ -416,6 +426,11 @@ int RunEngineBenchMain(int argc, char** argv) {
       // matmul bytes (plus the router's); in a batch, every expert some row was routed to.
       j["matmul_weight_bytes_read_per_step"] = read_per_step;
       j["fraction_of_bound_read"] = tps.median / batch * read_per_step / (bw_now * 1e9);
+      // Each rep over the mean of the probes just before and after it (batch 1: or its own
+      // products' rate, if higher); the probes in the order they ran.
+      j["read_probes_gbs"] = probes;
+      j["fraction_of_bound_paired"] = SpreadOf(paired_fractions).median;
+      AddSpread("fraction_of_bound_paired", SpreadOf(paired_fractions), &j);
     }
     add_on_demand(before, s, double(batch) * decode_n, &j);
     Emit(j);

@@ -2,7 +2,8 @@
 # The bench programs' command lines (bench/bench_flags.h): `--help` prints the options and
 # exits 0 at once, without running the benchmark; a bad value or an unknown flag exits 2 with
 # one message naming the flag (and never a library's own text: stoi, stol, stod, lexical_cast).
-# bench_decode_ab also runs once, on a tiny model made with the `cedar` beside the bench directory.
+# bench_decode_ab and `cedar bench` (its decode lines) also run once each, on a tiny model made
+# with the `cedar` beside the bench directory.
 # Usage: flags_test.sh BENCH_DIR   (build/bench, where the programs are)
 set -u
 DIR=$1
@@ -60,6 +61,36 @@ check_decode_ab() {
   echo "ok: bench_decode_ab on a tiny model -> $(wc -l <<<"$out") lines"
 }
 
+# check_cedar_bench: `cedar bench`'s CPU decode lines carry a probe before the first rep and after
+# each (reps + 1, all read) and the paired fraction's min <= median <= max, its median also as
+# fraction_of_bound_paired.
+check_cedar_bench() {
+  local out rc
+  if ! out=$(timeout 60 "$DIR/../cedar" init --preset tiny --seed 4 --out "$TMP/tiny-bench" 2>&1); then
+    echo "FAIL: cedar init --preset tiny: $out"; return
+  fi
+  out=$(timeout 120 "$DIR/../cedar" bench --model "$TMP/tiny-bench" --device cpu --lengths 16 --decode 2 \
+        --decode-batch 1,2 --decode-context 16 --reps 3 2>&1 </dev/null)
+  rc=$?
+  if [[ $rc -ne 0 ]]; then echo "FAIL: cedar bench on a tiny model -> exit $rc: $out"; return; fi
+  local verdict
+  verdict=$(python3 -c '
+import json, sys
+lines = [json.loads(l) for l in sys.stdin if l.startswith("{")]
+dec = [d for d in lines if d.get("bench") == "decode"]
+if [d["batch"] for d in dec] != [1, 2]: sys.exit("decode lines for batches %s, expected [1, 2]" % [d["batch"] for d in dec])
+for d in dec:
+    p = d.get("read_probes_gbs")
+    if not isinstance(p, list) or len(p) != d["reps"] + 1 or min(p) <= 0: sys.exit("read_probes_gbs %r with reps %d" % (p, d["reps"]))
+    lo, mid, hi = d["fraction_of_bound_paired_min"], d["fraction_of_bound_paired_median"], d["fraction_of_bound_paired_max"]
+    if not (0 < lo <= mid <= hi) or d["fraction_of_bound_paired"] != mid: sys.exit("paired fractions %r %r %r %r" % (lo, mid, hi, d["fraction_of_bound_paired"]))
+    if d["bandwidth_gbs"] < p[-1]: sys.exit("bandwidth_gbs %r below the last probe %r" % (d["bandwidth_gbs"], p[-1]))
+print("ok")
+' <<<"$out" 2>&1)
+  if [[ $verdict != ok ]]; then echo "FAIL: cedar bench decode lines: $verdict: $out"; return; fi
+  echo "ok: cedar bench on a tiny model -> decode lines with $(grep -c '"bench":"decode"' <<<"$out") paired probes"
+}
+
 PROGRAMS=(bench_tokenizer bench_dsml_prompt bench_quality bench_sampling bench_weights bench_gemm bench_engram
           bench_server bench_session bench_grammar bench_scheduler bench_trace_replay bench_decode_ab)
 for p in "${PROGRAMS[@]}"; do
@@ -94,6 +125,7 @@ run check_refused bench_decode_ab --a --model m --a threads --b bf16a=1
 run check_refused bench_decode_ab --model --b bf16a=1
 run check_refused bench_decode_ab --steps --model m --b bf16a=1 --steps 0
 run check_decode_ab
+run check_cedar_bench
 wait
 
 fail=0
