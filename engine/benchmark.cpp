@@ -369,7 +369,7 @@ int RunEngineBenchMain(int argc, char** argv) {
     double in_matmul_gbs = 0, matmul_share = 0, attention_share = 0, matmul_bytes_per_token = 0, read_per_step = 0, s = 0;
     ExpertCache::Stats before{};  // of the last rep
     // CPU: a read probe before the first rep and after each one. This VM's bandwidth moves
-    // +-10% over seconds (and dips 35% at moments), so each rep is also divided by the probes
+    // +-10% over seconds (and dips by 40% at moments), so each rep is also divided by the probes
     // on either side of it: a paired fraction next to the run-wide one below.
     std::vector<double> probes, paired_fractions;
     if (!on_gpu) probes.push_back(kernels::MeasureReadBandwidthGBs(probe_mib, 5));
