@@ -372,6 +372,8 @@ int RunEngineBenchMain(int argc, char** argv) {
     // +-10% over seconds (and dips by 40% at moments), so each rep is also divided by the probes
     // on either side of it: a paired fraction next to the run-wide one below.
     std::vector<double> probes, paired_fractions;
+    // Decode tokens/s a second if the step's weight bytes streamed at `gbs`.
+    auto bound_at = [&](double gbs) { return gbs * 1e9 / bytes_per_step * batch; };
     if (!on_gpu) probes.push_back(kernels::MeasureReadBandwidthGBs(probe_mib, 5));
     for (int rep = 0; rep < reps; ++rep) {
       kernels::ResetWorkCounters();
@@ -397,7 +399,7 @@ int RunEngineBenchMain(int argc, char** argv) {
         probes.push_back(kernels::MeasureReadBandwidthGBs(probe_mib, 5));
         double rep_bw = 0.5 * (probes[probes.size() - 2] + probes.back());
         if (batch == 1) rep_bw = std::max(rep_bw, rep_in_matmul_gbs);  // never below decode's own rate
-        paired_fractions.push_back(tpss.back() / (rep_bw * 1e9 / bytes_per_step * batch));
+        paired_fractions.push_back(tpss.back() / bound_at(rep_bw));
       }
     }
     // The bound's bandwidth: the best of the probe before, one right after the decode run (this
@@ -407,7 +409,7 @@ int RunEngineBenchMain(int argc, char** argv) {
     if (!on_gpu) bw_now = std::max(bw, probes.back());
     const bool decode_faster = !on_gpu && batch == 1 && in_matmul_gbs > bw_now;
     if (decode_faster) bw_now = in_matmul_gbs;
-    const double bound = bw_now * 1e9 / bytes_per_step * batch;
+    const double bound = bound_at(bw_now);
     const Spread tps = SpreadOf(tpss);
     nlohmann::json j = {{"bench", "decode"}, {"device", be->name()}, {"model", model_name}, {"weights", WeightPrecisionName(load.weights)}, {"int8_activations", kernels::Int8Activations()}, {"bf16_activations", kernels::Bf16Activations()}, {"batch", batch},
                         {"context", decode_context}, {"steps", decode_n}, {"reps", reps}, {"tokens_per_s", tps.median},
@@ -429,8 +431,9 @@ int RunEngineBenchMain(int argc, char** argv) {
       // Each rep over the mean of the probes just before and after it (batch 1: or its own
       // products' rate, if higher); the probes in the order they ran.
       j["read_probes_gbs"] = probes;
-      j["fraction_of_bound_paired"] = SpreadOf(paired_fractions).median;
-      AddSpread("fraction_of_bound_paired", SpreadOf(paired_fractions), &j);
+      const Spread paired = SpreadOf(paired_fractions);
+      j["fraction_of_bound_paired"] = paired.median;
+      AddSpread("fraction_of_bound_paired", paired, &j);
     }
     add_on_demand(before, s, double(batch) * decode_n, &j);
     Emit(j);

@@ -2,7 +2,7 @@
 # The bench programs' command lines (bench/bench_flags.h): `--help` prints the options and
 # exits 0 at once, without running the benchmark; a bad value or an unknown flag exits 2 with
 # one message naming the flag (and never a library's own text: stoi, stol, stod, lexical_cast).
-# bench_decode_ab and `cedar bench` (its decode lines) also run once each, on a tiny model made
+# bench_decode_ab and `cedar bench` (its decode lines) also run once each, on one tiny model made
 # with the `cedar` beside the bench directory.
 # Usage: flags_test.sh BENCH_DIR   (build/bench, where the programs are)
 set -u
@@ -43,13 +43,14 @@ run() {
   "$@" >"$TMP/case.$n" &
 }
 
-# check_decode_ab: bench_decode_ab runs both settings on a tiny model (made with the `cedar` beside
-# the bench directory) and prints a line per side, then the ratio.
+# The tiny model both runs below read, made once with the `cedar` beside the bench directory.
+TINY_ERROR=$(timeout 60 "$DIR/../cedar" init --preset tiny --seed 3 --out "$TMP/tiny" 2>&1) && TINY_ERROR=
+
+# check_decode_ab: bench_decode_ab runs both settings on the tiny model and prints a line per
+# side, then the ratio.
 check_decode_ab() {
   local out rc
-  if ! out=$(timeout 60 "$DIR/../cedar" init --preset tiny --seed 3 --out "$TMP/tiny" 2>&1); then
-    echo "FAIL: cedar init --preset tiny: $out"; return
-  fi
+  if [[ -n $TINY_ERROR ]]; then echo "FAIL: cedar init --preset tiny: $TINY_ERROR"; return; fi
   out=$(timeout 60 "$DIR/bench_decode_ab" --model "$TMP/tiny" --weights int8 --a threads=1 --b bf16a=1,int8a=1 \
         --context 24 --steps 3 --warmup 1 --batch 2 2>&1 </dev/null)
   rc=$?
@@ -66,10 +67,8 @@ check_decode_ab() {
 # fraction_of_bound_paired.
 check_cedar_bench() {
   local out rc
-  if ! out=$(timeout 60 "$DIR/../cedar" init --preset tiny --seed 4 --out "$TMP/tiny-bench" 2>&1); then
-    echo "FAIL: cedar init --preset tiny: $out"; return
-  fi
-  out=$(timeout 120 "$DIR/../cedar" bench --model "$TMP/tiny-bench" --device cpu --lengths 16 --decode 2 \
+  if [[ -n $TINY_ERROR ]]; then echo "FAIL: cedar init --preset tiny: $TINY_ERROR"; return; fi
+  out=$(timeout 120 "$DIR/../cedar" bench --model "$TMP/tiny" --device cpu --lengths 16 --decode 2 \
         --decode-batch 1,2 --decode-context 16 --reps 3 2>&1 </dev/null)
   rc=$?
   if [[ $rc -ne 0 ]]; then echo "FAIL: cedar bench on a tiny model -> exit $rc: $out"; return; fi
