@@ -84,7 +84,7 @@ def llama_shape(dim, vocab, params):
 def gguf_bytes_per_token(shape, kind):
     """Bytes of the matmul tensors one decode token reads (the embedding row and norms aside)."""
     per_param = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32}[kind]
-    return write_gguf.matmul_params(argparse.Namespace(type=kind, **vars(shape))) * per_param
+    return write_gguf.matmul_params(shape) * per_param
 
 
 def write_model(shape, kind, directory):
@@ -154,7 +154,7 @@ def main():
     dim, vocab, params = cedar_shape(args.cedar, args.model)
     shape = llama_shape(dim, vocab, params)
     print(json.dumps({"bench": "vs_llamacpp_models", "cedar_model": args.model, "cedar_matmul_params_per_token": params,
-                      "llamacpp_matmul_params_per_token": write_gguf.matmul_params(argparse.Namespace(**vars(shape))),
+                      "llamacpp_matmul_params_per_token": write_gguf.matmul_params(shape),
                       "llamacpp_shape": vars(shape)}), flush=True)
     paths = {g: write_model(shape, g, args.gguf_dir) for g in sorted({p[3] for p in pairs})}
 

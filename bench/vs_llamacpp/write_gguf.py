@@ -31,8 +31,6 @@ def kv(key, vtype, value):
     out = gguf_str(key) + struct.pack("<I", vtype)
     if vtype == T_UINT32:
         return out + struct.pack("<I", value)
-    if vtype == T_INT32:
-        return out + struct.pack("<i", value)
     if vtype == T_FLOAT32:
         return out + struct.pack("<f", value)
     if vtype == T_STRING:
