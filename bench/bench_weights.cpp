@@ -54,7 +54,7 @@ double CpuNow() {
 #if defined(__AVX2__)
 // y[r] = sum_b (wq[r, b] . xq[b]) * ws[r, b] * xs[b] with INT8 x: abs(w) (unsigned) times
 // sign(x, w) (signed) in maddubs, pairs to int32 with madd, then one FMA per block.
-void I8I8MatVec(const int8_t* wq, const float* ws, const int8_t* xq, const float* xs, float* y, int64_t rows, int64_t cols) {
+void I8I8MatVec(const int8_t* wq, const uint16_t* ws, const int8_t* xq, const uint16_t* xs, float* y, int64_t rows, int64_t cols) {  // bfloat16 scales
   const int64_t nb = cols / 32;
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t r = 0; r < rows; r += 4) {
@@ -64,7 +64,7 @@ void I8I8MatVec(const int8_t* wq, const float* ws, const int8_t* xq, const float
       for (int k2 = 0; k2 < 4; ++k2) {
         const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq + (r + k2) * cols + b * 32));
         const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv)), ones);
-        acc[k2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(ws[(r + k2) * nb + b] * xs[b]), acc[k2]);
+        acc[k2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(cedar::kernels::Bf16ToFloat(ws[(r + k2) * nb + b]) * cedar::kernels::Bf16ToFloat(xs[b])), acc[k2]);
       }
     }
     for (int k2 = 0; k2 < 4; ++k2) {
@@ -278,10 +278,10 @@ int main(int argc, char** argv) {
   for (int th : threads) {
     k::SetPoolThreads(th);
     // int8-a8 / fp4-a8: INT8 / FP4 weights with kernels::SetInt8Activations (8-bit activations);
-    // fp8-bf16a / fp4-bf16a: FP8 / FP4 with kernels::SetBf16Activations (BF16 activations).
+    // int8-bf16a / fp8-bf16a / fp4-bf16a: INT8 / FP8 / FP4 with kernels::SetBf16Activations (BF16 activations).
     enum Acts { kF32Acts, kA8, kBf16A };
     const std::pair<k::WeightType, Acts> kinds[] = {{k::WeightType::kF32, kF32Acts}, {k::WeightType::kBF16, kF32Acts}, {k::WeightType::kI8, kF32Acts},
-                                                    {k::WeightType::kI8, kA8},        {k::WeightType::kFP8, kF32Acts}, {k::WeightType::kFP8, kBf16A},
+                                                    {k::WeightType::kI8, kA8},        {k::WeightType::kI8, kBf16A},    {k::WeightType::kFP8, kF32Acts}, {k::WeightType::kFP8, kBf16A},
                                                     {k::WeightType::kFP4, kF32Acts},  {k::WeightType::kFP4, kA8},      {k::WeightType::kFP4, kBf16A}};
     for (const auto& [t, acts] : kinds) {
       k::SetInt8Activations(acts == kA8);
@@ -339,7 +339,8 @@ int main(int argc, char** argv) {
     return m / ref_scale;
   };
   std::vector<int8_t> xq(static_cast<size_t>(cols));
-  std::vector<float> xs(static_cast<size_t>(nb)), y2(static_cast<size_t>(rows));
+  std::vector<uint16_t> xs(static_cast<size_t>(nb));
+  std::vector<float> y2(static_cast<size_t>(rows));
   auto time = [&](auto&& fn) {
     fn();
     std::vector<double> secs;
@@ -354,7 +355,7 @@ int main(int argc, char** argv) {
   const double t_deq = time([&] { k::MatmulW(x.data(), s.view, y.data(), 1); });
   const double t_i8 = time([&] {
     k::QuantizeI8(x.data(), 1, cols, xq.data(), xs.data());  // per call: part of the cost
-    I8I8MatVec(reinterpret_cast<const int8_t*>(s.data.data()), reinterpret_cast<const float*>(s.scales.data()), xq.data(), xs.data(),
+    I8I8MatVec(reinterpret_cast<const int8_t*>(s.data.data()), reinterpret_cast<const uint16_t*>(s.scales.data()), xq.data(), xs.data(),
                y2.data(), rows, cols);
   });
   const double bytes = double(rows) * k::WeightRowBytes(k::WeightType::kI8, cols);
@@ -373,7 +374,7 @@ int main(int argc, char** argv) {
   const double c_i8 = time([&] {
     for (int i = 0; i < 50; ++i) {
       k::QuantizeI8(x.data(), 1, cols, xq.data(), xs.data());
-      I8I8MatVec(reinterpret_cast<const int8_t*>(s.data.data()), reinterpret_cast<const float*>(s.scales.data()), xq.data(), xs.data(),
+      I8I8MatVec(reinterpret_cast<const int8_t*>(s.data.data()), reinterpret_cast<const uint16_t*>(s.scales.data()), xq.data(), xs.data(),
                  y2.data(), small_rows, cols);
     }
   });

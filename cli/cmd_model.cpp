@@ -121,7 +121,7 @@ int RunInit(int argc, char** argv) {
   desc.add_options()("preset", po::value(&preset)->default_value("tiny"), "tiny | small | medium (--arch v41: v41-tiny | v41-tiny-engram | v41-small)")(
       "arch", po::value(&arch)->default_value("cedar"), "cedar (config.json + model.safetensors) | v41 (the released DeepSeek-V4.1 layout)")(
       "seed", IntOption<uint64_t>("--seed", &seed, 0, UINT64_MAX), "random seed")("out", po::value(&out)->required(), "output directory")(
-      "dtype", po::value(&dtype)->default_value("f32"), "f32 | bf16 (every tensor) | int8 (the matmul weights INT8 with F32 scales per 32 inputs, the rest F32: docs/WEIGHTS.md)")(
+      "dtype", po::value(&dtype)->default_value("f32"), "f32 | bf16 (every tensor) | int8 (the matmul weights INT8 with BF16 scales per 32 inputs, the rest F32: docs/WEIGHTS.md)")(
       "tokenizer", po::value(&tokenizer_dir),
       "directory with a tokenizer.json (+ tokenizer_config.json): copied beside the model, config.json says \"bpe\"")(
       "tokenizer-from", po::value(&tokenizer_from),

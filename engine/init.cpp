@@ -87,12 +87,12 @@ void WriteRandomModel(const ModelConfig& c, uint64_t seed, const std::string& di
       // [rows, cols] with rows every dim but the last (wo_a's groups stacked, as the loader reads it).
       const int64_t cols = t.shape.back(), rows = int64_t(v.size()) / cols, nb = (cols + kernels::kQuantBlock - 1) / kernels::kQuantBlock;
       std::vector<int8_t> q(v.size());
-      std::vector<float> scales(size_t(rows * nb));
+      std::vector<uint16_t> scales(size_t(rows * nb));  // bfloat16 bits
       kernels::QuantizeI8(v.data(), rows, cols, q.data(), scales.data());
       std::vector<int64_t> scale_shape = t.shape;
       scale_shape.back() = nb;
       w.AddRaw(t.name, DType::I8, t.shape, q.data(), q.size());
-      w.AddF32(Int8ScaleName(t.name), scale_shape, scales.data());
+      w.AddRaw(Int8ScaleName(t.name), DType::BF16, scale_shape, scales.data(), scales.size() * sizeof(uint16_t));
     } else {
       w.AddF32(t.name, t.shape, v.data());
     }

@@ -19,7 +19,7 @@ void WriteRandomModel(const ModelConfig& c, uint64_t seed, const std::string& di
 enum class InitDType {
   kF32,   // every tensor F32
   kBF16,  // every tensor BF16 (rounded to nearest even)
-  kI8,    // the matmul weights (IsMatmulTensor) INT8: `X.weight` I8 [shape] + `X.scale` F32 [shape with
+  kI8,    // the matmul weights (IsMatmulTensor) INT8: `X.weight` I8 [shape] + `X.scale` BF16 [shape with
           // the last dim ceil(in / 32)], kernels::QuantizeI8's symmetric blocks of 32 along the input
           // (docs/WEIGHTS.md); every other tensor F32. The same bytes `--weights int8` makes of the F32 twin.
 };

@@ -1,6 +1,7 @@
 // The INT8 layout of Cedar's single-file model (issue 20, docs/spec-readings.md reading 14): a
-// matmul weight `X.weight` stored as I8 [its shape] with its block scales in `X.scale`, F32, the
-// same shape with the last dim ceil(in / 32) (kernels::QuantizeI8: symmetric, per 32 inputs).
+// matmul weight `X.weight` stored as I8 [its shape] with its block scales in `X.scale`, BF16 (F32
+// in files written before session 37, still read), the same shape with the last dim ceil(in / 32)
+// (kernels::QuantizeI8: symmetric, per 32 inputs).
 // Written by `cedar init --dtype int8` (engine/init.cpp), read by the loader (engine/model_precision.cpp).
 #pragma once
 #include <string>

@@ -104,7 +104,7 @@ struct DSparkWeights {
 enum class WeightPrecision {
   kF32,       // today's behaviour: F32 copied, BF16 converted to F32
   kBF16,      // BF16 kept, F32 rounded to BF16 (nearest even)
-  kI8,        // symmetric INT8 with one F32 scale per 32 inputs (kernels::QuantizeI8)
+  kI8,        // symmetric INT8 with one bfloat16 scale per 32 inputs (kernels::QuantizeI8)
   kAsStored,  // as in the file: F32 stays F32, BF16 stays BF16, the released FP8/FP4 stay FP8/FP4
   // The released checkpoint's precisions, converted at load (Cedar-layout files; a released-layout
   // model already holds them: as-stored): routed experts FP4 E2M1 with an E8M0 scale per 32

@@ -1,5 +1,5 @@
 // Matmul weights at the precision chosen at load (`--weights`, issue 20): BF16 files kept as
-// BF16, F32 rounded to BF16 or quantised to INT8 (block 32 along the input, F32 scales), or
+// BF16, F32 rounded to BF16 or quantised to INT8 (block 32 along the input, bfloat16 scales), or
 // converted to the released checkpoint's FP8 / FP4 / BF16 (fp8-fp4).
 #include <cstdint>
 #include <cstring>
@@ -100,9 +100,10 @@ Weight Model::TakeMatmul(const std::string& name, std::vector<int64_t> shape, We
   const TensorInfo* t = file_->Find(name);
   const bool bf16_file = t && t->dtype == DType::BF16;
   // An INT8 file's matmul weight (`cedar init --dtype int8`, engine/int8_file.h): `name` I8 [shape] +
-  // its `.scale` F32 [shape with the last dim ceil(in / 32)]. Held as INT8 (int8, as-stored: the
-  // file's bytes as they are, no F32 round trip), or decoded to F32 (q * scale, f32) and rounded to
-  // BF16 (bf16).
+  // its `.scale` BF16 [shape with the last dim ceil(in / 32)] (F32 in files written before session
+  // 37: rounded to the nearest bfloat16 here, at most 2^-9 of each scale). Held as INT8 (int8,
+  // as-stored: the file's bytes as they are, no F32 round trip), or decoded to F32 (q * scale, f32)
+  // and rounded to BF16 (bf16).
   if (t && t->dtype == DType::I8) {
     if (t->shape != shape) return Take(name, shape);  // Take names the expected and found shapes
     Weight w = MatmulShape(shape);
@@ -113,12 +114,12 @@ Weight Model::TakeMatmul(const std::string& name, std::vector<int64_t> shape, We
     sshape.back() = (shape.back() + k::kQuantBlock - 1) / k::kQuantBlock;
     if (!s)
       throw std::runtime_error("model: " + file_->Path() + ": tensor '" + name + "' is I8 (INT8 weights), but its block scales '" + sname +
-                               "' (F32) are missing");
-    if (s->dtype != DType::F32 || s->shape != sshape) {
+                               "' (BF16) are missing");
+    if ((s->dtype != DType::BF16 && s->dtype != DType::F32) || s->shape != sshape) {
       std::string want = "[", found = "[";
       for (size_t i = 0; i < sshape.size(); ++i) want += (i ? ", " : "") + std::to_string(sshape[i]);
       for (size_t i = 0; i < s->shape.size(); ++i) found += (i ? ", " : "") + std::to_string(s->shape[i]);
-      throw std::runtime_error("model: " + file_->Path() + ": tensor '" + sname + "': expected F32 " + want + "] (one scale per 32 inputs of '" +
+      throw std::runtime_error("model: " + file_->Path() + ": tensor '" + sname + "': expected BF16 or F32 " + want + "] (one scale per 32 inputs of '" +
                                name + "'), found " + DTypeName(s->dtype) + " " + found + "]");
     }
     // The symmetric format holds -127..127 (QuantizeI8 writes no -128). The 8-bit- and BF16-activation
@@ -130,8 +131,17 @@ Weight Model::TakeMatmul(const std::string& name, std::vector<int64_t> shape, We
     }
     // Copied out of the mapping (the arena is sized for F32 tensors, so at f32 / bf16 the scales are
     // a transient copy and only the decoded weights take arena room).
-    std::vector<float> scales(size_t(w.rows * nb));
-    std::memcpy(scales.data(), s->data, s->nbytes);
+    std::vector<uint16_t> scales(size_t(w.rows * nb));  // bfloat16 bits
+    if (s->dtype == DType::BF16) {
+      std::memcpy(scales.data(), s->data, s->nbytes);
+    } else {
+      for (size_t i = 0; i < scales.size(); ++i) {
+        float f;  // the mapping need not be 4-byte aligned
+        std::memcpy(&f, s->data + 4 * i, 4);
+        scales[i] = k::FloatToBf16(f);
+      }
+      spdlog::debug("{}: F32 INT8 scales rounded to bfloat16", sname);
+    }
     k::WeightView v;
     v.type = k::WeightType::kI8;
     v.data = t->data;
@@ -140,9 +150,9 @@ Weight Model::TakeMatmul(const std::string& name, std::vector<int64_t> shape, We
     v.cols = w.cols;
     if (p == WeightPrecision::kI8 || p == WeightPrecision::kAsStored) {
       auto* q = static_cast<int8_t*>(AllocateBytes(size_t(n)));
-      auto* sc = static_cast<float*>(AllocateBytes(scales.size() * sizeof(float)));
+      auto* sc = static_cast<uint16_t*>(AllocateBytes(scales.size() * sizeof(uint16_t)));
       k::ParallelCopy(q, t->data, size_t(n));
-      std::memcpy(sc, scales.data(), s->nbytes);
+      std::memcpy(sc, scales.data(), scales.size() * sizeof(uint16_t));
       w.type = k::WeightType::kI8;
       w.stored = q;
       w.scales = sc;

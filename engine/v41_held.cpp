@@ -33,7 +33,7 @@ int64_t HeldBytes(kernels::WeightType t, int64_t rows, int64_t cols) {
   const int64_t nb = (cols + 31) / 32;
   switch (t) {
     case WeightType::kBF16: return al(rows * cols * 2);
-    case WeightType::kI8: return al(rows * cols) + al(rows * nb * 4);
+    case WeightType::kI8: return al(rows * cols) + al(rows * nb * 2);
     case WeightType::kFP8: return al(rows * cols) + al((rows + 31) / 32 * nb);
     case WeightType::kFP4: return al(rows * cols / 2) + al(rows * nb);
     default: return al(rows * cols * int64_t(sizeof(float)));

@@ -22,7 +22,7 @@
 //   Lane i (of 16) of a step: t = 0; for X0 .. X{K-1}: t = dp(t, word 2i + 1), t = dp(t, word 2i)
 //   with dp(t, k) = ftz(t + w_k * x_k) (one rounding to nearest; a result below 2^-126 becomes a
 //   zero of its sign), then acc_i = fma(t, scale of block K * step + i / (16 / K), acc_i) (plain
-//   F32 FMA; a padded block's scale is E8M0 code 0's; INT8's scales are its F32 ones).
+//   F32 FMA; a padded block's scale is E8M0 code 0's; INT8's are its bfloat16 ones, as floats).
 //   y = HSum16(acc): HSum8(a[0..7] + a[8..15]), HSum8 = ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
 // dp is vdpbf16ps's definition (odd word first, each step rounded, denormal inputs read as zero,
 // denormal results flushed): on this project's AVX-512 EPYC (Zen 5) the instruction matched a
@@ -95,16 +95,16 @@ float RawValue(const WeightView& w, int64_t r, int64_t e) {
   const uint8_t byte = static_cast<const uint8_t*>(w.data)[r * (w.cols / 2) + e / 2];
   return DecodeE2M1(e % 2 ? uint8_t(byte >> 4) : uint8_t(byte & 0x0F));
 }
-// FP8 / FP4: row r's E8M0 codes; INT8: its F32 scales.
+// FP8 / FP4: row r's E8M0 codes; INT8: its bfloat16 scales.
 const void* ScaleRow(const WeightView& w, int64_t r) {
   const int64_t nb = w.cols / B;
-  if (w.type == WeightType::kI8) return static_cast<const float*>(w.scales) + r * nb;
+  if (w.type == WeightType::kI8) return static_cast<const uint16_t*>(w.scales) + r * nb;
   const auto* s = static_cast<const uint8_t*>(w.scales);
   return w.type == WeightType::kFP8 ? s + ((w.row0 + r) / B) * nb : s + r * nb;
 }
 // Block b's scale from a ScaleRow (b < nb; a padded block's is E8M0 code 0's).
 float BlockScale(const WeightView& w, const void* sc, int64_t b, int64_t nb) {
-  if (w.type == WeightType::kI8) return static_cast<const float*>(sc)[b];
+  if (w.type == WeightType::kI8) return I8ScaleAt(sc, b);
   return E8m0Floats()[b < nb ? static_cast<const uint8_t*>(sc)[b] : 0];
 }
 
@@ -186,7 +186,7 @@ void ConvertQuads(const float* x, int64_t in, uint16_t* out) {
 
 // Decode (one row of x) reads a thread's slice as kSpread parts side by side, each prefetched
 // kPrefetchBytes ahead (NTA, one prefetch per line), and with each row's block scales where they
-// are a stream of their own (Src::kGroupScaleBytes: INT8's F32 scales, 12.5% of its bytes; FP4's
+// are a stream of their own (Src::kGroupScaleBytes: INT8's bfloat16 scales, 6% of its bytes; FP4's
 // E8M0 codes, 6%), one prefetch per 16 blocks as far ahead in blocks. Session 32, medium decode
 // steps alternating one by one in one process (a driver over the engine), step time against the
 // previous reading (2 parts, T0, 4 KiB, no scales):
@@ -260,15 +260,18 @@ struct SrcFp8 {
 };
 // INT8 (K = 2): FP8's order. |q| (vpabsb) indexes two 128-entry byte tables for bf16(|q|)'s low
 // and high byte, q's sign or-ed into the high byte; -128, whose |q| wraps to index 0, reads as -0
-// (module comment). Its F32 scales, 16 blocks' at once (fewer at the end of a row: the rest zero).
+// (module comment). Its bfloat16 scales, 16 blocks' at once (fewer at the end of a row: the rest
+// zero), widened to floats by a shift.
 struct SrcI8 {
   static constexpr int K = 2;
-  static constexpr int64_t kGroupScaleBytes = 64;  // 16 F32 scales
+  static constexpr int64_t kGroupScaleBytes = 32;  // 16 bfloat16 scales
   static const uint8_t* Row(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.data) + r * w.cols; }
   static __m512 GroupScales(const void* sc, int64_t g, int64_t nb) {
-    const float* f = static_cast<const float*>(sc) + 16 * g;
+    const uint16_t* h = static_cast<const uint16_t*>(sc) + 16 * g;
     const int64_t left = nb - 16 * g;
-    return left >= 16 ? _mm512_loadu_ps(f) : _mm512_maskz_loadu_ps(__mmask16((1u << left) - 1), f);
+    const __m256i c = left >= 16 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h))
+                                 : _mm256_maskz_loadu_epi16(__mmask16((1u << left) - 1), h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(c), 16));
   }
   static const SrcFp8::Tables& Lut() {
     static const SrcFp8::Tables t = [] {

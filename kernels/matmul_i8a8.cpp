@@ -65,25 +65,27 @@ const float* HalfE8m0Table() {
   return t;
 }
 
-// A weight row as the kernels read it: INT8 values q_w, 32 per block, and one F32 scale per block.
+// A weight row as the kernels read it: INT8 values q_w, 32 per block, and one scale per block.
 //   Row(w, r) / Scales(w, r): row r's first byte and its scales (once per row); Scale(p, b):
 //   block b's scale; Q(row, e): element e's q_w (the scalar definition); VNNI builds: Block(row, b):
 //   block b's 32 q_w in element order (an odd last block), Pair512(row, p): blocks 2p and 2p + 1 in
 //   the pair layout. On AVX2 the sources are not templated over: INT8 runs RowsAvx2 on the stored
 //   bytes, FP4 RowsAvx2Fp4 on SrcFp4::Halves.
-// SrcI8 reads the stored INT8 bytes and F32 scales; SrcFp4 the packed E2M1 nibbles (element 2k
+// SrcI8 reads the stored INT8 bytes and bfloat16 scales; SrcFp4 the packed E2M1 nibbles (element 2k
 // in byte k's low nibble) as q_w = 2 * e2m1 and the E8M0 scales halved (module comment).
 struct SrcI8 {
   static constexpr int64_t kBlockBytes = 32;  // stored bytes of a block of 32 weights
   static const uint8_t* Row(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.data) + r * w.cols; }
-  static const void* Scales(const WeightView& w, int64_t r) { return static_cast<const float*>(w.scales) + r * ((w.cols + B - 1) / B); }
-  float Scale(const void* p, int64_t b) const { return static_cast<const float*>(p)[b]; }
+  static const void* Scales(const WeightView& w, int64_t r) { return static_cast<const uint16_t*>(w.scales) + r * ((w.cols + B - 1) / B); }
+  float Scale(const void* p, int64_t b) const { return I8ScaleAt(p, b); }
   static int Q(const uint8_t* row, int64_t e) { return int8_t(row[e]); }
 #if CEDAR_I8A8_VNNI
   __m256i Block(const uint8_t* row, int64_t b) const { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + b * B)); }
   __m512i Pair512(const uint8_t* row, int64_t p) const { return _mm512_loadu_si512(row + p * 64); }
   __m128 PairScales(const void* sc, int64_t p) const {  // lanes 0, 1: the scales of blocks 2p, 2p + 1
-    return _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(static_cast<const float*>(sc) + 2 * p)));
+    int32_t two;  // the pair's two bfloat16s, widened to floats by a shift
+    std::memcpy(&two, static_cast<const uint16_t*>(sc) + 2 * p, 4);
+    return _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(_mm_cvtsi32_si128(two)), 16));
   }
 #endif
 };
@@ -449,10 +451,10 @@ void RowsAvx2(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t
   for (int n = 0; n < N; ++n) absq[n] = q[n]->absq.data(), sq[n] = q[n]->sq.data(), sa16[n] = q[n]->sa16.data();
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* wr[S];
-    const float* sw[S];
+    const uint16_t* sw[S];  // bfloat16 scales
     for (int k = 0; k < S; ++k) {
       wr[k] = static_cast<const uint8_t*>(w.data) + (r + k * rs) * in;
-      sw[k] = static_cast<const float*>(w.scales) + (r + k * rs) * nbs;
+      sw[k] = static_cast<const uint16_t*>(w.scales) + (r + k * rs) * nbs;
     }
     __m256 acc[N][S][2][2];
     for (int n = 0; n < N; ++n)
@@ -463,7 +465,7 @@ void RowsAvx2(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t
 #pragma GCC unroll 4
       for (int k = 0; k < S; ++k) {
         const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr[k] + b * B));
-        const __m256 s = _mm256_set1_ps(sw[k][b]);
+        const __m256 s = _mm256_set1_ps(Bf16ToFloat(sw[k][b]));
 #pragma GCC unroll 4
         for (int n = 0; n < N; ++n) {
           const __m256i sgn = _mm256_sign_epi8(wv, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sq[n] + b * B)));

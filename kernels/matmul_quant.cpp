@@ -79,7 +79,7 @@ float RawAt(const WeightView& w, int64_t r, int64_t c) {
 }
 float ScaleOf(const WeightView& w, int64_t r, int64_t b) {
   switch (w.type) {
-    case WeightType::kI8: return static_cast<const float*>(w.scales)[r * Blocks(w.cols) + b];
+    case WeightType::kI8: return I8ScaleAt(w.scales, r * Blocks(w.cols) + b);
     case WeightType::kFP8: return E8m0Floats()[static_cast<const uint8_t*>(w.scales)[((w.row0 + r) / B) * Blocks(w.cols) + b]];
     case WeightType::kFP4: return E8m0Floats()[static_cast<const uint8_t*>(w.scales)[r * Blocks(w.cols) + b]];
     default: return 1.0f;
@@ -178,7 +178,7 @@ struct DecI8 {
   static constexpr bool kScaled = true;
   static constexpr bool kWide = true;  // has Load16 (AVX-512 builds)
   static const uint8_t* Row(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.data) + r * w.cols; }
-  static const void* Scales(const WeightView& w, int64_t r) { return static_cast<const float*>(w.scales) + r * Blocks(w.cols); }
+  static const void* Scales(const WeightView& w, int64_t r) { return static_cast<const uint16_t*>(w.scales) + r * Blocks(w.cols); }
   // AVX2: the int8 times 2^24 (BytesToDwordTops), converted; Block's sums are 2^24 times the
   // true ones until its last multiply. Exact (module comment above) while every product and sum
   // stays below 2^104 in magnitude and every nonzero one (and the output) at or above 2^-126, the
@@ -188,7 +188,7 @@ struct DecI8 {
   // kSpreadOf below.
   static constexpr float kLoadUnit = kQuantAvx512 ? 1.0f : 0x1p24f;
   BytesToDwordTops tops;
-  float Scale(const void* p, int64_t b) const { return static_cast<const float*>(p)[b]; }
+  float Scale(const void* p, int64_t b) const { return I8ScaleAt(p, b); }
   void Load(const uint8_t* row, int64_t b, __m256 v[4]) const {
     __m256i t[4];
     tops(row + b * B, t);
@@ -199,6 +199,11 @@ struct DecI8 {
     const uint8_t* p = row + b * B;
     for (int h = 0; h < 2; ++h)
       v[h] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h))));
+  }
+  // Lane j: block b + j's scale (bfloat16 widened by a shift), for 16 blocks of a scale row.
+  static __m512 Scales16(const void* p, int64_t b) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(p) + b));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
 #endif
 };
@@ -446,13 +451,13 @@ constexpr bool kOneRowPrefetchOf = kQuantAvx512 || kSpreadOf<D> == 1;
 // 2 KiB: 2-5% slower.
 template <class D>
 constexpr int64_t kOneRowPrefetchBytesOf = kQuantAvx512 && std::is_same_v<D, DecBf16> ? 2048 : D::kPrefetch;
-// Whether decode's one-row products also prefetch each row's F32 block scales (INT8: a separate
-// array, 4 bytes per 32 weight bytes), one line per 16 blocks, as far ahead in blocks as the
-// weights. Session 32: medium int8 decode, steps alternating one by one in one process (a driver
-// over the engine), 14.84 -> 14.00 and 14.76 -> 14.11 ms a step (1 KiB of scales ahead instead
-// of 512 B: 13.85 / 14.10); the same bits.
-template <class D>
-constexpr bool kOneRowScalePrefetchOf = kQuantAvx512 && std::is_same_v<D, DecI8>;
+// Decode's one-row products do not prefetch INT8's block scales (a separate array). With F32
+// scales (4 bytes per 32 weight bytes) one prefetch per line of scales, as far ahead in blocks as
+// the weights, helped (session 32: medium int8 decode, steps alternating in one process, 14.84 ->
+// 14.00 and 14.76 -> 14.11 ms a step); with bfloat16 scales (2 bytes) it hurts (session 37:
+// `bench_weights --rows 2048 --cols 4096 --threads 2 --from-memory-mib 1024`, median product
+// 184-202 us with it, once per 32 blocks, against 146-156 without, three rounds in turn; once per
+// 16 blocks or twice as far ahead: 183-209).
 constexpr int64_t kSpreadMinRows = 16;  // rows per part at least, else address order
 // Whether 2-4 rows of x (Rows' R = 4 or 2 weight rows per Block) take those weight rows from R
 // parts of the slice instead of R adjacent rows, as the F32 few-row kernel does (session 19).
@@ -501,25 +506,50 @@ template <class D, _mm_hint kHint>
 int64_t TwoRowBlocks(const D& d, const float* x, const uint8_t* const* row, const void* const* sc, int64_t nb,
                      const uint8_t* pf_end, __m256 (&acc)[1][2]) {
   __m512 a = _mm512_setzero_ps();  // [row 0's 8 lanes, row 1's 8 lanes]
-  auto fold = [&](__m512 t0, __m512 t1, int64_t b) {
+  auto fold_scaled = [&](__m512 t0, __m512 t1, __m512 s) {  // s: [row 0's scale x8, row 1's x8]
     const __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(t0, t1, 0x44), _mm512_shuffle_f32x4(t0, t1, 0xEE));
     if constexpr (D::kScaled) {
-      const __m512 s = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(d.Scale(sc[0], b))), _mm256_set1_ps(d.Scale(sc[1], b)), 1);
       a = _mm512_fmadd_ps(u, s, a);
     } else {
       a = _mm512_add_ps(a, u);
     }
   };
+  auto fold = [&](__m512 t0, __m512 t1, int64_t b) {
+    __m512 s = _mm512_setzero_ps();
+    if constexpr (D::kScaled)
+      s = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(d.Scale(sc[0], b))), _mm256_set1_ps(d.Scale(sc[1], b)), 1);
+    fold_scaled(t0, t1, s);
+  };
   constexpr int64_t kStep = D::kPair16 ? 2 : 1;
   const int64_t end = nb / kStep * kStep;
-  constexpr int64_t kAheadBlocks = kOneRowPrefetchBytesOf<D> / D::kBlockBytes;
-  for (int64_t b = 0; b < end; b += kStep) {
+  auto prefetch = [&](int64_t b) {
     for (int k = 0; k < 2; ++k) {
       const uint8_t* pf = row[k] + b * D::kBlockBytes + kOneRowPrefetchBytesOf<D>;
       if (kOneRowPrefetchOf<D> && pf < pf_end) _mm_prefetch(reinterpret_cast<const char*>(pf), kHint);
-      // (A prefetch past the scale array's end cannot fault; within it, the next row's scales.)
-      if (kOneRowScalePrefetchOf<D> && b % 16 == 0) _mm_prefetch(static_cast<const char*>(sc[k]) + 4 * (b + kAheadBlocks), kHint);
     }
+  };
+  int64_t b = 0;
+  if constexpr (std::is_same_v<D, DecI8>) {
+    // INT8's bfloat16 scales 16 blocks at a time per row, each block's pair picked by one
+    // two-source permute (lane j of row 0's in the low 8 lanes, of row 1's in the high 8): the
+    // same floats in the same FMA, so the same bits; a scalar widen and broadcast per block and row
+    // cost more of this compute-bound loop than the F32 scales' broadcast loads had.
+    for (; b + 16 <= end; b += 16) {
+      const __m512 s0 = DecI8::Scales16(sc[0], b), s1 = DecI8::Scales16(sc[1], b);
+      __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 16, 16, 16, 16, 16, 16, 16, 16);
+      const __m512i one = _mm512_set1_epi32(1);
+#pragma GCC unroll 4
+      for (int64_t j = 0; j < 16; ++j, idx = _mm512_add_epi32(idx, one)) {
+        prefetch(b + j);
+        __m512 v0[2], v1[2];
+        d.Load16(row[0], b + j, v0);
+        d.Load16(row[1], b + j, v1);
+        fold_scaled(Products16(v0, x + (b + j) * B), Products16(v1, x + (b + j) * B), _mm512_permutex2var_ps(s0, idx, s1));
+      }
+    }
+  }
+  for (; b < end; b += kStep) {
+    prefetch(b);
 #if CEDAR_QUANT_VBMI
     if constexpr (D::kPair16) {
       __m512 v0[4], v1[4];

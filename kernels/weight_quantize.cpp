@@ -15,7 +15,7 @@ QuantizedBytes QuantizedBytesOf(int64_t rows, int64_t cols, WeightType type) {
   switch (type) {
     case WeightType::kF32: return {n * 4, 0};
     case WeightType::kBF16: return {n * 2, 0};
-    case WeightType::kI8: return {n, size_t(rows) * nb * 4};
+    case WeightType::kI8: return {n, size_t(rows) * nb * 2};
     case WeightType::kFP8: return {n, size_t((rows + 31) / 32) * nb};
     case WeightType::kFP4: return {n / 2, size_t(rows) * nb};
   }
@@ -43,7 +43,7 @@ void QuantizeWeightInto(std::span<const float> w, int64_t rows, int64_t cols, We
       break;
     case WeightType::kI8:
       ParallelFor(rows, 32, [&](int64_t r0, int64_t r1) {
-        QuantizeI8(w.data() + r0 * cols, r1 - r0, cols, reinterpret_cast<int8_t*>(d) + r0 * cols, reinterpret_cast<float*>(sc) + r0 * nb);
+        QuantizeI8(w.data() + r0 * cols, r1 - r0, cols, reinterpret_cast<int8_t*>(d) + r0 * cols, reinterpret_cast<uint16_t*>(sc) + r0 * nb);
       });
       break;
     case WeightType::kFP8:

@@ -13,7 +13,7 @@ namespace cedar::kernels {
 
 struct OwnedWeight {
   std::vector<uint8_t> data;    // the weight's bytes in view.type's layout
-  std::vector<uint8_t> scales;  // its block scales (INT8: F32 per 32 inputs; FP8: E8M0 per 32x32; FP4: E8M0 per 32)
+  std::vector<uint8_t> scales;  // its block scales (INT8: bfloat16 per 32 inputs; FP8: E8M0 per 32x32; FP4: E8M0 per 32)
   WeightView view;              // points into data / scales
 
   OwnedWeight() = default;

@@ -29,7 +29,7 @@ double WeightRowBytes(WeightType t, int64_t cols) {
   switch (t) {
     case WeightType::kF32: return 4.0 * double(cols);
     case WeightType::kBF16: return 2.0 * double(cols);
-    case WeightType::kI8: return double(cols) + 4.0 * blocks;
+    case WeightType::kI8: return double(cols) + 2.0 * blocks;
     case WeightType::kFP8: return double(cols) + blocks / kQuantBlock;  // one byte per 32 x 32
     case WeightType::kFP4: return double(cols) / 2.0 + blocks;
   }
@@ -47,7 +47,7 @@ WeightView WeightView::Rows(int64_t r, int64_t n) const {
     case WeightType::kBF16: v.data = static_cast<const uint16_t*>(data) + r * cols; break;
     case WeightType::kI8:
       v.data = static_cast<const int8_t*>(data) + r * cols;
-      v.scales = static_cast<const float*>(scales) + r * ((cols + kQuantBlock - 1) / kQuantBlock);
+      v.scales = static_cast<const uint16_t*>(scales) + r * ((cols + kQuantBlock - 1) / kQuantBlock);
       break;
     case WeightType::kFP8:
       v.data = static_cast<const uint8_t*>(data) + r * cols;
@@ -69,15 +69,16 @@ uint16_t FloatToBf16(float x) {
   return uint16_t(u >> 16);
 }
 
-void QuantizeI8(const float* w, int64_t rows, int64_t cols, int8_t* q, float* scales) {
+void QuantizeI8(const float* w, int64_t rows, int64_t cols, int8_t* q, uint16_t* scales) {
   const int64_t nb = (cols + kQuantBlock - 1) / kQuantBlock;
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t c0 = b * kQuantBlock, c1 = std::min(cols, c0 + kQuantBlock);
       float amax = 0;
       for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(w[r * cols + c]));
-      const float s = amax / 127.0f;
-      scales[r * nb + b] = s;
+      const uint16_t code = FloatToBf16(amax / 127.0f);
+      scales[r * nb + b] = code;
+      const float s = Bf16ToFloat(code);
       const float inv = s > 0 ? 1.0f / s : 0.0f;
       for (int64_t c = c0; c < c1; ++c)
         q[r * cols + c] = int8_t(std::clamp(std::nearbyint(w[r * cols + c] * inv), -127.0f, 127.0f));

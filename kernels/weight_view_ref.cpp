@@ -16,7 +16,7 @@ float WeightAt(const WeightView& w, int64_t r, int64_t c) {
     case WeightType::kF32: return static_cast<const float*>(w.data)[r * w.cols + c];
     case WeightType::kBF16: return Bf16ToFloat(static_cast<const uint16_t*>(w.data)[r * w.cols + c]);
     case WeightType::kI8:
-      return float(static_cast<const int8_t*>(w.data)[r * w.cols + c]) * static_cast<const float*>(w.scales)[r * nb + b];
+      return float(static_cast<const int8_t*>(w.data)[r * w.cols + c]) * I8ScaleAt(w.scales, r * nb + b);
     case WeightType::kFP8:
       return DecodeE4M3(static_cast<const uint8_t*>(w.data)[r * w.cols + c]) *
              DecodeE8M0(static_cast<const uint8_t*>(w.scales)[((w.row0 + r) / kQuantBlock) * nb + b]);

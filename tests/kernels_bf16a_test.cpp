@@ -168,10 +168,10 @@ TEST_CASE("BF16-activation products keep the reference's bits for every weight c
     // codes 0x7F / 0xFF; FP4: every pair of nibbles; INT8: -128..127, -128 included).
     const size_t bytes = size_t(out) * size_t(t == WeightType::kFP4 ? in / 2 : in);
     for (size_t i = 0; i < bytes; i += 3) data[i] = uint8_t(i / 3);
-    if (t == WeightType::kI8) {  // F32 scales: zero, subnormal, tiny, huge, negative
-      auto* scales = const_cast<float*>(static_cast<const float*>(f.view.scales));
+    if (t == WeightType::kI8) {  // bfloat16 scales: zero, subnormal, tiny, huge, negative
+      auto* scales = const_cast<uint16_t*>(static_cast<const uint16_t*>(f.view.scales));
       const float special_scales[] = {0.0f, 1e-40f, 3e-39f, 1e-30f, 1e30f, -2.5f, 0x1p-126f};
-      for (size_t i = 0; i < size_t(out) * (in / 32); i += 4) scales[i] = special_scales[(i / 4) % 7];
+      for (size_t i = 0; i < size_t(out) * (in / 32); i += 4) scales[i] = k::FloatToBf16(special_scales[(i / 4) % 7]);
     } else {
       auto* codes = const_cast<uint8_t*>(static_cast<const uint8_t*>(f.view.scales));
       const size_t scale_count = t == WeightType::kFP8 ? size_t((out + 31) / 32) * (in / 32) : size_t(out) * (in / 32);

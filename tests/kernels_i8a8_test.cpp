@@ -79,9 +79,9 @@ static k::OwnedWeight Fp4AsInt8(const k::WeightView& f) {
   k::OwnedWeight o;
   const int64_t nbs = (f.cols + 31) / 32;
   o.data.resize(size_t(f.rows * f.cols));
-  o.scales.resize(size_t(f.rows * nbs) * sizeof(float));
+  o.scales.resize(size_t(f.rows * nbs) * sizeof(uint16_t));
   auto* q = reinterpret_cast<int8_t*>(o.data.data());
-  auto* s = reinterpret_cast<float*>(o.scales.data());
+  auto* s = reinterpret_cast<uint16_t*>(o.scales.data());  // bfloat16: e8m0 / 2 is a power of two, exact
   const auto* packed = static_cast<const uint8_t*>(f.data);
   const auto* codes = static_cast<const uint8_t*>(f.scales);
   int64_t inexact = 0;
@@ -92,7 +92,7 @@ static k::OwnedWeight Fp4AsInt8(const k::WeightView& f) {
       q[r * f.cols + c] = int8_t(v);
       inexact += float(q[r * f.cols + c]) != v;
     }
-    for (int64_t b = 0; b < nbs; ++b) s[r * nbs + b] = k::DecodeE8M0(codes[r * nbs + b]) / 2.0f;
+    for (int64_t b = 0; b < nbs; ++b) s[r * nbs + b] = k::FloatToBf16(k::DecodeE8M0(codes[r * nbs + b]) / 2.0f);
   }
   REQUIRE(inexact == 0);
   o.view = k::WeightView{k::WeightType::kI8, o.data.data(), o.scales.data(), f.rows, f.cols, 0};

@@ -57,7 +57,7 @@ double ElementBound(const k::WeightView& v, int64_t r, int64_t c, float w) {
   switch (v.type) {
     case WeightType::kF32: return 0;
     case WeightType::kBF16: return std::ldexp(std::fabs(w), -8);
-    case WeightType::kI8: return static_cast<const float*>(v.scales)[r * nb + b] / 2 + std::ldexp(std::fabs(w), -23);
+    case WeightType::kI8: return k::I8ScaleAt(v.scales, r * nb + b) / 2 + std::ldexp(std::fabs(w), -23);
     case WeightType::kFP8: {
       const double s = k::DecodeE8M0(static_cast<const uint8_t*>(v.scales)[((v.row0 + r) / 32) * nb + b]);
       return std::max(std::ldexp(double(std::fabs(w)), -4), std::ldexp(s, -10));
@@ -263,8 +263,21 @@ TEST_CASE("INT8 block quantisation is within half a scale per element, and Decod
     const int64_t nb = (cols + 31) / 32;
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) {
-        const float sc = reinterpret_cast<const float*>(s.scales.data())[r * nb + c / 32];
+        const float sc = k::I8ScaleAt(s.scales.data(), r * nb + c / 32);
         CHECK(std::fabs(k::WeightAt(s.view, r, c) - w[size_t(r * cols + c)]) <= sc / 2 * (1 + 1e-6) + 1e-30);
+      }
+    // Each scale is the block's amax / 127 rounded to the nearest bfloat16, and the block's largest
+    // element is +-127 (the rounded scale never pushes it to 128: the header's argument).
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < nb; ++b) {
+        float amax = 0;
+        int qmax = 0;
+        for (int64_t c = b * 32; c < std::min(cols, b * 32 + 32); ++c) {
+          amax = std::max(amax, std::fabs(w[size_t(r * cols + c)]));
+          qmax = std::max(qmax, std::abs(int(reinterpret_cast<const int8_t*>(s.data.data())[r * cols + c])));
+        }
+        CHECK(reinterpret_cast<const uint16_t*>(s.scales.data())[r * nb + b] == k::FloatToBf16(amax / 127.0f));
+        CHECK(qmax == (amax > 0 ? 127 : 0));
       }
     for (WeightType type : kTypes) {
       if (type == WeightType::kFP4 && cols % 32 != 0) continue;
@@ -326,7 +339,7 @@ TEST_CASE("every FP8 and FP4 code and INT8 value decodes in the vector kernels e
   }
   {
     std::vector<int8_t> codes(256);  // INT8: every value, scale 1
-    std::vector<float> scales(8, 1.0f);
+    std::vector<uint16_t> scales(8, k::FloatToBf16(1.0f));
     for (int i = 0; i < 256; ++i) codes[size_t(i)] = int8_t(i - 128);
     const std::vector<float> dec = DecodeOneRow(WeightType::kI8, codes.data(), scales.data(), 256);
     for (int i = 0; i < 256; ++i) {
@@ -364,7 +377,7 @@ static float TwinOrderedDot(const k::WeightView& v, int64_t r, const float* x) {
   };
   auto scale = [&](int64_t b) -> float {
     switch (v.type) {
-      case WeightType::kI8: return static_cast<const float*>(v.scales)[r * nb + b];
+      case WeightType::kI8: return k::I8ScaleAt(v.scales, r * nb + b);
       case WeightType::kFP8: return k::DecodeE8M0(static_cast<const uint8_t*>(v.scales)[((v.row0 + r) / 32) * nb + b]);
       case WeightType::kFP4: return k::DecodeE8M0(static_cast<const uint8_t*>(v.scales)[r * nb + b]);
       default: return 1.0f;

@@ -92,7 +92,7 @@ TEST_CASE("init --dtype int8 loaded as stored == init f32 + --weights int8, bit 
     REQUIRE(f.Find("head.weight"));
     CHECK(f.Find("head.weight")->dtype == DType::I8);
     REQUIRE(f.Find("head.scale"));
-    CHECK(f.Find("head.scale")->dtype == DType::F32);
+    CHECK(f.Find("head.scale")->dtype == DType::BF16);
     CHECK(f.Find("layers.0.attn.wo_a.scale")->shape.size() == 3);  // [groups, rank, in / 32]
     CHECK(f.Find("embed.weight")->dtype == DType::F32);             // not a matmul weight
     CHECK(f.Find("layers.0.ffn.gate.weight")->dtype == DType::F32);  // the router stays F32
@@ -110,7 +110,7 @@ TEST_CASE("init --dtype int8 loaded as stored == init f32 + --weights int8, bit 
       const Weight& a = m->head();
       const Weight& b = converted->head();
       CHECK(std::memcmp(a.stored, b.stored, size_t(a.rows * a.cols)) == 0);
-      CHECK(std::memcmp(a.scales, b.scales, size_t(a.rows * (a.cols / 32)) * 4) == 0);
+      CHECK(std::memcmp(a.scales, b.scales, size_t(a.rows * (a.cols / 32)) * 2) == 0);  // bfloat16 scales
       CHECK(Logits(*m) == want);
     }
 }
@@ -176,7 +176,40 @@ TEST_CASE("an INT8 tensor without its scales, or with misshapen ones, is an erro
   });
   const std::string e2 = LoadError(d2);
   CHECK(e2.find("head.scale") != std::string::npos);
-  CHECK(e2.find("expected F32") != std::string::npos);
+  CHECK(e2.find("expected BF16") != std::string::npos);
+}
+
+// Files written before session 37 hold F32 scales. Each is read as its nearest bfloat16: scales a
+// little off their bfloat16s (by 2^-12 of themselves, under half a bfloat16 step) give the model
+// of the bfloat16 file exactly.
+TEST_CASE("an INT8 file with F32 scales loads as their nearest bfloat16s") {
+  const std::string d = Written("int8f32s", InitDType::kI8);
+  const std::string old = cedar::test::TempDir("initdt-int8-f32-scales");
+  std::filesystem::copy_file(d + "/config.json", old + "/config.json", std::filesystem::copy_options::overwrite_existing);
+  {
+    SafetensorsWriter w;
+    SafetensorsFile f(d + "/model.safetensors");
+    int f32_scales = 0;
+    for (const auto& [name, t] : f.Tensors()) {
+      if (name.size() > 6 && name.compare(name.size() - 6, 6, ".scale") == 0 && t.dtype == DType::BF16) {
+        std::vector<float> v(t.nbytes / 2);
+        for (size_t i = 0; i < v.size(); ++i) v[i] = kernels::Bf16ToFloat(reinterpret_cast<const uint16_t*>(t.data)[i]) * (1.0f + 0x1p-12f);
+        w.AddF32(name, t.shape, v.data());
+        ++f32_scales;
+      } else {
+        w.AddRaw(name, t.dtype, t.shape, t.data, t.nbytes);
+      }
+    }
+    REQUIRE(f32_scales > 0);
+    w.Write(old + "/model.safetensors");
+  }
+  auto want = Load(d, WeightPrecision::kAsStored);
+  auto got = Load(old, WeightPrecision::kAsStored);
+  const Weight& a = got->head();
+  const Weight& b = want->head();
+  REQUIRE(a.type == kernels::WeightType::kI8);
+  CHECK(std::memcmp(a.scales, b.scales, size_t(a.rows * ((a.cols + 31) / 32)) * 2) == 0);
+  CHECK(Logits(*got) == Logits(*want));
 }
 
 // The symmetric format holds -127..127: the 8-bit- and BF16-activation kernels take a weight's
