@@ -8,7 +8,17 @@
 
 #include "kernels/ops.h"
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 namespace cedar::kernels::internal {
+
+#if defined(__AVX512F__)
+// 16 bfloat16s (bits) as floats, each widened by a 16-bit shift (exact): BF16 weights, and INT8's
+// bfloat16 block scales.
+inline __m512 Bf16x16ToFloats(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+#endif
 
 class PackedRows;  // gemm_prefill.h
 

@@ -271,7 +271,7 @@ struct SrcI8 {
     const int64_t left = nb - 16 * g;
     const __m256i c = left >= 16 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h))
                                  : _mm256_maskz_loadu_epi16(__mmask16((1u << left) - 1), h);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(c), 16));
+    return Bf16x16ToFloats(c);
   }
   static const SrcFp8::Tables& Lut() {
     static const SrcFp8::Tables t = [] {
