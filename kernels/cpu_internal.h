@@ -22,13 +22,22 @@ inline __m512 Bf16x16ToFloats(__m256i h) { return _mm512_castsi512_ps(_mm512_sll
 
 class PackedRows;  // gemm_prefill.h
 
+// The first 64-byte aligned float of buf, grown to hold `floats` from there. Packed tiles are read
+// a vector at a time, and a buffer only 16-byte aligned (what malloc gives) splits every other
+// load across two cache lines.
+inline float* Aligned64(std::vector<float>& buf, size_t floats) {
+  buf.resize(floats + 16);
+  return buf.data() + ((64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64) / sizeof(float);
+}
+
 // BLAS runs single-threaded; parallelism comes from our pool (see thread_pool.h). Idempotent.
 void EnsureBlasSingleThreaded();
 
-// y[r] = w[r, :] . x for r in [0, rows): the one-row product (decode). OpenBLAS's sgemv takes
-// a lock per call to allocate its buffer, which two threads slicing one layer's products into
-// dozens of calls contend on (~4% of decode time).
-// Its weights are read once (decode), so the AVX2 path prefetches them non-temporally.
+// y[r] = w[r, :] . x for r in [0, rows): the one-row product (decode). Every ISA sums each output
+// in the lane-16 order (gemm_rowinv.h), so it equals the same row inside a many-row product;
+// OpenBLAS's sgemv does not (and takes a lock per call, which two threads slicing a layer's
+// products contended on: ~4% of decode). Its weights are read once, so the SIMD paths prefetch
+// them non-temporally.
 void MatVec(const float* w, const float* x, float* y, int rows, int in);
 
 // Products of x with at most this many rows run on MatmulFewRows, not sgemm.

@@ -394,8 +394,17 @@ void IndexScores(const float* q, const float* w, const float* keys, int n_rows, 
     }
   };
   const double work = double(n_rows) * n_keys * n_heads * head_dim;
-  if (n_rows >= 2 && work > 2e5) ParallelFor(n_rows, 1, rows_part);
-  else rows_part(0, n_rows);
+  if (n_rows <= 2) {
+    // Decode without the path above (no AVX2 and FMA, or heads / head_dim it does not tile): one
+    // sgemm per row, so a row's bits do not depend on how the pool splits the rows (sgemm's did).
+    ParallelFor(n_rows, 1, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) rows_part(r, r + 1);
+    });
+  } else if (work > 2e5) {
+    ParallelFor(n_rows, 1, rows_part);
+  } else {
+    rows_part(0, n_rows);
+  }
 }
 
 namespace {

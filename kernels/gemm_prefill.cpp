@@ -1,6 +1,7 @@
 // The many-row F32 product (see gemm_prefill.h for its blocking and summation order).
 #include "kernels/gemm_prefill.h"
 
+#include "kernels/cpu_internal.h"
 #include "kernels/thread_pool.h"
 
 #include <algorithm>
@@ -225,12 +226,6 @@ void RunBlock(const float* p0, size_t panel_floats, int panels, const float* w, 
 #endif
 }
 #endif
-
-// The first 64-byte aligned float of buf, grown to hold `floats` from there.
-float* Aligned64(std::vector<float>& buf, size_t floats) {
-  buf.resize(floats + 16);
-  return buf.data() + ((64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64) / sizeof(float);
-}
 
 }  // namespace
 

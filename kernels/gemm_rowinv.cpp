@@ -32,6 +32,7 @@
 #define CEDAR_GEMM_AVX512 1
 #endif
 
+#include "kernels/cpu_internal.h"
 #include "kernels/hsum_rows_avx512.h"
 #include "kernels/thread_pool.h"
 
@@ -54,15 +55,6 @@ constexpr int kTileAcc = 2 * kMr * kNr * 8;  // floats of accumulator per tile (
 
 int RoundUp16(int k) { return (k + 15) / 16 * 16; }
 
-// v sized for n floats starting at a 64-byte boundary; returns that start. Packed tiles are read
-// 32 bytes at a time, and a buffer only 16-byte aligned (what malloc gives) splits every other
-// load across two cache lines.
-float* Aligned64(std::vector<float>& v, size_t n) {
-  v.resize(n + 16);
-  const auto p = reinterpret_cast<uintptr_t>(v.data());
-  return v.data() + ((64 - p % 64) % 64) / sizeof(float);
-}
-
 void DecodeF32(const WeightPanelSource& s, int row0, int nrows, int k0, int nk, float* dst) {
   const float* w = static_cast<const float*>(s.ctx);
   for (int r = 0; r < nrows; ++r)
@@ -75,25 +67,6 @@ inline float Reduce16(const float* a) {
   for (int i = 0; i < 8; ++i) t[i] = a[i] + a[i + 8];
   for (int i = 0; i < 4; ++i) u[i] = t[i] + t[i + 4];
   return (u[0] + u[2]) + (u[1] + u[3]);
-}
-
-// Rows [row0, row0 + nrows) of W, all of K, into panel[round_up(nrows, kNr), kp] with zeros past
-// `in` and in the padding rows.
-void DecodePanel(const WeightPanelSource& w, int row0, int nrows, int kp, std::vector<float>& panel,
-                 std::vector<float>& raw) {
-  const int prow = (nrows + kNr - 1) / kNr * kNr;
-  panel.resize(size_t(prow) * kp);
-  if (kp == w.in) {
-    w.decode(w, row0, nrows, 0, w.in, panel.data());
-  } else {
-    raw.resize(size_t(nrows) * w.in);
-    w.decode(w, row0, nrows, 0, w.in, raw.data());
-    for (int r = 0; r < nrows; ++r) {
-      std::memcpy(panel.data() + size_t(r) * kp, raw.data() + size_t(r) * w.in, sizeof(float) * size_t(w.in));
-      std::fill(panel.data() + size_t(r) * kp + w.in, panel.data() + size_t(r + 1) * kp, 0.0f);
-    }
-  }
-  std::fill(panel.data() + size_t(nrows) * kp, panel.data() + size_t(prow) * kp, 0.0f);
 }
 
 #if defined(CEDAR_GEMM_AVX512)
@@ -223,6 +196,25 @@ void StoreTile(const float* acc, int mr, float* y, int y_stride, int b0, int col
 #endif
 
 #if defined(CEDAR_GEMM_AVX2)
+// Rows [row0, row0 + nrows) of W, all of K, into panel[round_up(nrows, kNr), kp] with zeros past
+// `in` and in the padding rows.
+void DecodePanel(const WeightPanelSource& w, int row0, int nrows, int kp, std::vector<float>& panel,
+                 std::vector<float>& raw) {
+  const int prow = (nrows + kNr - 1) / kNr * kNr;
+  panel.resize(size_t(prow) * kp);
+  if (kp == w.in) {
+    w.decode(w, row0, nrows, 0, w.in, panel.data());
+  } else {
+    raw.resize(size_t(nrows) * w.in);
+    w.decode(w, row0, nrows, 0, w.in, raw.data());
+    for (int r = 0; r < nrows; ++r) {
+      std::memcpy(panel.data() + size_t(r) * kp, raw.data() + size_t(r) * w.in, sizeof(float) * size_t(w.in));
+      std::fill(panel.data() + size_t(r) * kp + w.in, panel.data() + size_t(r + 1) * kp, 0.0f);
+    }
+  }
+  std::fill(panel.data() + size_t(nrows) * kp, panel.data() + size_t(prow) * kp, 0.0f);
+}
+
 // Floats of one packed vector: 16 (AVX-512: one accumulator holds the 16 lanes) or 8 (AVX2: the
 // lanes in two halves, each packed as a pass of its own).
 #if defined(CEDAR_GEMM_AVX512)
@@ -289,7 +281,7 @@ void GemmRowInvariant(const float* x, int n, const WeightPanelSource& w, float* 
   thread_local std::vector<float> xpack, panel, raw, wpack, accbuf;  // reused across calls
   // x in tiles of kMr rows, each packed over all of K (a tile's K step k0 starts at k0 * rows).
   const int n_tiles = (n + kMr - 1) / kMr;
-  float* const xp0 = Aligned64(xpack, size_t(n_tiles) * kMr * kp);
+  float* const xp0 = internal::Aligned64(xpack, size_t(n_tiles) * kMr * kp);
   for (int it = 0; it < n_tiles; ++it)
     PackRows(x + size_t(it) * kMr * in, size_t(in), std::min(kMr, n - it * kMr), in, kp,
              xp0 + size_t(it) * kMr * kp);
@@ -301,7 +293,7 @@ void GemmRowInvariant(const float* x, int n, const WeightPanelSource& w, float* 
     const int g1 = std::min(col1, g0 + group_cols);
     const int n_panels = (g1 - g0 + kPanelRows - 1) / kPanelRows;
     const size_t panel_floats = size_t(kPanelRows) * kp;
-    float* const wp0 = Aligned64(wpack, size_t(n_panels) * panel_floats);
+    float* const wp0 = internal::Aligned64(wpack, size_t(n_panels) * panel_floats);
     for (int p = 0; p < n_panels; ++p) {
       const int jc = g0 + p * kPanelRows, nc = std::min(kPanelRows, g1 - jc);
       DecodePanel(w, jc, nc, kp, panel, raw);
@@ -315,7 +307,7 @@ void GemmRowInvariant(const float* x, int n, const WeightPanelSource& w, float* 
         const int jc = g0 + p * kPanelRows, nc = std::min(kPanelRows, g1 - jc);
         const int njt = (nc + kNr - 1) / kNr;
         const float* wp = wp0 + p * panel_floats;
-        float* const acc0 = Aligned64(accbuf, size_t(nit) * njt * kTileAcc);
+        float* const acc0 = internal::Aligned64(accbuf, size_t(nit) * njt * kTileAcc);
         for (int k0 = 0; k0 < kp; k0 += kKStep) {
           const int nblk16 = std::min(kKStep, kp - k0) / 16;
           const bool last = k0 + kKStep >= kp;

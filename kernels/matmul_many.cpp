@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <vector>
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
@@ -120,6 +121,39 @@ void MatVecRows(const float* w, size_t w_stride, const float* x, float* y, size_
 }  // namespace
 #endif
 
+#if !(defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)))
+namespace {
+// MatVec where the build has no AVX2 and FMA (CEDAR_NATIVE=OFF without an -march): each row summed
+// in the lane-16 order (ref::DotLane16, the same bits), as 16 independent FMA chains, so a row
+// alone equals the same row of the row-invariant GEMM (sgemv, used here before, did not). GCC
+// clones it for x86-64-v3 and picks that clone at load where the CPU has AVX2 and FMA: the chains
+// become two 8-lane FMAs per 16 floats instead of 16 calls to fmaf.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v3", "default")))
+#endif
+void MatVecLane16Portable(const float* w, const float* x, float* y, int rows, int in) {
+  const int in16 = in / 16 * 16;
+  for (int r = 0; r < rows; ++r) {
+    const float* wr = w + size_t(r) * in;
+    float acc[16] = {};
+    for (int k0 = 0; k0 < in16; k0 += 16) {
+#pragma omp simd
+      for (int j = 0; j < 16; ++j) acc[j] = std::fma(wr[k0 + j], x[k0 + j], acc[j]);
+    }
+    if (in16 < in)  // the last block zero-padded, as the definition pads K to a multiple of 16
+      for (int j = 0; j < 16; ++j) {
+        const bool in_row = in16 + j < in;
+        acc[j] = std::fma(in_row ? wr[in16 + j] : 0.0f, in_row ? x[in16 + j] : 0.0f, acc[j]);
+      }
+    float t[8], u[4];  // GCC's _mm512_reduce_add_ps order (gemm_rowinv.h)
+    for (int i = 0; i < 8; ++i) t[i] = acc[i] + acc[i + 8];
+    for (int i = 0; i < 4; ++i) u[i] = t[i] + t[i + 4];
+    y[r] = (u[0] + u[2]) + (u[1] + u[3]);
+  }
+}
+}  // namespace
+#endif
+
 void MatVec(const float* w, const float* x, float* y, int rows, int in) {
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
   int r = 0;
@@ -138,7 +172,7 @@ void MatVec(const float* w, const float* x, float* y, int rows, int in) {
 #endif
   for (; r < rows; ++r) MatVecRows<1>(w + size_t(r) * in, in, x, y + r, 1, in);
 #else
-  cblas_sgemv(CblasRowMajor, CblasNoTrans, rows, in, 1.0f, w, in, x, 1, 0.0f, y, 1);
+  MatVecLane16Portable(w, x, y, rows, in);
 #endif
 }
 
