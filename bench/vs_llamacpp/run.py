@@ -14,6 +14,10 @@ summary line per pair (medians over the rounds):
   read_bandwidth_gbs                           Cedar's read probe beside that pair (median)
   *_fraction_of_bound                          bytes x tokens/s / the probe, for both engines
 
+The released precisions pair as `fp8-fp4+bf16a=q8_0-mxfp4`: Cedar's FP8 dense weights, FP4 routed
+experts and BF16 head against a GGUF of Q8_0 attention, MXFP4 FFN matrices and a BF16 head, with
+as many FFN matrices kept Q8_0 as brings its bytes a token closest to Cedar's (write_gguf.py).
+
 llama-bench comes from scripts/setup_llamacpp.sh (scripts/test.sh runs it).
 """
 import argparse
@@ -45,12 +49,12 @@ def parse_pairs(text):
             fail(f"--pairs wants CEDAR=GGUF items (e.g. bf16=f16), got '{item}'")
         cedar, gguf = item.split("=", 1)
         weights, *flags = cedar.split("+")
-        if weights not in ("f32", "bf16", "int8"):
-            fail(f"--pairs: Cedar weights f32, bf16 or int8 (+bf16a, +int8a), got '{cedar}'")
+        if weights not in ("f32", "bf16", "int8", "fp8-fp4"):
+            fail(f"--pairs: Cedar weights f32, bf16, int8 or fp8-fp4 (+bf16a, +int8a), got '{cedar}'")
         if any(f not in ("bf16a", "int8a") for f in flags):
             fail(f"--pairs: Cedar flags are +bf16a and +int8a, got '{cedar}'")
-        if gguf not in write_gguf.GGML_TYPES:
-            fail(f"--pairs: llama.cpp types {', '.join(sorted(write_gguf.GGML_TYPES))}, got '{gguf}'")
+        if gguf not in write_gguf.KINDS:
+            fail(f"--pairs: llama.cpp types {', '.join(write_gguf.KINDS)}, got '{gguf}'")
         pairs.append((cedar, weights, flags, gguf))
     if not pairs:
         fail("--pairs is empty")
@@ -81,20 +85,32 @@ def llama_shape(dim, vocab, params):
     return argparse.Namespace(layers=layers, dim=dim, heads=heads, kv_heads=kv_heads, ffn=ffn, vocab=vocab)
 
 
-def gguf_bytes_per_token(shape, kind):
-    """Bytes of the matmul tensors one decode token reads (the embedding row and norms aside)."""
-    per_param = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32}[kind]
-    return write_gguf.matmul_params(shape) * per_param
+def cedar_bytes_per_token(cedar, model, weights):
+    """What `cedar info` says one decode token streams at --weights (bytes)."""
+    info = subprocess.run([cedar, "info", "--model", model, "--weights", weights, "--json"], capture_output=True, text=True, check=True).stdout
+    return float(json.loads(info)["decode_weight_bytes_per_token"])
 
 
-def write_model(shape, kind, directory):
-    path = os.path.join(directory, f"llama-{shape.layers}x{shape.dim}-ffn{shape.ffn}-kv{shape.kv_heads}-v{shape.vocab}-{kind}.gguf")
+def gguf_model(shape, kind, q8_ffn=0):
+    """The GGUF's shape with its tensor types (write_gguf.plan's arguments)."""
+    return argparse.Namespace(**vars(shape), type=kind, q8_ffn_tensors=q8_ffn)
+
+
+def fit_q8_ffn(shape, target_bytes):
+    """q8_0-mxfp4: how many FFN matrices stay Q8_0 so the bytes a token come closest to target."""
+    return min(range(3 * shape.layers + 1), key=lambda k: abs(write_gguf.matmul_bytes(gguf_model(shape, write_gguf.RELEASED, k)) - target_bytes))
+
+
+def write_model(model, directory):
+    suffix = f"-q8ffn{model.q8_ffn_tensors}" if model.type == write_gguf.RELEASED else ""
+    path = os.path.join(directory, f"llama-{model.layers}x{model.dim}-ffn{model.ffn}-kv{model.kv_heads}-v{model.vocab}-{model.type}{suffix}.gguf")
     if not os.path.exists(path):
         tmp = path + ".part"
         subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "write_gguf.py"),
-                        "--out", tmp, "--type", kind, "--layers", str(shape.layers), "--dim", str(shape.dim),
-                        "--heads", str(shape.heads), "--kv-heads", str(shape.kv_heads), "--ffn", str(shape.ffn),
-                        "--vocab", str(shape.vocab)], check=True, stdout=subprocess.DEVNULL)
+                        "--out", tmp, "--type", model.type, "--q8-ffn-tensors", str(model.q8_ffn_tensors),
+                        "--layers", str(model.layers), "--dim", str(model.dim), "--heads", str(model.heads),
+                        "--kv-heads", str(model.kv_heads), "--ffn", str(model.ffn), "--vocab", str(model.vocab)],
+                       check=True, stdout=subprocess.DEVNULL)
         os.replace(tmp, path)
     return path
 
@@ -131,7 +147,8 @@ def main():
     ap.add_argument("--model", required=True, help="Cedar model directory (cedar init --out)")
     ap.add_argument("--cedar", default=os.path.join(ROOT, "build", "cedar"))
     ap.add_argument("--llama-bench", default=os.path.join(ROOT, "build", "llamacpp", "build", "bin", "llama-bench"))
-    ap.add_argument("--pairs", default=DEFAULT_PAIRS, help="CEDAR=GGUF items; CEDAR is f32|bf16|int8 with optional +bf16a / +int8a")
+    ap.add_argument("--pairs", default=DEFAULT_PAIRS, help="CEDAR=GGUF items; CEDAR is f32|bf16|int8|fp8-fp4 with optional +bf16a / +int8a, "
+                    "GGUF f32|f16|bf16|q8_0|q8_0-mxfp4")
     ap.add_argument("--gguf-dir", default=os.path.join(tempfile.gettempdir(), "cedar-vs-llamacpp"),
                     help="where the GGUF files are written and reused")
     ap.add_argument("--context", type=int, default=512, help="tokens in context before decoding (llama-bench -d)")
@@ -153,10 +170,18 @@ def main():
 
     dim, vocab, params = cedar_shape(args.cedar, args.model)
     shape = llama_shape(dim, vocab, params)
+    models = {}  # GGUF kind -> its shape and tensor types
+    for cedar_name, weights, flags, gguf in pairs:
+        if gguf == write_gguf.RELEASED and gguf not in models:
+            models[gguf] = gguf_model(shape, gguf, fit_q8_ffn(shape, cedar_bytes_per_token(args.cedar, args.model, weights)))
+        models.setdefault(gguf, gguf_model(shape, gguf))
     print(json.dumps({"bench": "vs_llamacpp_models", "cedar_model": args.model, "cedar_matmul_params_per_token": params,
                       "llamacpp_matmul_params_per_token": write_gguf.matmul_params(shape),
-                      "llamacpp_shape": vars(shape)}), flush=True)
-    paths = {g: write_model(shape, g, args.gguf_dir) for g in sorted({p[3] for p in pairs})}
+                      "llamacpp_shape": vars(shape),
+                      "llamacpp_bytes_per_token": {g: write_gguf.matmul_bytes(m) for g, m in sorted(models.items())},
+                      "llamacpp_q8_0_ffn_matrices": {g: m.q8_ffn_tensors for g, m in models.items() if g == write_gguf.RELEASED}}),
+          flush=True)
+    paths = {g: write_model(m, args.gguf_dir) for g, m in sorted(models.items())}
 
     results = {p[0] + "=" + p[3]: [] for p in pairs}
     for rnd in range(args.rounds):
@@ -169,7 +194,7 @@ def main():
                     line = run_cedar(args.cedar, args.model, weights, flags, args)
             probe = statistics.median(line["read_probes_gbs"])
             cedar_bytes = line["weight_bytes_per_step_lower_bound"]
-            llama_bytes = gguf_bytes_per_token(shape, gguf)
+            llama_bytes = write_gguf.matmul_bytes(models[gguf])
             llama_tps = statistics.median(samples)
             row = {
                 "bench": "vs_llamacpp", "round": rnd, "cedar": cedar_name, "llamacpp": gguf,
