@@ -33,6 +33,27 @@ inline float* Aligned64(std::vector<float>& buf, size_t floats) {
 // BLAS runs single-threaded; parallelism comes from our pool (see thread_pool.h). Idempotent.
 void EnsureBlasSingleThreaded();
 
+// One output in the lane-16 order (gemm_rowinv.h; ref::DotLane16's bits) as 16 independent FMA
+// chains the compiler vectorises: the kernels' portable paths (builds without AVX2 and FMA), inlined
+// into functions that GCC clones for x86-64-v3.
+inline float DotLane16Simd(const float* w, const float* x, int in) {
+  const int in16 = in / 16 * 16;
+  float acc[16] = {};
+  for (int k0 = 0; k0 < in16; k0 += 16) {
+#pragma omp simd
+    for (int j = 0; j < 16; ++j) acc[j] = __builtin_fmaf(w[k0 + j], x[k0 + j], acc[j]);
+  }
+  if (in16 < in)  // the last block zero-padded, as the definition pads K to a multiple of 16
+    for (int j = 0; j < 16; ++j) {
+      const bool in_row = in16 + j < in;
+      acc[j] = __builtin_fmaf(in_row ? w[in16 + j] : 0.0f, in_row ? x[in16 + j] : 0.0f, acc[j]);
+    }
+  float t[8], u[4];  // GCC's _mm512_reduce_add_ps order
+  for (int i = 0; i < 8; ++i) t[i] = acc[i] + acc[i + 8];
+  for (int i = 0; i < 4; ++i) u[i] = t[i] + t[i + 4];
+  return (u[0] + u[2]) + (u[1] + u[3]);
+}
+
 // y[r] = w[r, :] . x for r in [0, rows): the one-row product (decode). Every ISA sums each output
 // in the lane-16 order (gemm_rowinv.h), so it equals the same row inside a many-row product;
 // OpenBLAS's sgemv does not (and takes a lock per call, which two threads slicing a layer's

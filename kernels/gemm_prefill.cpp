@@ -205,6 +205,60 @@ void RunTile512(int mo, int panels, const float* p, size_t pf, const float* w, i
 
 }  // namespace
 
+#if !defined(CEDAR_PREFILL_AVX2)
+namespace {
+// GemmPrefillRows where the build has no AVX2 and FMA (CEDAR_NATIVE=OFF without an -march): the
+// same FMA chain per output (ref's bits), 8 rows of x at a time, transposed so the chains of 8
+// rows run side by side. GCC clones it for x86-64-v3 and picks that clone at load where the CPU
+// has AVX2 and FMA (an 8-lane FMA per weight), so such a build keeps the prefill's row
+// invariance without falling back to sgemm.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v3", "default")))
+#endif
+void GemmPrefillRowsPortable(const float* x, const float* w, float* y, int in, int out, int y_stride, int r0, int r1) {
+  constexpr int kRows = 8;
+  thread_local std::vector<float> xt;  // [in][kRows]: 8 rows of x, transposed
+  xt.resize(size_t(in) * kRows);
+  for (int b0 = r0; b0 < r1; b0 += kRows) {
+    const int nr = std::min(kRows, r1 - b0);
+    for (int k = 0; k < in; ++k)
+      for (int i = 0; i < kRows; ++i) xt[size_t(k) * kRows + i] = i < nr ? x[size_t(b0 + i) * in + k] : 0.0f;
+    int o = 0;
+    for (; o + 4 <= out; o += 4) {  // 4 outputs share each load of x: 4 FMAs per 8 rows of x
+      const float* wo = w + size_t(o) * in;
+      float a0[kRows] = {}, a1[kRows] = {}, a2[kRows] = {}, a3[kRows] = {};
+      for (int k = 0; k < in; ++k) {
+        const float w0 = wo[k], w1 = wo[in + k], w2 = wo[2 * size_t(in) + k], w3 = wo[3 * size_t(in) + k];
+        const float* xk = xt.data() + size_t(k) * kRows;
+#pragma omp simd
+        for (int i = 0; i < kRows; ++i) {
+          a0[i] = std::fma(w0, xk[i], a0[i]);
+          a1[i] = std::fma(w1, xk[i], a1[i]);
+          a2[i] = std::fma(w2, xk[i], a2[i]);
+          a3[i] = std::fma(w3, xk[i], a3[i]);
+        }
+      }
+      for (int i = 0; i < nr; ++i) {
+        float* yr = y + size_t(b0 + i) * y_stride + o;
+        yr[0] = a0[i], yr[1] = a1[i], yr[2] = a2[i], yr[3] = a3[i];
+      }
+    }
+    for (; o < out; ++o) {
+      const float* wo = w + size_t(o) * in;
+      float acc[kRows] = {};
+      for (int k = 0; k < in; ++k) {
+        const float wk = wo[k];
+        const float* xk = xt.data() + size_t(k) * kRows;
+#pragma omp simd
+        for (int i = 0; i < kRows; ++i) acc[i] = std::fma(wk, xk[i], acc[i]);
+      }
+      for (int i = 0; i < nr; ++i) y[size_t(b0 + i) * y_stride + o] = acc[i];
+    }
+  }
+}
+}  // namespace
+#endif
+
 namespace {
 
 #if defined(CEDAR_PREFILL_AVX2)
@@ -236,7 +290,7 @@ void GemmPrefillRows(const float* x, const float* w, float* y, int in, int out, 
     return;
   }
 #if !defined(CEDAR_PREFILL_AVX2)
-  ref::GemmPrefillRows(x, w, y, in, out, y_stride, r0, r1);
+  GemmPrefillRowsPortable(x, w, y, in, out, y_stride, r0, r1);
 #else
   // Up to kPrefillRowBlock rows at a time: their panels (packed once, reused by every output)
   // and a 6-output weight block that each panel's tile reads in turn.

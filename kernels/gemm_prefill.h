@@ -8,7 +8,8 @@
 // x from a packed panel [in][16]) runs over all of K and writes y directly; where the build
 // targets AVX-512, a tile of 6 outputs x 48 rows (18 16-lane accumulators: each broadcast feeds
 // three FMAs) does, ~2x sgemm's rate on small's shapes (bench_gemm). Threads claim blocks of
-// rows (MatmulMany), so each packs only its own rows.
+// rows (MatmulMany), so each packs only its own rows. A build without AVX2 and FMA runs a
+// portable kernel with the same FMA chains (cloned for x86-64-v3 at load), not sgemm.
 //
 // Summation order: every output is one FMA chain over k = 0, 1, ..., in - 1 starting from
 // +0.0f. It does not depend on n, on the row's position, or on which rows or columns a call
@@ -21,14 +22,6 @@
 #include <vector>
 
 namespace cedar::kernels::internal {
-
-// True where the AVX2 kernel is compiled in; elsewhere GemmPrefillRows is the scalar reference
-// and the engine keeps OpenBLAS sgemm for these products (PrefillRowsJob, matmul_quant.cpp).
-#if defined(__AVX2__) && defined(__FMA__)
-constexpr bool kPrefillGemmFast = true;
-#else
-constexpr bool kPrefillGemmFast = false;
-#endif
 
 // Rows of x claimed as one unit of work (3 panels of 16): the 6-output weight block a tile
 // reads stays in L1 while it runs against each panel.

@@ -257,6 +257,25 @@ void RunTile(int mr, const float* xp, const float* wp, int nblk16, float* acc, b
 
 }  // namespace
 
+#if !defined(CEDAR_GEMM_AVX2)
+namespace {
+// The build has no AVX2 and FMA (CEDAR_NATIVE=OFF without an -march): each output in the lane-16
+// order by DotLane16Simd (ref's bits), cloned for x86-64-v3 at load (two 8-lane FMAs per 16 floats).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v3", "default")))
+#endif
+void GemmRowInvariantPortable(const float* x, int n, const WeightPanelSource& w, float* y, int y_stride, int col0,
+                              int col1) {
+  thread_local std::vector<float> row;  // one decoded weight row, reused across calls
+  row.resize(size_t(std::max(w.in, 0)));
+  for (int c = col0; c < col1; ++c) {
+    if (w.in > 0) w.decode(w, c, 1, 0, w.in, row.data());
+    for (int b = 0; b < n; ++b) y[size_t(b) * y_stride + c] = internal::DotLane16Simd(row.data(), x + size_t(b) * w.in, w.in);
+  }
+}
+}  // namespace
+#endif
+
 WeightPanelSource F32Panels(const float* w, int out, int in) {
   WeightPanelSource s;
   s.decode = DecodeF32;
@@ -269,7 +288,7 @@ WeightPanelSource F32Panels(const float* w, int out, int in) {
 void GemmRowInvariant(const float* x, int n, const WeightPanelSource& w, float* y, int y_stride, int col0,
                       int col1) {
 #if !defined(CEDAR_GEMM_AVX2)
-  ref::GemmRowInvariant(x, n, w, y, y_stride, col0, col1);
+  GemmRowInvariantPortable(x, n, w, y, y_stride, col0, col1);
 #else
   if (n <= 0 || col1 <= col0) return;
   const int in = w.in;

@@ -132,24 +132,7 @@ namespace {
 __attribute__((target_clones("arch=x86-64-v3", "default")))
 #endif
 void MatVecLane16Portable(const float* w, const float* x, float* y, int rows, int in) {
-  const int in16 = in / 16 * 16;
-  for (int r = 0; r < rows; ++r) {
-    const float* wr = w + size_t(r) * in;
-    float acc[16] = {};
-    for (int k0 = 0; k0 < in16; k0 += 16) {
-#pragma omp simd
-      for (int j = 0; j < 16; ++j) acc[j] = std::fma(wr[k0 + j], x[k0 + j], acc[j]);
-    }
-    if (in16 < in)  // the last block zero-padded, as the definition pads K to a multiple of 16
-      for (int j = 0; j < 16; ++j) {
-        const bool in_row = in16 + j < in;
-        acc[j] = std::fma(in_row ? wr[in16 + j] : 0.0f, in_row ? x[in16 + j] : 0.0f, acc[j]);
-      }
-    float t[8], u[4];  // GCC's _mm512_reduce_add_ps order (gemm_rowinv.h)
-    for (int i = 0; i < 8; ++i) t[i] = acc[i] + acc[i + 8];
-    for (int i = 0; i < 4; ++i) u[i] = t[i] + t[i + 4];
-    y[r] = (u[0] + u[2]) + (u[1] + u[3]);
-  }
+  for (int r = 0; r < rows; ++r) y[r] = DotLane16Simd(w + size_t(r) * in, x, in);
 }
 }  // namespace
 #endif
@@ -198,7 +181,7 @@ void MatmulColumns(const MatmulJob& j, int col0, int col1) {
 }
 
 bool PrefillRowsJob(const MatmulJob& j) {
-  return kPrefillGemmFast && j.n > kFewRowsMax && j.wv.type == WeightType::kF32 &&
+  return j.n > kFewRowsMax && j.wv.type == WeightType::kF32 &&
          !row_invariant_matmul.load(std::memory_order_relaxed);
 }
 
@@ -206,7 +189,7 @@ namespace {
 
 // A typed many-row product whose x is packed once for all its weight panels (RunMatmulJobs).
 bool PacksTypedRows(const MatmulJob& m, int threads) {
-  if (!kPrefillGemmFast || m.n <= kFewRowsMax || m.out <= 0 || m.in <= 0 || m.wv.type == WeightType::kF32) return false;
+  if (m.n <= kFewRowsMax || m.out <= 0 || m.in <= 0 || m.wv.type == WeightType::kF32) return false;
   return (m.out + threads - 1) / threads > TypedPanelRows(m.in);
 }
 
@@ -221,7 +204,7 @@ constexpr int kWholeDecodeMinRows = 2048;
 
 // A typed many-row product small enough to decode whole and run as an F32 one (RunMatmulJobs).
 bool DecodesWhole(const MatmulJob& m, int threads) {
-  return kPrefillGemmFast && m.n >= kWholeDecodeMinRows && m.out > 0 && m.in > 0 && m.wv.type != WeightType::kF32 &&
+  return m.n >= kWholeDecodeMinRows && m.out > 0 && m.in > 0 && m.wv.type != WeightType::kF32 &&
          !row_invariant_matmul.load(std::memory_order_relaxed) && !PacksTypedRows(m, threads) &&
          size_t(m.out) * size_t(m.in) <= kWholeDecodeFloats;
 }
@@ -433,21 +416,19 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
   thread_local std::vector<const PackedRows*> packed_rows_buffer;
   std::vector<const PackedRows*>& packed = packed_rows_buffer;
   bool any_packed = false;
-  if (kPrefillGemmFast) {
-    for (int j = 0; j < n_jobs; ++j) {
-      const MatmulJob& m = jobs[j];
-      if (!PacksTypedRows(m, threads)) continue;
-      if (!any_packed) {
-        any_packed = true;
-        packed.assign(size_t(n_jobs), nullptr);
-        if (packed_buffer.size() < size_t(n_jobs)) packed_buffer.resize(size_t(n_jobs));
-      }
-      for (int k = 0; k < j && !packed[size_t(j)]; ++k)
-        if (packed[size_t(k)] && jobs[k].x == m.x && jobs[k].n == m.n && jobs[k].in == m.in) packed[size_t(j)] = packed[size_t(k)];
-      if (packed[size_t(j)]) continue;
-      packed_buffer[size_t(j)].Pack(m.x, m.n, m.in);
-      packed[size_t(j)] = &packed_buffer[size_t(j)];
+  for (int j = 0; j < n_jobs; ++j) {
+    const MatmulJob& m = jobs[j];
+    if (!PacksTypedRows(m, threads)) continue;
+    if (!any_packed) {
+      any_packed = true;
+      packed.assign(size_t(n_jobs), nullptr);
+      if (packed_buffer.size() < size_t(n_jobs)) packed_buffer.resize(size_t(n_jobs));
     }
+    for (int k = 0; k < j && !packed[size_t(j)]; ++k)
+      if (packed[size_t(k)] && jobs[k].x == m.x && jobs[k].n == m.n && jobs[k].in == m.in) packed[size_t(j)] = packed[size_t(k)];
+    if (packed[size_t(j)]) continue;
+    packed_buffer[size_t(j)].Pack(m.x, m.n, m.in);
+    packed[size_t(j)] = &packed_buffer[size_t(j)];
   }
   std::atomic<size_t> next{0};
   ParallelFor(std::min<int64_t>(threads, int64_t(slices.size())), 1, [&](int64_t, int64_t) {

@@ -13,7 +13,6 @@
 // folded to 8 lanes before the scale: the same operations on the same values, so both ISAs give
 // the same bits (kernels_weights_test checks both against a scalar twin of this order) in about
 // half the instructions per block. Without AVX2 a scalar loop follows the same order.
-#include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
@@ -846,11 +845,8 @@ void MatmulColumnsTyped(const MatmulJob& j, int col0, int col1, const PackedRows
     QuantDecodeRows(w, a, m, panel.data());
     if (px)
       GemmPackedRows(*px, panel.data(), j.y + a, int(m), j.out);
-    else if (kPrefillGemmFast)
-      GemmPrefillRows(j.x, panel.data(), j.y + a, j.in, int(m), j.out, 0, j.n);
     else
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j.n, int(m), j.in, 1.0f, j.x, j.in, panel.data(), j.in, 0.0f,
-                  j.y + a, j.out);
+      GemmPrefillRows(j.x, panel.data(), j.y + a, j.in, int(m), j.out, 0, j.n);
   }
 }
 

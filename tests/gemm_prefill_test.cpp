@@ -67,10 +67,6 @@ TEST_CASE("GemmPrefillRows is within float tolerance of the double-precision pro
 }
 
 TEST_CASE("Matmul and MatmulMany rows above kFewRowsMax do not depend on the rows beside them") {
-  if (!ki::kPrefillGemmFast) {  // no AVX2: those products stay on OpenBLAS sgemm
-    MESSAGE("the prefill GEMM is not compiled in on this ISA: skipped");
-    return;
-  }
   const int in = 200, out = 90, n = 150;
   const auto x = Random(size_t(n) * in, 31), w = Random(size_t(out) * in, 32);
   std::vector<float> whole(size_t(n) * out), ref(size_t(n) * out);
@@ -172,10 +168,6 @@ const k::WeightType kTypes[] = {k::WeightType::kBF16, k::WeightType::kI8, k::Wei
 // between jobs over the same x, as Wq_a and Wkv are): every output equals ref::GemmPrefillRows
 // on the decoded weights, bit for bit, whichever jobs run beside it.
 TEST_CASE("typed many-row products equal the prefill GEMM on the decoded weights, bit for bit") {
-  if (!ki::kPrefillGemmFast) {
-    MESSAGE("the prefill GEMM is not compiled in on this ISA (typed panels run on sgemm): skipped");
-    return;
-  }
   for (int threads : {1, 2}) {
     k::SetPoolThreads(threads);
     for (k::WeightType type : kTypes) {
@@ -198,10 +190,6 @@ TEST_CASE("typed many-row products equal the prefill GEMM on the decoded weights
 // decoded whole to F32 in one pool pass and run on the F32 path's row blocks (matmul_many.cpp
 // DecodesWhole): the same bits as the prefill GEMM on the decoded weights.
 TEST_CASE("typed products over 2048+ rows, decoded whole, equal the prefill GEMM on the decoded weights") {
-  if (!ki::kPrefillGemmFast) {
-    MESSAGE("the prefill GEMM is not compiled in on this ISA: skipped");
-    return;
-  }
   for (int threads : {1, 2}) {
     k::SetPoolThreads(threads);
     for (k::WeightType type : kTypes) {
