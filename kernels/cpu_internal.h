@@ -33,6 +33,14 @@ inline float* Aligned64(std::vector<float>& buf, size_t floats) {
 // BLAS runs single-threaded; parallelism comes from our pool (see thread_pool.h). Idempotent.
 void EnsureBlasSingleThreaded();
 
+// GCC's _mm512_reduce_add_ps order over a[0..16): the lane-16 order's add tree (gemm_rowinv.h).
+inline float Reduce16(const float* a) {
+  float t[8], u[4];
+  for (int i = 0; i < 8; ++i) t[i] = a[i] + a[i + 8];
+  for (int i = 0; i < 4; ++i) u[i] = t[i] + t[i + 4];
+  return (u[0] + u[2]) + (u[1] + u[3]);
+}
+
 // One output in the lane-16 order (gemm_rowinv.h; ref::DotLane16's bits) as 16 independent FMA
 // chains the compiler vectorises: the kernels' portable paths (builds without AVX2 and FMA), inlined
 // into functions that GCC clones for x86-64-v3.
@@ -48,10 +56,7 @@ inline float DotLane16Simd(const float* w, const float* x, int in) {
       const bool in_row = in16 + j < in;
       acc[j] = __builtin_fmaf(in_row ? w[in16 + j] : 0.0f, in_row ? x[in16 + j] : 0.0f, acc[j]);
     }
-  float t[8], u[4];  // GCC's _mm512_reduce_add_ps order
-  for (int i = 0; i < 8; ++i) t[i] = acc[i] + acc[i + 8];
-  for (int i = 0; i < 4; ++i) u[i] = t[i] + t[i + 4];
-  return (u[0] + u[2]) + (u[1] + u[3]);
+  return Reduce16(acc);
 }
 
 // y[r] = w[r, :] . x for r in [0, rows): the one-row product (decode). Every ISA sums each output

@@ -61,14 +61,6 @@ void DecodeF32(const WeightPanelSource& s, int row0, int nrows, int k0, int nk, 
     std::memcpy(dst + size_t(r) * nk, w + size_t(row0 + r) * s.in + k0, sizeof(float) * size_t(nk));
 }
 
-// GCC's _mm512_reduce_add_ps order over a[0..16).
-inline float Reduce16(const float* a) {
-  float t[8], u[4];
-  for (int i = 0; i < 8; ++i) t[i] = a[i] + a[i + 8];
-  for (int i = 0; i < 4; ++i) u[i] = t[i] + t[i + 4];
-  return (u[0] + u[2]) + (u[1] + u[3]);
-}
-
 #if defined(CEDAR_GEMM_AVX512)
 
 // MR rows of x against kNr rows of W over nblk16 blocks of 16 floats of K, from packed tiles
@@ -136,7 +128,7 @@ void Tile(const float* xp, const float* wp, int nblk16, float* acc, bool init) {
   }
 }
 
-// Reduce16 of the two halves lo (lanes 0-7) and hi (lanes 8-15), vectorised.
+// internal::Reduce16 of the two halves lo (lanes 0-7) and hi (lanes 8-15), vectorised.
 inline float ReduceHalves(const float* lo, const float* hi) {
   const __m256 t = _mm256_add_ps(_mm256_loadu_ps(lo), _mm256_loadu_ps(hi));
   const __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
@@ -364,7 +356,7 @@ float DotLane16(const float* w, const float* x, int in) {
     const float wk = k < in ? w[k] : 0.0f, xk = k < in ? x[k] : 0.0f;
     acc[k % 16] = std::fma(wk, xk, acc[k % 16]);
   }
-  return Reduce16(acc);
+  return internal::Reduce16(acc);
 }
 
 void GemmRowInvariant(const float* x, int n, const WeightPanelSource& w, float* y, int y_stride, int col0,

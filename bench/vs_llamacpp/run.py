@@ -23,7 +23,6 @@ llama-bench comes from scripts/setup_llamacpp.sh (scripts/test.sh runs it).
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -61,15 +60,18 @@ def parse_pairs(text):
     return pairs
 
 
+def cedar_info(cedar, model, weights):
+    """`cedar info --json` of the model at --weights."""
+    out = subprocess.run([cedar, "info", "--model", model, "--weights", weights, "--json"], capture_output=True, text=True)
+    if out.returncode != 0:
+        fail(f"`cedar info --model {model} --weights {weights}` failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout)
+
+
 def cedar_shape(cedar, model):
-    """The Cedar model's width, vocabulary and matmul parameters per decode token (cedar info)."""
-    with open(os.path.join(model, "config.json")) as f:
-        cfg = json.load(f)
-    info = subprocess.run([cedar, "info", "--model", model, "--weights", "f32"], capture_output=True, text=True, check=True).stdout
-    m = re.search(r"matmul ([0-9.]+)M params", info)
-    if not m:
-        fail(f"`cedar info` did not print the matmul parameters per decode token:\n{info}")
-    return cfg["dim"], cfg["vocab_size"], float(m.group(1)) * 1e6
+    """The Cedar model's width, vocabulary and matmul parameters per decode token."""
+    info = cedar_info(cedar, model, "f32")
+    return info["config"]["dim"], info["config"]["vocab_size"], float(info["matmul_params_per_decode_token"])
 
 
 def llama_shape(dim, vocab, params):
@@ -83,12 +85,6 @@ def llama_shape(dim, vocab, params):
     layers = max(1, round(body / (attn + 3 * dim * (dim * 9 // 2))))
     ffn = max(32, round((body / layers - attn) / (3 * dim) / 32) * 32)
     return argparse.Namespace(layers=layers, dim=dim, heads=heads, kv_heads=kv_heads, ffn=ffn, vocab=vocab)
-
-
-def cedar_bytes_per_token(cedar, model, weights):
-    """What `cedar info` says one decode token streams at --weights (bytes)."""
-    info = subprocess.run([cedar, "info", "--model", model, "--weights", weights, "--json"], capture_output=True, text=True, check=True).stdout
-    return float(json.loads(info)["decode_weight_bytes_per_token"])
 
 
 def gguf_model(shape, kind, q8_ffn=0):
@@ -173,7 +169,7 @@ def main():
     models = {}  # GGUF kind -> its shape and tensor types
     for cedar_name, weights, flags, gguf in pairs:
         if gguf == write_gguf.RELEASED and gguf not in models:
-            models[gguf] = gguf_model(shape, gguf, fit_q8_ffn(shape, cedar_bytes_per_token(args.cedar, args.model, weights)))
+            models[gguf] = gguf_model(shape, gguf, fit_q8_ffn(shape, cedar_info(args.cedar, args.model, weights)["decode_weight_bytes_per_token"]))
         models.setdefault(gguf, gguf_model(shape, gguf))
     print(json.dumps({"bench": "vs_llamacpp_models", "cedar_model": args.model, "cedar_matmul_params_per_token": params,
                       "llamacpp_matmul_params_per_token": write_gguf.matmul_params(shape),
