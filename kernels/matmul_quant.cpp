@@ -754,38 +754,116 @@ void DecodeRowT(const WeightView& w, int64_t r, float* out) {
 
 #endif  // CEDAR_QUANT_AVX2
 
-// Without AVX2: the vector paths' order in scalar code (same bits, not fast): per block of 32,
-// lane i's t0 = w_i x_i then fma(w_16+i, x_16+i), t1 = w_8+i x_8+i then fma(w_24+i, x_24+i), and
-// acc_i = fma(t0 + t1, scale, acc_i) (acc_i + (t0 + t1) unscaled); then HSum's pairing of the 8
+// Without AVX2 (a portable build): the vector paths' order in plain code, with the same bits. Per block
+// of 32, lane i's t0 = w_i x_i then fma(w_16+i, x_16+i), t1 = w_8+i x_8+i then fma(w_24+i, x_24+i),
+// and acc_i = fma(t0 + t1, scale, acc_i) (acc_i + (t0 + t1) unscaled); then HSum's pairing of the 8
 // lanes. A partial last block is zero padded. std::fma keeps the compiler from contracting
 // differently (no bare product here is ever added).
-float OrderedDot(const WeightView& w, int64_t r, const float* x) {
-  const int64_t in = w.cols;
-  const bool scaled = w.type != WeightType::kBF16;
+// Each weight row is decoded once to its unscaled values (RowValuesPortable) for every row of x, and
+// the lanes' arithmetic is 8-wide loops: GCC clones FewRowsPortable for x86-64-v3 and picks that
+// clone at load where the CPU has AVX2 and FMA. Element by element through RawAt, this path
+// decoded medium's INT8 weights at 0.9 tokens/s against 56 on AVX-512 (docs/WEIGHTS.md, session 39).
+
+// Row r's unscaled values, zero padded to whole blocks: v[Blocks(cols) * B]; s[b]: block b's scale.
+inline __attribute__((always_inline)) void RowValuesPortable(const WeightView& w, int64_t r, float* v, float* s) {
+  const int64_t in = w.cols, nb = Blocks(in);
+  const uint8_t* codes = static_cast<const uint8_t*>(w.scales);  // FP8's and FP4's E8M0 scales
+  switch (w.type) {
+    case WeightType::kBF16: {
+      const uint16_t* p = static_cast<const uint16_t*>(w.data) + r * in;
+      for (int64_t c = 0; c < in; ++c) v[c] = Bf16ToFloat(p[c]);
+      for (int64_t b = 0; b < nb; ++b) s[b] = 1.0f;
+      break;
+    }
+    case WeightType::kI8: {
+      const int8_t* p = static_cast<const int8_t*>(w.data) + r * in;
+      for (int64_t c = 0; c < in; ++c) v[c] = float(p[c]);
+      for (int64_t b = 0; b < nb; ++b) s[b] = I8ScaleAt(w.scales, r * nb + b);
+      break;
+    }
+    case WeightType::kFP8: {
+      static const float* const table = [] {  // DecodeE4M3 of every code
+        auto* t = new float[256];
+        for (int i = 0; i < 256; ++i) t[i] = DecodeE4M3(uint8_t(i));
+        return t;
+      }();
+      const uint8_t* p = static_cast<const uint8_t*>(w.data) + r * in;
+      for (int64_t c = 0; c < in; ++c) v[c] = table[p[c]];
+      const uint8_t* sc = codes + ((w.row0 + r) / B) * nb;  // one scale row per 32 weight rows
+      for (int64_t b = 0; b < nb; ++b) s[b] = E8m0Floats()[sc[b]];
+      break;
+    }
+    case WeightType::kFP4: {
+      static const float* const table = [] {  // DecodeE2M1 of every nibble
+        auto* t = new float[16];
+        for (int i = 0; i < 16; ++i) t[i] = DecodeE2M1(uint8_t(i));
+        return t;
+      }();
+      const uint8_t* p = static_cast<const uint8_t*>(w.data) + r * (in / 2);
+      for (int64_t k = 0; k < in / 2; ++k) {  // element 2k in byte k's low nibble, 2k + 1 in its high one
+        v[2 * k] = table[p[k] & 0x0F];
+        v[2 * k + 1] = table[p[k] >> 4];
+      }
+      if (in % 2) v[in - 1] = table[p[in / 2] & 0x0F];
+      for (int64_t b = 0; b < nb; ++b) s[b] = E8m0Floats()[codes[r * nb + b]];
+      break;
+    }
+    default:
+      for (int64_t c = 0; c < in; ++c) v[c] = RawAt(w, r, c);
+      for (int64_t b = 0; b < nb; ++b) s[b] = ScaleOf(w, r, b);
+  }
+  for (int64_t c = in; c < nb * B; ++c) v[c] = 0.0f;
+}
+
+// x . (one decoded weight row) in the order above; x holds `in` floats.
+inline __attribute__((always_inline)) float OrderedDotPortable(const float* v, const float* s, bool scaled, const float* x, int64_t in) {
   float acc[8] = {};
-  for (int64_t blk = 0; blk * B < in; ++blk) {
-    float e[B] = {}, xe[B] = {};
-    for (int64_t c = blk * B; c < std::min(in, blk * B + B); ++c) {
-      e[c - blk * B] = RawAt(w, r, c);
-      xe[c - blk * B] = x[c];
-    }
-    const float s = ScaleOf(w, r, blk);
+  auto block = [&](const float* e, const float* xe, float sc) __attribute__((always_inline)) {
+    // Lane by lane, no sum across lanes: vectorising it keeps every operation (omp simd, since
+    // GCC otherwise unrolls the 8 lanes into scalar code first).
+#pragma omp simd
     for (int i = 0; i < 8; ++i) {
-      float t0 = e[i] * xe[i], t1 = e[8 + i] * xe[8 + i];
-      t0 = std::fma(e[16 + i], xe[16 + i], t0);
-      t1 = std::fma(e[24 + i], xe[24 + i], t1);
-      const float u = t0 + t1;
-      acc[i] = scaled ? std::fma(u, s, acc[i]) : acc[i] + u;
+      const float t0 = std::fma(e[16 + i], xe[16 + i], e[i] * xe[i]);
+      const float t1 = std::fma(e[24 + i], xe[24 + i], e[8 + i] * xe[8 + i]);
+      acc[i] = scaled ? std::fma(t0 + t1, sc, acc[i]) : acc[i] + (t0 + t1);
     }
+  };
+  const int64_t whole = in / B;
+  for (int64_t blk = 0; blk < whole; ++blk) block(v + blk * B, x + blk * B, s[blk]);
+  if (whole * B < in) {
+    float xe[B] = {};
+    std::copy(x + whole * B, x + in, xe);
+    block(v + whole * B, xe, s[whole]);
   }
   float h[4];
   for (int j = 0; j < 4; ++j) h[j] = acc[j] + acc[4 + j];
   return (h[0] + h[2]) + (h[1] + h[3]);
 }
 
-void FewRowsScalar(const float* x, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
-  for (int64_t r = r0; r < r1; ++r)
-    for (int b = 0; b < n; ++b) y[b * ys + (r - r0)] = OrderedDot(w, r, x + b * w.cols);
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v3", "default")))
+#endif
+void FewRowsPortable(const float* x, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
+  thread_local std::vector<float> v, s;  // one weight row's values and block scales
+  v.resize(size_t(Blocks(w.cols) * B));
+  s.resize(size_t(Blocks(w.cols)));
+  const bool scaled = w.type != WeightType::kBF16;
+  for (int64_t r = r0; r < r1; ++r) {
+    RowValuesPortable(w, r, v.data(), s.data());
+    for (int b = 0; b < n; ++b) y[b * ys + (r - r0)] = OrderedDotPortable(v.data(), s.data(), scaled, x + b * w.cols, w.cols);
+  }
+}
+
+// Row r scaled to F32 (out[cols]): value times its block's scale, as the vector paths' DecodeRowT.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v3", "default")))
+#endif
+void DecodeRowPortable(const WeightView& w, int64_t r, float* out) {
+  thread_local std::vector<float> v, s;
+  v.resize(size_t(Blocks(w.cols) * B));
+  s.resize(size_t(Blocks(w.cols)));
+  RowValuesPortable(w, r, v.data(), s.data());
+  for (int64_t c = 0; c < w.cols; ++c) out[c] = v[c] * s[c / B];
 }
 
 }  // namespace
@@ -803,7 +881,7 @@ void QuantFewRows(const float* x, int n, const WeightView& w, int64_t r0, int64_
     default: break;
   }
 #endif
-  FewRowsScalar(x, n, w, r0, r1, y, ys);
+  FewRowsPortable(x, n, w, r0, r1, y, ys);
 }
 
 void QuantDecodeRows(const WeightView& w, int64_t r0, int64_t n, float* out) {
@@ -818,7 +896,7 @@ void QuantDecodeRows(const WeightView& w, int64_t r0, int64_t n, float* out) {
       default: break;
     }
 #endif
-    for (int64_t c = 0; c < w.cols; ++c) o[c] = RawAt(w, r, c) * ScaleOf(w, r, c / B);
+    DecodeRowPortable(w, r, o);
   }
 }
 
