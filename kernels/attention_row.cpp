@@ -213,6 +213,13 @@ inline void ScoreAllHeads(const float* q, int n_heads, int dim, const float* e, 
   }
 }
 
+// Builds without AVX2 (no -march) run this path for every head count: GCC clones it for x86-64-v3 and
+// picks that clone at load where the CPU has AVX2 and FMA (8-lane loops, the products contracted into
+// FMAs as in an AVX2 build). Every result in a process comes from the one clone picked, so rows,
+// chunks and head groups still agree with each other bit for bit.
+#if !defined(__AVX2__) && defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v3", "default")))
+#endif
 void SinkAttentionGeneric(const float* q, int n_heads, int dim, const float* const* ent, int n, const float* sink,
                           float scale, float* out) {
   thread_local std::vector<float> p, inv;
