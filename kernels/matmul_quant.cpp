@@ -764,6 +764,14 @@ void DecodeRowT(const WeightView& w, int64_t r, float* out) {
 // clone at load where the CPU has AVX2 and FMA. Element by element through RawAt, this path
 // decoded medium's INT8 weights at 0.9 tokens/s against 56 on AVX-512 (docs/WEIGHTS.md, session 39).
 
+// decode(c) for every code c < N, in a table built once (kept for the process).
+template <int N>
+const float* CodeTable(float (*decode)(uint8_t)) {
+  auto* t = new float[N];
+  for (int c = 0; c < N; ++c) t[c] = decode(uint8_t(c));
+  return t;
+}
+
 // Row r's unscaled values, zero padded to whole blocks: v[Blocks(cols) * B]; s[b]: block b's scale.
 inline __attribute__((always_inline)) void RowValuesPortable(const WeightView& w, int64_t r, float* v, float* s) {
   const int64_t in = w.cols, nb = Blocks(in);
@@ -782,11 +790,7 @@ inline __attribute__((always_inline)) void RowValuesPortable(const WeightView& w
       break;
     }
     case WeightType::kFP8: {
-      static const float* const table = [] {  // DecodeE4M3 of every code
-        auto* t = new float[256];
-        for (int i = 0; i < 256; ++i) t[i] = DecodeE4M3(uint8_t(i));
-        return t;
-      }();
+      static const float* const table = CodeTable<256>(DecodeE4M3);
       const uint8_t* p = static_cast<const uint8_t*>(w.data) + r * in;
       for (int64_t c = 0; c < in; ++c) v[c] = table[p[c]];
       const uint8_t* sc = codes + ((w.row0 + r) / B) * nb;  // one scale row per 32 weight rows
@@ -794,11 +798,7 @@ inline __attribute__((always_inline)) void RowValuesPortable(const WeightView& w
       break;
     }
     case WeightType::kFP4: {
-      static const float* const table = [] {  // DecodeE2M1 of every nibble
-        auto* t = new float[16];
-        for (int i = 0; i < 16; ++i) t[i] = DecodeE2M1(uint8_t(i));
-        return t;
-      }();
+      static const float* const table = CodeTable<16>(DecodeE2M1);
       const uint8_t* p = static_cast<const uint8_t*>(w.data) + r * (in / 2);
       for (int64_t k = 0; k < in / 2; ++k) {  // element 2k in byte k's low nibble, 2k + 1 in its high one
         v[2 * k] = table[p[k] & 0x0F];
