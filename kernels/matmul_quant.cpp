@@ -12,7 +12,8 @@
 // halves (elements 0-15 and 16-31) whose lanes are the AVX2 path's t0 (lanes 0-7) and t1 (8-15),
 // folded to 8 lanes before the scale: the same operations on the same values, so both ISAs give
 // the same bits (kernels_weights_test checks both against a scalar twin of this order) in about
-// half the instructions per block. Without AVX2 a scalar loop follows the same order.
+// half the instructions per block. Without AVX2, plain loops follow the same order (FewRowsPortable,
+// which GCC clones for AVX2 and FMA at load).
 
 #include <algorithm>
 #include <cmath>
@@ -840,7 +841,8 @@ inline __attribute__((always_inline)) float OrderedDotPortable(const float* v, c
   return (h[0] + h[2]) + (h[1] + h[3]);
 }
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// (An AVX2 build reaches these two only for untyped weights, never in practice: no clones there.)
+#if !defined(CEDAR_QUANT_AVX2) && defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("arch=x86-64-v3", "default")))
 #endif
 void FewRowsPortable(const float* x, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
@@ -855,7 +857,7 @@ void FewRowsPortable(const float* x, int n, const WeightView& w, int64_t r0, int
 }
 
 // Row r scaled to F32 (out[cols]): value times its block's scale, as the vector paths' DecodeRowT.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if !defined(CEDAR_QUANT_AVX2) && defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("arch=x86-64-v3", "default")))
 #endif
 void DecodeRowPortable(const WeightView& w, int64_t r, float* out) {
