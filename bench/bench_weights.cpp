@@ -266,7 +266,6 @@ int main(int argc, char** argv) {
     return 0;
   }
   cols = cols / 32 * 32;
-  const bool int8_acts = int8_acts_flag != 0;
   rows = rows / 4 * 4;
   std::mt19937_64 rng(1);
   std::normal_distribution<float> nd(0.0f, 0.02f);
@@ -321,7 +320,7 @@ int main(int argc, char** argv) {
   }
 #if defined(__AVX2__)
   // INT8 weights: activations F32 (dequantise in registers) vs activations INT8 (maddubs).
-  if (!int8_acts) return 0;
+  if (int8_acts_flag == 0) return 0;
   k::SetPoolThreads(1);
   Stored s = Make(w, rows, cols, k::WeightType::kI8);
   const int64_t nb = cols / 32;

@@ -8,17 +8,19 @@
 // dim % 16 == 0, heads in groups of 4 go to the tiled kernel (kernels/attention_tiled.cpp: GEMM-like
 // register tiles, ~1.5x this file's AVX2 loop); other head counts take SinkAttentionAvx2, which does
 // the generic loop's arithmetic bit for bit with the work in registers; the generic loop stays as
-// the path for other shapes and builds.
+// the path for other shapes and builds. Builds without -march compile the AVX2 kernels as well and
+// take them on CPUs with AVX2 and FMA (kernels/exp_avx2.h, CEDAR_AVX2_AT_RUNTIME).
 #include <algorithm>
 #include <vector>
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#include "kernels/exp_avx2.h"
+
+#if defined(__AVX512F__) || defined(CEDAR_AVX2_KERNELS)
 #include <immintrin.h>
 #endif
 
 #include "kernels/attention_tiled.h"
 #include "kernels/cpu_internal.h"
-#include "kernels/exp_avx2.h"
 #include "kernels/ops.h"
 #include "kernels/work_counters.h"
 
@@ -213,10 +215,11 @@ inline void ScoreAllHeads(const float* q, int n_heads, int dim, const float* e, 
   }
 }
 
-// Builds without AVX2 (no -march) run this path for every head count: GCC clones it for x86-64-v3 and
-// picks that clone at load where the CPU has AVX2 and FMA (8-lane loops, the products contracted into
-// FMAs as in an AVX2 build). Every result in a process comes from the one clone picked, so rows,
-// chunks and head groups still agree with each other bit for bit.
+// Builds without AVX2 (no -march) run this path where the AVX2 kernels do not (a CPU without AVX2
+// and FMA, or dim % 16 != 0): GCC clones it for x86-64-v3 and picks that clone at load where the CPU
+// has AVX2 and FMA (8-lane loops, the products contracted into FMAs as in an AVX2 build). Every
+// result in a process comes from the one clone picked, so rows, chunks and head groups still agree
+// with each other bit for bit.
 #if !defined(__AVX2__) && defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("arch=x86-64-v3", "default")))
 #endif
@@ -246,7 +249,9 @@ void SinkAttentionGeneric(const float* q, int n_heads, int dim, const float* con
     for (int i = 0; i < dim; ++i) out[size_t(h) * dim + i] *= inv[size_t(h)];
 }
 
-#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
+#if !defined(__AVX512F__) && defined(CEDAR_AVX2_KERNELS)
+
+CEDAR_AVX2_BEGIN
 
 // The generic path's arithmetic, bit for bit, with the work in registers (AVX2 machines have no
 // tiled path; on this 2-core VM attention was ~30% of decode at 512 tokens of context):
@@ -382,6 +387,8 @@ void SinkAttentionAvx2(const float* q, int n_heads, int dim, const float* const*
     for (int i = 0; i < dim; i += 16) WeightedSumPassAvx2<1, 2>(p.data(), n, dim, ent, h, i, inv.data(), out);
 }
 
+CEDAR_AVX2_END
+
 #endif
 
 }  // namespace
@@ -398,9 +405,9 @@ void SinkAttention(const float* q, int n_heads, int dim, const float* win, int n
   for (int e = 0; e < n_sel; ++e) ent[size_t(n_win + e)] = pool + size_t(sel[e]) * dim;
 #if defined(__AVX512F__)
   if (dim % 16 == 0) return SinkAttentionAvx512(q, n_heads, dim, ent.data(), n, sink, scale, out);
-#elif defined(__AVX2__) && defined(__FMA__)
+#elif defined(CEDAR_AVX2_KERNELS)
   if (internal::SinkAttentionTiled(q, n_heads, dim, ent.data(), n, sink, scale, out)) return;
-  if (dim % 16 == 0) return SinkAttentionAvx2(q, n_heads, dim, ent.data(), n, sink, scale, out);
+  if (dim % 16 == 0 && internal::Avx2KernelsRun()) return SinkAttentionAvx2(q, n_heads, dim, ent.data(), n, sink, scale, out);
 #endif
   SinkAttentionGeneric(q, n_heads, dim, ent.data(), n, sink, scale, out);
 }

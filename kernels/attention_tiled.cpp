@@ -23,13 +23,11 @@
 #include <algorithm>
 #include <vector>
 
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#endif
-
 namespace cedar::kernels::internal {
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(CEDAR_AVX2_KERNELS)
+
+CEDAR_AVX2_BEGIN
 
 namespace {
 
@@ -171,9 +169,7 @@ void GroupScores(const float* q, int dim, const float* const* ent, int n, const 
 
 }  // namespace
 
-bool SinkAttentionTiled(const float* q, int n_heads, int dim, const float* const* ent, int n, const float* sink, float scale,
-                        float* out) {
-  if (n_heads % kGroup != 0 || dim % 16 != 0) return false;
+static bool Tiled(const float* q, int n_heads, int dim, const float* const* ent, int n, const float* sink, float scale, float* out) {
   const int groups = n_heads / kGroup;
   const size_t pn = size_t(std::max(n, 1)) * kGroup;
   thread_local std::vector<float> p, inv;  // p [groups][n, 4]: logits, then unnormalised probabilities
@@ -209,6 +205,14 @@ bool SinkAttentionTiled(const float* q, int n_heads, int dim, const float* const
     for (int i = 0; i < dim; i += 8) _mm256_storeu_ps(out + size_t(h) * dim + i, _mm256_mul_ps(_mm256_loadu_ps(out + size_t(h) * dim + i), s));
   }
   return true;
+}
+
+CEDAR_AVX2_END
+
+bool SinkAttentionTiled(const float* q, int n_heads, int dim, const float* const* ent, int n, const float* sink, float scale,
+                        float* out) {
+  if (n_heads % kGroup != 0 || dim % 16 != 0 || !Avx2KernelsRun()) return false;
+  return Tiled(q, n_heads, dim, ent, n, sink, scale, out);
 }
 
 #else
