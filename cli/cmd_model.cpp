@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 #include <xxhash.h>
 
+#include "engine/activation_modes.h"
 #include "engine/backend.h"
 #include "engine/engine.h"
 #include "engine/golden_check.h"
@@ -301,10 +302,8 @@ int RunGenerate(int argc, char** argv) {
   lo.mmap_weights = vm.count("mmap-weights") > 0;
   lo.max_ram_bytes = int64_t(max_ram);
   lo.weights = ParseWeightPrecision(weights);
-  kernels::SetInt8Activations(vm.count("int8-activations") > 0);
-  if (kernels::Int8Activations() && !kernels::Int8ActivationsVectorised()) spdlog::warn("--int8-activations: this build has neither the AVX-512 VNNI nor the AVX2 kernel; the products run on the scalar reference loop (same results, much slower decode)");
-  kernels::SetBf16Activations(vm.count("bf16-activations") > 0);
-  if (kernels::Bf16Activations() && !kernels::Bf16ActivationsVectorised()) spdlog::warn("--bf16-activations: this build lacks the AVX-512 BF16 + VBMI kernel; the products run on the scalar reference loop (same results, much slower decode)");
+  if (vm.count("int8-activations")) EnableInt8Activations();
+  if (vm.count("bf16-activations")) EnableBf16Activations();
   auto m = Model::Load(model, lo);
   // Text goes through the tokenizer config.json declares (model_tokenizer.h; byte by default).
   const std::unique_ptr<bridge::Tokenizer> tok = bridge::LoadModelTokenizer(model, m->config().vocab_size);

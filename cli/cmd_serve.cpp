@@ -15,6 +15,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "engine/activation_modes.h"
 #include "engine/backend.h"
 #include "engine/model.h"
 #include "kernels/ops.h"
@@ -257,14 +258,8 @@ int RunServe(int argc, char** argv) {
   if (sched.batch_prefill && !vm["batch-prefill"].defaulted() && sched.kind != session::SchedulerKind::kMixed)
     throw std::invalid_argument("--batch-prefill: expected --scheduler mixed, found '" + scheduler + "'");
   if (vm.count("row-invariant-matmul")) kernels::SetRowInvariantMatmul(true);
-  if (vm.count("int8-activations")) {
-    kernels::SetInt8Activations(true);
-    if (!kernels::Int8ActivationsVectorised()) spdlog::warn("--int8-activations: this build has neither the AVX-512 VNNI nor the AVX2 kernel; the products run on the scalar reference loop (same results, much slower decode)");
-  }
-  if (vm.count("bf16-activations")) {
-    kernels::SetBf16Activations(true);
-    if (!kernels::Bf16ActivationsVectorised()) spdlog::warn("--bf16-activations: this build lacks the AVX-512 BF16 + VBMI kernel; the products run on the scalar reference loop (same results, much slower decode)");
-  }
+  if (vm.count("int8-activations")) EnableInt8Activations();
+  if (vm.count("bf16-activations")) EnableBf16Activations();
   // Keys: --api-key (repeatable), --api-key-file, CEDAR_API_KEY; all of them count.
   if (!api_key_file.empty()) {
     for (std::string& k : server::ReadApiKeyFile(api_key_file)) api_keys.push_back(std::move(k));

@@ -17,6 +17,7 @@
 
 #include "engine/spec_bench.h"
 
+#include "engine/activation_modes.h"
 #include "engine/backend.h"
 #include "engine/engine.h"
 #include "engine/expert_cache.h"
@@ -184,14 +185,8 @@ int RunEngineBenchMain(int argc, char** argv) {
     else if (a == "--reps") reps = ParseIntFlag("--reps", next(), 1, 1000);
     else if (a == "--keep-model") keep_model = true;
     else if (a == "--row-invariant-matmul") row_invariant = true;
-    else if (a == "--int8-activations") {
-      kernels::SetInt8Activations(true);
-      if (!kernels::Int8ActivationsVectorised()) spdlog::warn("--int8-activations: this build has neither the AVX-512 VNNI nor the AVX2 kernel; the products run on the scalar reference loop (same results, much slower decode)");
-    }
-    else if (a == "--bf16-activations") {
-      kernels::SetBf16Activations(true);
-      if (!kernels::Bf16ActivationsVectorised()) spdlog::warn("--bf16-activations: this build lacks the AVX-512 BF16 + VBMI kernel; the products run on the scalar reference loop (same results, much slower decode)");
-    }
+    else if (a == "--int8-activations") EnableInt8Activations();
+    else if (a == "--bf16-activations") EnableBf16Activations();
     else if (a == "--threads") threads = ParseIntFlag("--threads", next(), 0, 4096);
     else if (a == "--decode-batch") batches_s = next();
     else if (a == "--device") device = next();
