@@ -220,7 +220,7 @@ inline void ScoreAllHeads(const float* q, int n_heads, int dim, const float* e, 
 // has AVX2 and FMA (8-lane loops, the products contracted into FMAs as in an AVX2 build). Every
 // result in a process comes from the one clone picked, so rows, chunks and head groups still agree
 // with each other bit for bit.
-#if !defined(__AVX2__) && defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(CEDAR_AVX2_AT_RUNTIME)  // (kernels/exp_avx2.h: GCC, x86-64, no -mavx2)
 __attribute__((target_clones("arch=x86-64-v3", "default")))
 #endif
 void SinkAttentionGeneric(const float* q, int n_heads, int dim, const float* const* ent, int n, const float* sink,
