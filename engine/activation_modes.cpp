@@ -7,15 +7,21 @@
 namespace cedar {
 
 void EnableInt8Activations() {
+  if (!kernels::Int8ActivationsVectorised()) {
+    spdlog::warn("--int8-activations: this build has neither the AVX-512 VNNI nor the AVX2 kernel for 8-bit activations; "
+                 "decode keeps F32 activations (the scalar reference loop would run it far slower)");
+    return;
+  }
   kernels::SetInt8Activations(true);
-  if (!kernels::Int8ActivationsVectorised())
-    spdlog::warn("--int8-activations: this build has neither the AVX-512 VNNI nor the AVX2 kernel; the products run on the scalar reference loop (same results, much slower decode)");
 }
 
 void EnableBf16Activations() {
+  if (!kernels::Bf16ActivationsVectorised()) {
+    spdlog::warn("--bf16-activations: this build has no AVX-512 BF16 + VBMI kernel (a native build on a CPU with avx512_bf16 "
+                 "and avx512vbmi has it); decode keeps F32 activations (the scalar loop would run it 50-100x slower)");
+    return;
+  }
   kernels::SetBf16Activations(true);
-  if (!kernels::Bf16ActivationsVectorised())
-    spdlog::warn("--bf16-activations: this build lacks the AVX-512 BF16 + VBMI kernel; the products run on the scalar reference loop (same results, much slower decode)");
 }
 
 }  // namespace cedar
