@@ -42,8 +42,8 @@ inline float Reduce16(const float* a) {
 }
 
 // One output in the lane-16 order (gemm_rowinv.h; ref::DotLane16's bits) as 16 independent FMA
-// chains the compiler vectorises: the kernels' portable paths (builds without AVX2 and FMA), inlined
-// into functions that GCC clones for x86-64-v3.
+// chains the compiler vectorises: the kernels' plain loops (builds without AVX2 and FMA, on CPUs
+// without them or with CEDAR_NO_AVX2 set: kernels/avx2_runtime.h).
 inline float DotLane16Simd(const float* w, const float* x, int in) {
   const int in16 = in / 16 * 16;
   float acc[16] = {};

@@ -10,10 +10,7 @@
 #include <limits>
 #include <vector>
 
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#endif
-
+#include "kernels/avx2_runtime.h"
 #include "kernels/cpu_internal.h"
 #include "kernels/exp_avx2.h"
 #include "kernels/ops.h"
@@ -206,8 +203,9 @@ void Softmax(float* x, int n) {
   for (int i = 0; i < n; ++i) x[i] *= inv;
 }
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(CEDAR_AVX2_KERNELS)  // AVX2 builds, and portable ones where the CPU has it (Avx2KernelsRun)
 namespace {
+CEDAR_AVX2_BEGIN
 // SwiGLU on 8 lanes: clamps as below, then g / (1 + e^-g) * u with e = e^-|g| from
 // ExpNonPositive8 (g >= 0: g / (1 + e); g < 0: g e / (1 + e), the same value as e^-g = 1 / e).
 inline void SwiGLU8(const float* g, const float* u, float* out, __m256 lim) {
@@ -222,6 +220,23 @@ inline void SwiGLU8(const float* g, const float* u, float* out, __m256 lim) {
   const __m256 num = _mm256_blendv_ps(gv, _mm256_mul_ps(gv, ex), gv);  // sign bit set: g e
   _mm256_storeu_ps(out, _mm256_mul_ps(_mm256_div_ps(num, _mm256_add_ps(_mm256_set1_ps(1.0f), ex)), uv));
 }
+
+// Elements [b, e) of SwiGLU on 8 lanes. std::exp kept this loop scalar (~3.5% of a 512-token
+// prefill's samples). A tail of fewer than 8 runs through the same 8-lane code on a padded copy,
+// so every element gets the same operations wherever it sits.
+void SwiGLUAvx2(const float* g, const float* u, float* out, int64_t b, int64_t e, float lim) {
+  const __m256 lv = _mm256_set1_ps(lim);
+  int64_t i = b;
+  for (; i + 8 <= e; i += 8) SwiGLU8(g + i, u + i, out + i, lv);
+  if (i < e) {
+    float tg[8] = {}, tu[8] = {}, to[8];
+    std::copy(g + i, g + e, tg);
+    std::copy(u + i, u + e, tu);
+    SwiGLU8(tg, tu, to, lv);
+    std::copy(to, to + (e - i), out + i);
+  }
+}
+CEDAR_AVX2_END
 }  // namespace
 #endif
 
@@ -229,32 +244,20 @@ void SwiGLU(const float* g, const float* u, float* out, int n, float limit) {
   // No limit is a limit of +inf (the same values as no clamp).
   const float lim = limit > 0 ? limit : std::numeric_limits<float>::infinity();
   ParallelFor(n, kElementsPerPart, [&](int64_t b, int64_t e) {  // elementwise: same bits
-#if defined(__AVX2__) && defined(__FMA__)
-    // std::exp kept this loop scalar (~3.5% of a 512-token prefill's samples). A tail of fewer
-    // than 8 runs through the same 8-lane code on a padded copy, so every element gets the
-    // same operations wherever it sits.
-    const __m256 lv = _mm256_set1_ps(lim);
-    int64_t i = b;
-    for (; i + 8 <= e; i += 8) SwiGLU8(g + i, u + i, out + i, lv);
-    if (i < e) {
-      float tg[8] = {}, tu[8] = {}, to[8];
-      std::copy(g + i, g + e, tg);
-      std::copy(u + i, u + e, tu);
-      SwiGLU8(tg, tu, to, lv);
-      std::copy(to, to + (e - i), out + i);
-    }
-#else
+#if defined(CEDAR_AVX2_KERNELS)
+    if (internal::Avx2KernelsRun()) return SwiGLUAvx2(g, u, out, b, e, lim);
+#endif
     for (int64_t i = b; i < e; ++i) {
       float gv = std::min(g[i], lim), uv = std::clamp(u[i], -lim, lim);
       out[i] = gv / (1.0f + std::exp(-gv)) * uv;
     }
-#endif
   });
 }
 
 namespace {
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(CEDAR_AVX2_KERNELS)
+CEDAR_AVX2_BEGIN
 // scores[j] = sum_h w[h] * ReLU(q[h, :] . keys[j, :]) for one query row and keys [j0, j1), 4 heads x 2
 // keys at a time (4 keys on AVX-512) (8 lanes over head_dim, finished by one hadd tree per key; head_dim % 8 == 0,
 // n_heads % 4 == 0). Decode scores one row per sequence: sgemm packed all the keys for it
@@ -346,6 +349,7 @@ void IndexScoresRow(const float* q, const float* w, const float* keys, int n_hea
   constexpr int kKeyBlock = 64;
   for (int jb = j_begin; jb < j_end; jb += kKeyBlock) IndexScoresRowBlock(q, w, keys, n_heads, hd, jb, std::min(j_end, jb + kKeyBlock), s);
 }
+CEDAR_AVX2_END
 #endif
 
 }  // namespace
@@ -355,8 +359,8 @@ void IndexScores(const float* q, const float* w, const float* keys, int n_rows, 
   if (n_rows <= 0 || n_keys <= 0) return;
   EnsureBlasSingleThreaded();
   if (internal::WorkCountersOn()) internal::CountIndex(2.0 * n_rows * n_keys * n_heads * head_dim);
-#if defined(__AVX2__) && defined(__FMA__)
-  if (n_rows <= 2 && n_heads % 4 == 0 && head_dim % 8 == 0) {  // decode: one row per sequence
+#if defined(CEDAR_AVX2_KERNELS)
+  if (n_rows <= 2 && n_heads % 4 == 0 && head_dim % 8 == 0 && internal::Avx2KernelsRun()) {  // decode: one row per sequence
     // The keys split over the pool: each key's score is its own sum in the same order, so the
     // bits do not depend on the split. Serial, this was the one part of a decode step on one
     // core while the other waited (session 33, medium int8 on BF16 activations, steps

@@ -1,41 +1,13 @@
-// The exponential of the AVX2 attention kernels (attention_row.cpp, attention_tiled.cpp), one
-// definition so both give internal::ExpNonPositive's bits, and how those kernels are compiled
-// where the build has no AVX2. Internal to kernels/.
+// The exponential of the AVX2 kernels (attention_row.cpp, attention_tiled.cpp, SwiGLU), one
+// definition so all give internal::ExpNonPositive's bits. Internal to kernels/.
 #pragma once
 
-// A GCC build for x86-64 without -mavx2 (a portable build: no -march) compiles the AVX2 attention
-// kernels too, each between CEDAR_AVX2_BEGIN and CEDAR_AVX2_END (a target pragma), and runs them
-// where Avx2KernelsRun() says the CPU has AVX2 and FMA, as the products' target_clones pick their
-// AVX2 clone at load. One answer serves the whole process, so every row, chunk and head group of
-// a run takes the same kernel. (There the scalar ExpNonPositive is compiled without FMA, so
-// ExpNonPositive8 does not give its bits: attention's bits differ by ISA, as they already do.)
-#if !defined(__AVX2__) && defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define CEDAR_AVX2_AT_RUNTIME 1
-#define CEDAR_AVX2_BEGIN _Pragma("GCC push_options") _Pragma("GCC target(\"avx2,fma\")")
-#define CEDAR_AVX2_END _Pragma("GCC pop_options")
-#else
-#define CEDAR_AVX2_BEGIN
-#define CEDAR_AVX2_END
-#endif
-#if (defined(__AVX2__) && defined(__FMA__)) || defined(CEDAR_AVX2_AT_RUNTIME)
-#define CEDAR_AVX2_KERNELS 1
-#endif
+#include "kernels/avx2_runtime.h"
 
+// (In a portable build the scalar ExpNonPositive is compiled without FMA, so ExpNonPositive8 does
+// not give its bits there: attention's bits differ by ISA, as they already do between builds.)
 #if defined(CEDAR_AVX2_KERNELS)
-#include <immintrin.h>
-
 namespace cedar::kernels::internal {
-
-// Whether the AVX2 kernels may run here: always in a build for AVX2 and FMA; in a portable build,
-// where the CPU has both.
-inline bool Avx2KernelsRun() {
-#if defined(CEDAR_AVX2_AT_RUNTIME)
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return ok;
-#else
-  return true;
-#endif
-}
 
 CEDAR_AVX2_BEGIN
 

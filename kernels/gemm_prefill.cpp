@@ -10,8 +10,8 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
+#include "kernels/avx2_runtime.h"
+#if defined(CEDAR_AVX2_KERNELS)  // AVX2 builds, and portable ones where the CPU has it (Avx2KernelsRun)
 #define CEDAR_PREFILL_AVX2 1
 #endif
 #if defined(CEDAR_PREFILL_AVX2) && defined(__AVX512F__)
@@ -23,6 +23,7 @@ namespace cedar::kernels::internal {
 namespace {
 
 #if defined(CEDAR_PREFILL_AVX2)
+CEDAR_AVX2_BEGIN
 
 constexpr int kPanel = 16;  // rows of x per packed panel (two 8-lane vectors)
 constexpr int kMo = 6;      // outputs per register tile: 6 x 2 accumulators + 2 x + 1 broadcast
@@ -201,20 +202,17 @@ void RunTile512(int mo, int panels, const float* p, size_t pf, const float* w, i
 }
 #endif
 
+CEDAR_AVX2_END
 #endif
 
 }  // namespace
 
-#if !defined(CEDAR_PREFILL_AVX2)
+#if !(defined(__AVX2__) && defined(__FMA__))
 namespace {
-// GemmPrefillRows where the build has no AVX2 and FMA (CEDAR_NATIVE=OFF without an -march): the
-// same FMA chain per output (ref's bits), 8 rows of x at a time, transposed so the chains of 8
-// rows run side by side. GCC clones it for x86-64-v3 and picks that clone at load where the CPU
-// has AVX2 and FMA (an 8-lane FMA per weight), so such a build keeps the prefill's row
-// invariance without falling back to sgemm.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("arch=x86-64-v3", "default")))
-#endif
+// GemmPrefillRows where the build has no AVX2 and FMA (CEDAR_NATIVE=OFF without an -march) and
+// the CPU neither (avx2_runtime.h): the same FMA chain per output (ref's bits), 8 rows of x at a
+// time, transposed so the chains of 8 rows run side by side, so such a build keeps the prefill's
+// row invariance without falling back to sgemm.
 void GemmPrefillRowsPortable(const float* x, const float* w, float* y, int in, int out, int y_stride, int r0, int r1) {
   constexpr int kRows = 8;
   thread_local std::vector<float> xt;  // [in][kRows]: 8 rows of x, transposed
@@ -262,6 +260,7 @@ void GemmPrefillRowsPortable(const float* x, const float* w, float* y, int in, i
 namespace {
 
 #if defined(CEDAR_PREFILL_AVX2)
+CEDAR_AVX2_BEGIN
 // Rows [b0, b0 + nr) of y (nr <= kPrefillRowBlock) from their `panels` packed panels at p0 (one
 // every panel_floats): every output, a tile of 6 at a time.
 void RunBlock(const float* p0, size_t panel_floats, int panels, const float* w, float* y, int in, int out, int y_stride,
@@ -279,6 +278,7 @@ void RunBlock(const float* p0, size_t panel_floats, int panels, const float* w, 
   }
 #endif
 }
+CEDAR_AVX2_END
 #endif
 
 }  // namespace
@@ -289,9 +289,10 @@ void GemmPrefillRows(const float* x, const float* w, float* y, int in, int out, 
     for (int r = r0; r < r1; ++r) std::fill(y + size_t(r) * y_stride, y + size_t(r) * y_stride + out, 0.0f);
     return;
   }
-#if !defined(CEDAR_PREFILL_AVX2)
-  GemmPrefillRowsPortable(x, w, y, in, out, y_stride, r0, r1);
-#else
+#if !(defined(__AVX2__) && defined(__FMA__))
+  if (!Avx2KernelsRun()) return GemmPrefillRowsPortable(x, w, y, in, out, y_stride, r0, r1);
+#endif
+#if defined(CEDAR_PREFILL_AVX2)
   // Up to kPrefillRowBlock rows at a time: their panels (packed once, reused by every output)
   // and a 6-output weight block that each panel's tile reads in turn.
   thread_local std::vector<float> pack;  // reused across calls
@@ -312,6 +313,7 @@ void PackedRows::Pack(const float* x, int n, int in) {
   n_ = n;
   in_ = in;
 #if defined(CEDAR_PREFILL_AVX2)
+  if (!Avx2KernelsRun()) return;  // GemmPackedRows reads x itself
   const int panels = (n + kPanel - 1) / kPanel;
   base_ = Aligned64(buf_, size_t(panels) * panel_floats());
   ParallelFor(panels, 4, [&](int64_t p0, int64_t p1) {
@@ -323,14 +325,14 @@ void PackedRows::Pack(const float* x, int n, int in) {
 
 void GemmPackedRows(const PackedRows& px, const float* w, float* y, int out, int y_stride) {
   if (px.n() <= 0 || out <= 0) return;
-#if !defined(CEDAR_PREFILL_AVX2)
-  GemmPrefillRows(px.x(), w, y, px.in(), out, y_stride, 0, px.n());
-#else
-  if (px.in() <= 0) return GemmPrefillRows(px.x(), w, y, px.in(), out, y_stride, 0, px.n());
+#if defined(CEDAR_PREFILL_AVX2)
+  if (px.in() <= 0 || !Avx2KernelsRun()) return GemmPrefillRows(px.x(), w, y, px.in(), out, y_stride, 0, px.n());
   for (int b0 = 0; b0 < px.n(); b0 += kPrefillRowBlock) {
     const int nr = std::min(px.n() - b0, kPrefillRowBlock);
     RunBlock(px.panel(b0 / kPanel), px.panel_floats(), (nr + kPanel - 1) / kPanel, w, y, px.in(), out, y_stride, b0, nr);
   }
+#else
+  GemmPrefillRows(px.x(), w, y, px.in(), out, y_stride, 0, px.n());
 #endif
 }
 

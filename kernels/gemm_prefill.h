@@ -8,8 +8,9 @@
 // x from a packed panel [in][16]) runs over all of K and writes y directly; where the build
 // targets AVX-512, a tile of 6 outputs x 48 rows (18 16-lane accumulators: each broadcast feeds
 // three FMAs) does, ~2x sgemm's rate on small's shapes (bench_gemm). Threads claim blocks of
-// rows (MatmulMany), so each packs only its own rows. A build without AVX2 and FMA runs a
-// portable kernel with the same FMA chains (cloned for x86-64-v3 at load), not sgemm.
+// rows (MatmulMany), so each packs only its own rows. A build without AVX2 and FMA runs the AVX2
+// tile where the CPU has AVX2 (kernels/avx2_runtime.h), and elsewhere a plain kernel with the same
+// FMA chains, not sgemm.
 //
 // Summation order: every output is one FMA chain over k = 0, 1, ..., in - 1 starting from
 // +0.0f. It does not depend on n, on the row's position, or on which rows or columns a call

@@ -23,8 +23,8 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
+#include "kernels/avx2_runtime.h"
+#if defined(CEDAR_AVX2_KERNELS)  // AVX2 builds, and portable ones where the CPU has it (Avx2KernelsRun)
 #define CEDAR_GEMM_AVX2 1
 #endif
 
@@ -61,6 +61,7 @@ void DecodeF32(const WeightPanelSource& s, int row0, int nrows, int k0, int nk, 
     std::memcpy(dst + size_t(r) * nk, w + size_t(row0 + r) * s.in + k0, sizeof(float) * size_t(nk));
 }
 
+CEDAR_AVX2_BEGIN
 #if defined(CEDAR_GEMM_AVX512)
 
 // MR rows of x against kNr rows of W over nblk16 blocks of 16 floats of K, from packed tiles
@@ -246,16 +247,14 @@ void RunTile(int mr, const float* xp, const float* wp, int nblk16, float* acc, b
   }
 }
 #endif
+CEDAR_AVX2_END
 
 }  // namespace
 
-#if !defined(CEDAR_GEMM_AVX2)
+#if !(defined(__AVX2__) && defined(__FMA__))
 namespace {
-// The build has no AVX2 and FMA (CEDAR_NATIVE=OFF without an -march): each output in the lane-16
-// order by DotLane16Simd (ref's bits), cloned for x86-64-v3 at load (two 8-lane FMAs per 16 floats).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("arch=x86-64-v3", "default")))
-#endif
+// The build has no AVX2 and FMA (CEDAR_NATIVE=OFF without an -march), and the CPU neither
+// (avx2_runtime.h): each output in the lane-16 order by DotLane16Simd (ref's bits).
 void GemmRowInvariantPortable(const float* x, int n, const WeightPanelSource& w, float* y, int y_stride, int col0,
                               int col1) {
   thread_local std::vector<float> row;  // one decoded weight row, reused across calls
@@ -279,9 +278,10 @@ WeightPanelSource F32Panels(const float* w, int out, int in) {
 
 void GemmRowInvariant(const float* x, int n, const WeightPanelSource& w, float* y, int y_stride, int col0,
                       int col1) {
-#if !defined(CEDAR_GEMM_AVX2)
-  GemmRowInvariantPortable(x, n, w, y, y_stride, col0, col1);
-#else
+#if !(defined(__AVX2__) && defined(__FMA__))
+  if (!internal::Avx2KernelsRun()) return GemmRowInvariantPortable(x, n, w, y, y_stride, col0, col1);
+#endif
+#if defined(CEDAR_GEMM_AVX2)
   if (n <= 0 || col1 <= col0) return;
   const int in = w.in;
   if (in <= 0) {

@@ -2,10 +2,11 @@
 // kernel share, so their bits cannot drift apart: the masks that load a row's last in % 16
 // elements as zero-padded lanes, and the 16 lanes' sum in _mm512_reduce_add_ps's order.
 #pragma once
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
+#include "kernels/avx2_runtime.h"
+#if defined(CEDAR_AVX2_KERNELS)
 
 namespace cedar::kernels::internal {
+CEDAR_AVX2_BEGIN
 
 // Lanes [0, rem) of the first 8 (m0) and [8, rem) of the next 8 (m1), for maskload.
 inline void Lane16TailMasks(int rem, __m256i* m0, __m256i* m1) {
@@ -22,5 +23,6 @@ inline float Lane16Sum(__m256 lo, __m256 hi) {
   return _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps(v, v, 1)));
 }
 
+CEDAR_AVX2_END
 }  // namespace cedar::kernels::internal
 #endif

@@ -4,10 +4,7 @@
 // every row is summed in MatVec's order, so a row of a batch equals the row alone, bit for bit.
 #include <algorithm>
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-#include <immintrin.h>
-#endif
-
+#include "kernels/avx2_runtime.h"
 #include "kernels/cpu_internal.h"
 #include "kernels/lane16_avx2.h"
 
@@ -78,8 +75,9 @@ void Rows(const float* x, const float* w, float* y, int rows, int in, int y_stri
 }  // namespace
 #endif
 
-#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
+#if !defined(__AVX512F__) && defined(CEDAR_AVX2_KERNELS)  // AVX2 builds, and portable ones (Avx2KernelsRun)
 namespace {
+CEDAR_AVX2_BEGIN
 
 constexpr int kAvx2BlockBytes = 128 << 10;  // weight rows per block: 128 KiB, re-read from L2 by the next pass
 
@@ -212,6 +210,7 @@ void FewRowsAvx2(const float* x, const float* w, float* y, int n, int in, int ro
   });
 }
 
+CEDAR_AVX2_END
 }  // namespace
 #endif
 
@@ -239,13 +238,14 @@ void MatmulFewRows(const float* x, const float* w, float* y, int n, int in, int 
       }
     }
   }
-#elif defined(__AVX2__) && defined(__FMA__)
+#else
+#if defined(CEDAR_AVX2_KERNELS)
   // Every weight comes from memory once per product, not once per row of x (MatVec per row did
   // that: 28% of batch-8 decode's time), and no panel is copied (the packed GEMM's F32 panel copy
   // was another 8-10%).
   if (n == 1) return MatVec(w, x, y, rows, in);
-  FewRowsAvx2(x, w, y, n, in, rows, y_stride);
-#else
+  if (Avx2KernelsRun()) return FewRowsAvx2(x, w, y, n, in, rows, y_stride);
+#endif
   for (int b = 0; b < n; ++b) MatVec(w, x + size_t(b) * in, y + size_t(b) * y_stride, rows, in);
 #endif
 }

@@ -9,10 +9,7 @@
 #include <cmath>
 #include <vector>
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-#include <immintrin.h>
-#endif
-
+#include "kernels/avx2_runtime.h"
 #include "kernels/cpu_internal.h"
 #include "kernels/lane16_avx2.h"
 #include "kernels/gemm_prefill.h"
@@ -74,8 +71,9 @@ void MatVecRows(const float* w, size_t w_stride, const float* x, float* y, size_
 }
 
 }  // namespace
-#elif defined(__AVX2__) && defined(__FMA__)
+#elif defined(CEDAR_AVX2_KERNELS)  // AVX2 builds, and portable ones where the CPU has it
 namespace {
+CEDAR_AVX2_BEGIN
 
 // The AVX-512 path's reading pattern on AVX2: a thread's slice as kMatVecSpread parts side by
 // side, row i of every part at once, without software prefetch. On an AVX2 EPYC (Zen 3 VM, 2
@@ -118,19 +116,16 @@ void MatVecRows(const float* w, size_t w_stride, const float* x, float* y, size_
   for (int k = 0; k < R; ++k) y[k * y_stride] = Lane16Sum(a[k][0], a[k][1]);
 }
 
+CEDAR_AVX2_END
 }  // namespace
 #endif
 
 #if !(defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)))
 namespace {
-// MatVec where the build has no AVX2 and FMA (CEDAR_NATIVE=OFF without an -march): each row summed
-// in the lane-16 order (ref::DotLane16, the same bits), as 16 independent FMA chains, so a row
-// alone equals the same row of the row-invariant GEMM (sgemv, used here before, did not). GCC
-// clones it for x86-64-v3 and picks that clone at load where the CPU has AVX2 and FMA: the chains
-// become two 8-lane FMAs per 16 floats instead of 16 calls to fmaf.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("arch=x86-64-v3", "default")))
-#endif
+// MatVec where the build has no AVX2 and FMA (CEDAR_NATIVE=OFF without an -march) and the CPU
+// neither (avx2_runtime.h): each row summed in the lane-16 order (ref::DotLane16, the same bits),
+// as 16 independent FMA chains, so a row alone equals the same row of the row-invariant GEMM
+// (sgemv, used here before, did not).
 void MatVecLane16Portable(const float* w, const float* x, float* y, int rows, int in) {
   for (int r = 0; r < rows; ++r) y[r] = DotLane16Simd(w + size_t(r) * in, x, in);
 }
@@ -138,7 +133,10 @@ void MatVecLane16Portable(const float* w, const float* x, float* y, int rows, in
 #endif
 
 void MatVec(const float* w, const float* x, float* y, int rows, int in) {
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#if !(defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)))
+  if (!Avx2KernelsRun()) return MatVecLane16Portable(w, x, y, rows, in);
+#endif
+#if defined(__AVX512F__) || defined(CEDAR_AVX2_KERNELS)
   int r = 0;
   if (rows >= kMatVecSpread * kSpreadMinRows) {
     // The slice as kMatVecSpread equal parts read side by side, row i of each at once.
@@ -154,8 +152,6 @@ void MatVec(const float* w, const float* x, float* y, int rows, int in) {
   }
 #endif
   for (; r < rows; ++r) MatVecRows<1>(w + size_t(r) * in, in, x, y + r, 1, in);
-#else
-  MatVecLane16Portable(w, x, y, rows, in);
 #endif
 }
 

@@ -12,8 +12,8 @@
 // halves (elements 0-15 and 16-31) whose lanes are the AVX2 path's t0 (lanes 0-7) and t1 (8-15),
 // folded to 8 lanes before the scale: the same operations on the same values, so both ISAs give
 // the same bits (kernels_weights_test checks both against a scalar twin of this order) in about
-// half the instructions per block. Without AVX2, plain loops follow the same order (FewRowsPortable,
-// which GCC clones for AVX2 and FMA at load).
+// half the instructions per block. Without AVX2, plain loops follow the same order (FewRowsPortable);
+// a portable build compiles the AVX2 path too and takes it where the CPU has AVX2 (avx2_runtime.h).
 
 #include <algorithm>
 #include <cmath>
@@ -21,8 +21,8 @@
 #include <type_traits>
 #include <vector>
 
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
+#include "kernels/avx2_runtime.h"
+#if defined(CEDAR_AVX2_KERNELS)  // AVX2 builds, and portable ones where the CPU has it (Avx2KernelsRun)
 #define CEDAR_QUANT_AVX2 1
 #if defined(__AVX512F__)
 #define CEDAR_QUANT_AVX512 1
@@ -87,6 +87,7 @@ float ScaleOf(const WeightView& w, int64_t r, int64_t b) {
 }
 
 #if CEDAR_QUANT_AVX2
+CEDAR_AVX2_BEGIN
 
 // Decoders. A decoder object is built once per Block (its constants and the E8M0 table pointer
 // live in registers for the whole loop: a function-local static read inside the loop made GCC
@@ -111,6 +112,9 @@ struct BytesToDwordTops {
                                  -1, -1, -1, 7);
   __m256i hi8 = _mm256_setr_epi8(-1, -1, -1, 8, -1, -1, -1, 9, -1, -1, -1, 10, -1, -1, -1, 11, -1, -1, -1, 12, -1, -1, -1, 13, -1, -1,
                                  -1, 14, -1, -1, -1, 15);
+  // Written out, so the masks are set inside a portable build's target pragma: the implicit
+  // constructor is not compiled under it and cannot inline the intrinsics (the decoders' too).
+  BytesToDwordTops() {}
   void operator()(const uint8_t* p, __m256i t[4]) const {
     const __m256i a = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));       // bytes 0-15
     const __m256i c = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));  // 16-31
@@ -188,6 +192,7 @@ struct DecI8 {
   // kSpreadOf below.
   static constexpr float kLoadUnit = kQuantAvx512 ? 1.0f : 0x1p24f;
   BytesToDwordTops tops;
+  DecI8() {}  // (written out: BytesToDwordTops())
   float Scale(const void* p, int64_t b) const { return I8ScaleAt(p, b); }
   void Load(const uint8_t* row, int64_t b, __m256 v[4]) const {
     __m256i t[4];
@@ -221,6 +226,7 @@ struct DecFp8 {
   const float* e8m0 = E8m0Floats();
   __m256i mask = _mm256_set1_epi32(int(0x87F00000u));
   __m256 k2p120 = _mm256_set1_ps(0x1p120f);
+  DecFp8() {}  // (written out: BytesToDwordTops())
   static const uint8_t* Row(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.data) + r * w.cols; }
   static const void* Scales(const WeightView& w, int64_t r) {
     return static_cast<const uint8_t*>(w.scales) + ((w.row0 + r) / B) * Blocks(w.cols);
@@ -351,6 +357,7 @@ struct DecFp4 {
 #if CEDAR_QUANT_VBMI
   __m512i lo_tab512 = _mm512_broadcast_i64x4(lo_tab), hi_tab512 = _mm512_broadcast_i64x4(hi_tab);  // LoadPair's
 #endif
+  DecFp4() {}  // (written out: BytesToDwordTops())
   static const uint8_t* Row(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.data) + r * (w.cols / 2); }
   static const void* Scales(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.scales) + r * Blocks(w.cols); }
   float Scale(const void* p, int64_t b) const { return e8m0[static_cast<const uint8_t*>(p)[b]]; }
@@ -753,6 +760,7 @@ void DecodeRowT(const WeightView& w, int64_t r, float* out) {
   for (int64_t c = nb * B; c < w.cols; ++c) out[c] = RawAt(w, r, c) * ScaleOf(w, r, nb);
 }
 
+CEDAR_AVX2_END
 #endif  // CEDAR_QUANT_AVX2
 
 // Without AVX2 (a portable build): the vector paths' order in plain code, with the same bits. Per block
@@ -761,9 +769,9 @@ void DecodeRowT(const WeightView& w, int64_t r, float* out) {
 // lanes. A partial last block is zero padded. std::fma keeps the compiler from contracting
 // differently (no bare product here is ever added).
 // Each weight row is decoded once to its unscaled values (RowValuesPortable) for every row of x, and
-// the lanes' arithmetic is 8-wide loops: GCC clones FewRowsPortable for x86-64-v3 and picks that
-// clone at load where the CPU has AVX2 and FMA. Element by element through RawAt, this path
-// decoded medium's INT8 weights at 0.9 tokens/s against 56 on AVX-512 (docs/WEIGHTS.md, session 39).
+// the lanes' arithmetic is 8-wide loops. Element by element through RawAt, this path decoded
+// medium's INT8 weights at 0.9 tokens/s against 56 on AVX-512 (docs/WEIGHTS.md, session 39). A
+// portable build takes it only on CPUs without AVX2 (or with CEDAR_NO_AVX2 set).
 
 // decode(c) for every code c < N, in a table built once (kept for the process).
 template <int N>
@@ -841,10 +849,6 @@ inline __attribute__((always_inline)) float OrderedDotPortable(const float* v, c
   return (h[0] + h[2]) + (h[1] + h[3]);
 }
 
-// (An AVX2 build reaches these two only for untyped weights, never in practice: no clones there.)
-#if !defined(CEDAR_QUANT_AVX2) && defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("arch=x86-64-v3", "default")))
-#endif
 void FewRowsPortable(const float* x, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
   thread_local std::vector<float> v, s;  // one weight row's values and block scales
   v.resize(size_t(Blocks(w.cols) * B));
@@ -857,9 +861,6 @@ void FewRowsPortable(const float* x, int n, const WeightView& w, int64_t r0, int
 }
 
 // Row r scaled to F32 (out[cols]): value times its block's scale, as the vector paths' DecodeRowT.
-#if !defined(CEDAR_QUANT_AVX2) && defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("arch=x86-64-v3", "default")))
-#endif
 void DecodeRowPortable(const WeightView& w, int64_t r, float* out) {
   thread_local std::vector<float> v, s;
   v.resize(size_t(Blocks(w.cols) * B));
@@ -875,7 +876,7 @@ void QuantFewRows(const float* x, int n, const WeightView& w, int64_t r0, int64_
   if (Int8ActivationsApply(w)) return I8A8FewRows(x, n, w, r0, r1, y, ys);
   if (Bf16ActivationsApply(w)) return Bf16AFewRows(x, n, w, r0, r1, y, ys);
 #if CEDAR_QUANT_AVX2
-  switch (w.type) {
+  if (Avx2KernelsRun()) switch (w.type) {
     case WeightType::kBF16: return FewRowsT<DecBf16>(x, n, w, r0, r1, y, ys);
     case WeightType::kI8: return FewRowsT<DecI8>(x, n, w, r0, r1, y, ys);
     case WeightType::kFP8: return FewRowsT<DecFp8>(x, n, w, r0, r1, y, ys);
@@ -890,7 +891,7 @@ void QuantDecodeRows(const WeightView& w, int64_t r0, int64_t n, float* out) {
   for (int64_t r = r0; r < r0 + n; ++r) {
     float* o = out + (r - r0) * w.cols;
 #if CEDAR_QUANT_AVX2
-    switch (w.type) {
+    if (Avx2KernelsRun()) switch (w.type) {
       case WeightType::kBF16: DecodeRowT<DecBf16>(w, r, o); continue;
       case WeightType::kI8: DecodeRowT<DecI8>(w, r, o); continue;
       case WeightType::kFP8: DecodeRowT<DecFp8>(w, r, o); continue;

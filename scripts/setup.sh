@@ -14,6 +14,7 @@ PACKAGES=(
   python3 python3-numpy python3-torch gnuplot-nox
   nodejs npm curl
   haproxy
+  qemu-user  # kernels_portable_cpu_test: the portable kernels on an emulated CPU without AVX2
 )
 
 missing=()

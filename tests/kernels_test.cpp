@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/avx2_runtime.h"
 #include "kernels/gemm_rowinv.h"
 #include "kernels/ops.h"
 #include "kernels/thread_pool.h"
@@ -253,8 +254,9 @@ TEST_CASE("IndexScores matches the reference") {
         }
 }
 
-#if defined(__AVX2__) && defined(__FMA__)  // (other builds score every row through sgemm)
+#if defined(CEDAR_AVX2_KERNELS)  // (builds and CPUs without AVX2 score every row through sgemm)
 TEST_CASE("IndexScores at decode adds in its documented order (8 lanes, a fixed tree, heads in order)") {
+  if (!k::internal::Avx2KernelsRun()) return;  // a portable build on its plain loops (CEDAR_NO_AVX2)
   // The one- and two-row path's order: per head, lane l sums q[i] * key[i] over i = l mod 8 by
   // FMA; the lanes are added as ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)); the ReLU-weighted heads
   // are added in head order from 0, each by one FMA. The AVX2 and AVX-512 loops must both give
