@@ -192,7 +192,7 @@ struct DecI8 {
   // kSpreadOf below.
   static constexpr float kLoadUnit = kQuantAvx512 ? 1.0f : 0x1p24f;
   BytesToDwordTops tops;
-  DecI8() {}  // (written out: BytesToDwordTops())
+  DecI8() {}  // (written out: see BytesToDwordTops())
   float Scale(const void* p, int64_t b) const { return I8ScaleAt(p, b); }
   void Load(const uint8_t* row, int64_t b, __m256 v[4]) const {
     __m256i t[4];
@@ -226,7 +226,7 @@ struct DecFp8 {
   const float* e8m0 = E8m0Floats();
   __m256i mask = _mm256_set1_epi32(int(0x87F00000u));
   __m256 k2p120 = _mm256_set1_ps(0x1p120f);
-  DecFp8() {}  // (written out: BytesToDwordTops())
+  DecFp8() {}  // (written out: see BytesToDwordTops())
   static const uint8_t* Row(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.data) + r * w.cols; }
   static const void* Scales(const WeightView& w, int64_t r) {
     return static_cast<const uint8_t*>(w.scales) + ((w.row0 + r) / B) * Blocks(w.cols);
@@ -357,7 +357,7 @@ struct DecFp4 {
 #if CEDAR_QUANT_VBMI
   __m512i lo_tab512 = _mm512_broadcast_i64x4(lo_tab), hi_tab512 = _mm512_broadcast_i64x4(hi_tab);  // LoadPair's
 #endif
-  DecFp4() {}  // (written out: BytesToDwordTops())
+  DecFp4() {}  // (written out: see BytesToDwordTops())
   static const uint8_t* Row(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.data) + r * (w.cols / 2); }
   static const void* Scales(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.scales) + r * Blocks(w.cols); }
   float Scale(const void* p, int64_t b) const { return e8m0[static_cast<const uint8_t*>(p)[b]]; }

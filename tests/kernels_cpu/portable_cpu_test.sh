@@ -12,7 +12,8 @@ qemu=$(command -v qemu-x86_64) || { echo "SKIP: qemu-x86_64 not installed (Debia
 # Each kernel test, or (name|doctest test-case filter) the cases that run the run-time choice at a
 # size qemu's emulation finishes in seconds: the whole of gemm_prefill_test and gemm_rowinv_test
 # take 10+ minutes there. kernels_bf16a_test is left out: its kernel needs AVX-512 BF16, so the
-# x86-64 build has only the plain loop, which kernels_bf16a_test_x86_64 runs natively (~150 s here).
+# x86-64 build has only the plain loop, which kernels_bf16a_test_x86_64 runs natively (~10 s; ~150 s
+# under qemu).
 tests=(kernels_test kernels_weights_test kv_quant_test kernels_i8a8_test
        "gemm_prefill_test|GemmPrefillRows equals its scalar reference*,GemmPackedRows*"
        "gemm_rowinv_test|GemmRowInvariant equals its scalar reference*,MatVec sums*,a quantised source*")
