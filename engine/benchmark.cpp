@@ -109,7 +109,7 @@ void MeasureMachine(const Backend& b, const ModelConfig& c, int probe_mib, doubl
   if (std::string(b.name()) == "cpu") {
     *matmul_gflops = kernels::MeasureSgemmGflops(512, c.dim, 4 * c.dim, 5);
     *bw_gbs = kernels::MeasureReadBandwidthGBs(probe_mib, 5);
-    Emit({{"bench", "machine"}, {"device", "cpu"}, {"sgemm_gflops", *matmul_gflops}, {"sgemm_shape", {512, c.dim, 4 * c.dim}},
+    Emit({{"bench", "machine"}, {"device", "cpu"}, {"kernels", kernels::KernelIsa()}, {"sgemm_gflops", *matmul_gflops}, {"sgemm_shape", {512, c.dim, 4 * c.dim}},
           {"read_bandwidth_gbs", *bw_gbs}, {"read_probe_mib", probe_mib}});
     return;
   }

@@ -9,11 +9,29 @@
 
 #include <cblas.h>
 
+#include "kernels/avx2_runtime.h"
 #include "kernels/cpu_internal.h"
 #include "kernels/ops.h"
 #include "kernels/thread_pool.h"
 
 namespace cedar::kernels {
+
+std::string KernelIsa() {
+#if defined(__AVX512F__)
+  std::string isa = "avx512";
+#if defined(__AVX512VNNI__)
+  isa += "-vnni";
+#endif
+#if defined(__AVX512BF16__) && defined(__AVX512VBMI__)
+  isa += "-bf16";
+#endif
+  return isa;
+#elif defined(__AVX2__) && defined(__FMA__)
+  return "avx2";
+#else
+  return internal::Avx2KernelsRun() ? "avx2-at-run-time" : "plain";
+#endif
+}
 
 namespace {
 double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {

@@ -2,7 +2,14 @@
 // fraction of the hardware the engine reaches.
 #pragma once
 
+#include <string>
+
 namespace cedar::kernels {
+// The CPU kernels this process runs, for the benchmark's machine line: "avx512" (then "-vnni" and
+// "-bf16" where those kernels are compiled in), "avx2", "avx2-at-run-time" (a build without -march
+// on a CPU with AVX2 and FMA: kernels/avx2_runtime.h) or "plain" (that build's plain loops: the CPU
+// lacks AVX2 or CEDAR_NO_AVX2 is set). Figures from different kernels are not comparable.
+std::string KernelIsa();
 // GFLOP/s of OpenBLAS sgemm (column slices over the pool) on [n, k] x [m, k]^T: the best of at
 // least `reps` runs and at least 0.5 s of runs, after 0.3 s of warm-up.
 double MeasureSgemmGflops(int n, int k, int m, int reps);

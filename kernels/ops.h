@@ -104,7 +104,8 @@ bool RowInvariantMatmul();
 void SetInt8Activations(bool on);
 bool Int8Activations();
 // Whether this build runs them vectorised (AVX-512 VNNI or AVX2); false: on the scalar reference
-// loop (same bits, far slower than the F32-activation kernels), so the flags that turn it on warn.
+// loop (same bits, far slower than the F32-activation kernels), so the flags that turn it on keep
+// F32 activations there (engine/activation_modes.h).
 bool Int8ActivationsVectorised();
 
 // FP8, FP4 and INT8 weights' decode and batched-decode products (up to 16 rows) on BF16

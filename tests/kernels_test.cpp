@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -14,6 +15,7 @@
 
 #include "kernels/avx2_runtime.h"
 #include "kernels/gemm_rowinv.h"
+#include "kernels/hw_probe.h"
 #include "kernels/ops.h"
 #include "kernels/thread_pool.h"
 
@@ -252,6 +254,26 @@ TEST_CASE("IndexScores matches the reference") {
                           " heads=" + std::to_string(heads),
                       s, sr, 16.0 * heads * (1 + std::sqrt(double(hd))) * 4);
         }
+}
+
+// The benchmark's machine line names the kernels that ran. A build without -march takes its AVX2
+// kernels exactly where the CPU has AVX2 and FMA and CEDAR_NO_AVX2 is unset: the _noavx2 runs
+// here and the runs on qemu's Nehalem (kernels_portable_cpu_test) must report "plain".
+TEST_CASE("KernelIsa names the kernels this process runs") {
+  const std::string isa = k::KernelIsa();
+#if defined(CEDAR_AVX2_AT_RUNTIME)
+  __builtin_cpu_init();
+  const bool cpu = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const char* no = std::getenv("CEDAR_NO_AVX2");
+  const bool refused = no && *no && std::string(no) != "0";
+  CHECK(isa == (cpu && !refused ? "avx2-at-run-time" : "plain"));
+#elif defined(__AVX512F__)
+  CHECK(isa.rfind("avx512", 0) == 0);
+#elif defined(__AVX2__) && defined(__FMA__)
+  CHECK(isa == "avx2");
+#else
+  CHECK(isa == "plain");
+#endif
 }
 
 #if defined(CEDAR_AVX2_KERNELS)  // (builds and CPUs without AVX2 score every row through sgemm)

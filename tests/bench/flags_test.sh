@@ -62,9 +62,9 @@ check_decode_ab() {
   echo "ok: bench_decode_ab on a tiny model -> $(wc -l <<<"$out") lines"
 }
 
-# check_cedar_bench: `cedar bench`'s CPU decode lines carry a probe before the first rep and after
-# each (reps + 1, all read) and the paired fraction's min <= median <= max, its median also as
-# fraction_of_bound_paired.
+# check_cedar_bench: `cedar bench`'s machine line names the kernels that ran; its CPU decode lines
+# carry a probe before the first rep and after each (reps + 1, all read) and the paired fraction's
+# min <= median <= max, its median also as fraction_of_bound_paired.
 check_cedar_bench() {
   local out rc
   if [[ -n $TINY_ERROR ]]; then echo "FAIL: cedar init --preset tiny: $TINY_ERROR"; return; fi
@@ -76,6 +76,8 @@ check_cedar_bench() {
   verdict=$(python3 -c '
 import json, sys
 lines = [json.loads(l) for l in sys.stdin if l.startswith("{")]
+mach = [d for d in lines if d.get("bench") == "machine"]
+if len(mach) != 1 or not mach[0].get("kernels"): sys.exit("machine lines %r: want one, naming its kernels" % mach)
 dec = [d for d in lines if d.get("bench") == "decode"]
 if [d["batch"] for d in dec] != [1, 2]: sys.exit("decode lines for batches %s, expected [1, 2]" % [d["batch"] for d in dec])
 for d in dec:
