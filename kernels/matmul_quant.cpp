@@ -301,11 +301,22 @@ struct DecFp8 {
   }
 #endif
 };
-// E2M1: every E2M1 value is a bfloat16 (sign, exponent, one mantissa bit), so two 16-entry byte
-// tables (the bf16's low and high byte per nibble, sign included: -0 stays -0) looked up with
-// vpshufb give the bf16 of 32 nibbles at once; unpacking with zero puts each in the high half of
-// a 32-bit lane, i.e. the float. Element 2k is byte k's low nibble. ~18 operations per 32 weights
-// (the permute-per-8 decoder took ~36).
+// E2M1. Element 2k is byte k's low nibble.
+// LoadExact (the F32 panels of DecodeRowT, and Load on VBMI builds): every E2M1 value is a bfloat16
+// (sign, exponent, one mantissa bit), so two 16-entry byte tables (the bf16's low and high byte per
+// nibble, sign included: -0 stays -0) looked up with vpshufb give the bf16 of 32 nibbles at once;
+// unpacking with zero puts each in the high half of a 32-bit lane, i.e. the float. 15 of its ~18
+// operations per 32 weights are shuffles, and Zen 3 runs two a cycle: that bound decode.
+// Load (the products, without VBMI): twice each value is an integer (0, 1, 2, 3, 4, 6, 8, 12, signed),
+// so one vpshufb table gives 32 int8 codes, placed by one gather and one variable shift so that
+// dword i of the register holds elements i, 8 + i, 16 + i, 24 + i in its bytes 0-3; byte j moved to
+// the top of the dword (a shift, a mask) and converted is v[j] lane i, times 2^25 (kLoadUnit): 5
+// shuffles and 4 conversions. Its +0 for the code of -0 (nibble 8) cannot change a product's bits:
+// an accumulator starts at +0, and adding a zero of either sign to +0 or to a nonzero float leaves
+// it unchanged, so the sign of a zero product never reaches an output. bench_weights --rows 2048
+// --cols 4096 --int8-activations 0 on an AVX2 EPYC (Zen 3 VM, 2 cores), in cache, one thread:
+// 4.7 -> 6.3-7.0 GB/s; two threads 8.9 -> 11-13.6; from memory (--from-memory-mib 1024, two
+// threads) 8.2-9.4 -> 10.4-12.8 (session 42).
 struct DecFp4 {
 #if CEDAR_QUANT_VBMI
   // Blocks b and b + 1 (32 packed bytes) on 16 lanes: the low nibbles (elements 2k) in bytes 0-31
@@ -343,7 +354,10 @@ struct DecFp4 {
   // (bench_weights in cache: 3.8 GB/s against 5.9 on the 8-wide Step). LoadPair (VBMI) does
   // it with byte permutes: 5.2-6.3 -> 11.9 GB/s (session 24).
   static constexpr bool kWide = false;
-  static constexpr float kLoadUnit = 1.0f;
+  // Load's unit: LoadPair's (1) where Load covers LoadPair's odd last block; else 2^25 (2 x the
+  // value at the top of a dword; exact as DecI8's 2^24 is, with the same exception for subnormal
+  // products: ProductsScaleWeights).
+  static constexpr float kLoadUnit = kPair16 ? 1.0f : 0x1p25f;
   const float* e8m0 = E8m0Floats();
   // bf16 bits of E2M1 nibble i: 0, 0.5, 1, 1.5, 2, 3, 4, 6 = 0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000,
   // 0x4040, 0x4080, 0x40C0; nibbles 8..15 the same with the sign bit 0x8000.
@@ -361,7 +375,7 @@ struct DecFp4 {
   static const uint8_t* Row(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.data) + r * (w.cols / 2); }
   static const void* Scales(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.scales) + r * Blocks(w.cols); }
   float Scale(const void* p, int64_t b) const { return e8m0[static_cast<const uint8_t*>(p)[b]]; }
-  void Load(const uint8_t* row, int64_t b, __m256 v[4]) const {
+  void LoadExact(const uint8_t* row, int64_t b, __m256 v[4]) const {
     const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + b * (B / 2)));
     const __m128i nib = _mm_set1_epi8(0x0F);
     const __m128i lo = _mm_and_si128(packed, nib), hi = _mm_and_si128(_mm_srli_epi16(packed, 4), nib);
@@ -379,6 +393,27 @@ struct DecFp4 {
     v[2] = _mm256_castsi256_ps(_mm256_permute2x128_si256(a, c, 0x31));
     v[3] = _mm256_castsi256_ps(_mm256_permute2x128_si256(d, e, 0x31));
   }
+#if CEDAR_QUANT_VBMI
+  void Load(const uint8_t* row, int64_t b, __m256 v[4]) const { LoadExact(row, b, v); }
+#else
+  __m256i codes = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4,
+                                   -6, -8, -12);
+  // Dword i (i = 0..7) takes bytes i / 2, 4 + i / 2, 8 + i / 2, 12 + i / 2 (elements i, 8 + i, 16 + i,
+  // 24 + i in their low nibbles for even i, their high ones for odd i: shifted down by hi_shift).
+  __m256i gather = _mm256_setr_epi8(0, 4, 8, 12, 0, 4, 8, 12, 1, 5, 9, 13, 1, 5, 9, 13, 2, 6, 10, 14, 2, 6, 10, 14, 3, 7, 11, 15, 3, 7, 11, 15);
+  __m256i hi_shift = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);
+  __m256i nib = _mm256_set1_epi8(0x0F);
+  __m256i top = _mm256_set1_epi32(int(0xFF000000u));
+  void Load(const uint8_t* row, int64_t b, __m256 v[4]) const {
+    const __m256i p = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + b * (B / 2))));
+    const __m256i n = _mm256_and_si256(_mm256_srlv_epi32(_mm256_shuffle_epi8(p, gather), hi_shift), nib);
+    const __m256i c = _mm256_shuffle_epi8(codes, n);  // dword i, byte j: 2 x element 8 j + i
+    v[0] = _mm256_cvtepi32_ps(_mm256_slli_epi32(c, 24));
+    v[1] = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_slli_epi32(c, 16), top));
+    v[2] = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_slli_epi32(c, 8), top));
+    v[3] = _mm256_cvtepi32_ps(_mm256_and_si256(c, top));
+  }
+#endif
 };
 
 inline float HSum(__m256 v) {  // fixed pairwise order
@@ -426,7 +461,9 @@ inline __m256 Step16(const __m512 v[2], const float* xp, __m256 s, __m256 acc) {
 // GB/s (8 processes, 18.8-24.2) before and 26.0 (21.3-27.9) after; 4 parts with the old Load
 // 23.2 (session 21). FP8 likewise: one thread, one row against a 512 x 2048 FP8 matrix in cache
 // (compute bound), 8.9 / 9.0 / 9.0 GB/s in address order with the old Load -> 10.0 / 10.1 / 9.9
-// with BytesToDwordTops and 4 parts, alternating. FP4 was not measured: address order. FP8 on
+// with BytesToDwordTops and 4 parts, alternating. FP4 (session 42's Load) keeps address order:
+// bench_weights --rows 2048 --cols 4096 --from-memory-mib 1024, two threads, three rounds in turn,
+// 12.7 / 12.8 / 6.7 GB/s against 10.4-11.0 with 4 parts (in cache, one thread, 4 parts ~5% ahead). FP8 on
 // AVX-512 with VBMI (LoadPair) takes 2 parts: one thread in cache 22.6-22.7 -> 24.3-24.5 GB/s
 // (1 part: no change), two threads from memory 37-41 -> 44-46 in 2 of 3 alternating rounds; FP4
 // (LoadPair) likewise, 2 parts against 1 from memory on two threads 18.6 / 23.9 / 23.6 against
@@ -753,8 +790,14 @@ void DecodeRowT(const WeightView& w, int64_t r, float* out) {
     }
 #endif
     __m256 v[4];
-    d.Load(row, b, v);
-    const __m256 s = _mm256_set1_ps(d.Scale(sc, b) * (1.0f / D::kLoadUnit));
+    float unit = D::kLoadUnit;
+    if constexpr (std::is_same_v<D, DecFp4>) {  // -0 stays -0 (Load's integer codes lose it)
+      d.LoadExact(row, b, v);
+      unit = 1.0f;
+    } else {
+      d.Load(row, b, v);
+    }
+    const __m256 s = _mm256_set1_ps(d.Scale(sc, b) * (1.0f / unit));
     for (int j = 0; j < 4; ++j) _mm256_storeu_ps(out + b * B + 8 * j, _mm256_mul_ps(v[j], s));
   }
   for (int64_t c = nb * B; c < w.cols; ++c) out[c] = RawAt(w, r, c) * ScaleOf(w, r, nb);
@@ -934,6 +977,17 @@ void MatmulColumnsTyped(const MatmulJob& j, int col0, int col1, const PackedRows
 }  // namespace cedar::kernels::internal
 
 namespace cedar::kernels {
+bool ProductsScaleWeights(WeightType t) {
+#if CEDAR_QUANT_AVX2
+  using namespace internal;
+  if (!Avx2KernelsRun()) return false;
+  if (t == WeightType::kI8) return DecI8::kLoadUnit != 1.0f;
+  if (t == WeightType::kFP4) return DecFp4::kLoadUnit != 1.0f;
+#endif
+  (void)t;
+  return false;
+}
+
 void DecodeRows(const WeightView& w, int64_t r0, int64_t n, float* out) {
   if (w.type == WeightType::kF32) {
     std::copy(static_cast<const float*>(w.data) + r0 * w.cols, static_cast<const float*>(w.data) + (r0 + n) * w.cols, out);

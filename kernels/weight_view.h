@@ -40,6 +40,11 @@ struct WeightView {
 // share each decoded weight and every row is summed in the order one row alone is (batched
 // decode == decode, bit for bit), more rows decode a panel of weights to F32 once and run sgemm.
 void MatmulW(const float* x, const WeightView& w, float* y, int n);
+// Whether this process's products with weights of type t load each weight times a power of two
+// above 1 and undo it once per output (AVX2 without AVX-512: INT8 x 2^24, FP4 x 2^25). That gives
+// the documented order's bits unless a product w x is subnormal (|w x| < 2^-126), where the scaled
+// product keeps bits the unscaled one loses (kernels/matmul_quant.cpp, DecI8 and DecFp4).
+bool ProductsScaleWeights(WeightType t);
 
 // ---- Conversion (load time, `--weights`, `cedar init --dtype`) ----
 // Round to nearest even; NaN stays NaN.
