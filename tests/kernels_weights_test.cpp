@@ -425,8 +425,8 @@ TEST_CASE("typed products follow the documented summation order bit for bit, on 
 // typed kernels round every product as w x rounds, i.e. keep the scalar twin's bits. A decoder
 // that loads weights times a power of two below 1 and undoes it on the outputs would not (an FP8
 // decode through F16, w 2^-8, was tried that way in session 23 and fails here; it measured no
-// faster and was not kept). The types whose products load w times 2^24 or 2^25 here (INT8 and FP4
-// on AVX2 without AVX-512: ProductsScaleWeights) are left out: their products w 2^k x are normal
+// faster and was not kept). The types whose products load w times 2^24 or 2^25 in this process
+// (ProductsScaleWeights: INT8 and FP4 on AVX2 machines) are left out: their products w 2^k x are normal
 // where w x is not, so they keep more bits than the twin's there (documented in DecI8 and DecFp4;
 // activations of 2^-126 do not occur in a model's products).
 TEST_CASE("typed products keep the scalar twin's bits for activations near F32's underflow") {
