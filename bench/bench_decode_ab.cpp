@@ -4,9 +4,10 @@
 //                               [--steps 200] [--batch 1]
 //
 // A setting is a comma-separated list of switches: bf16a=0|1 (kernels::SetBf16Activations),
-// int8a=0|1 (SetInt8Activations), threads=N (SetPoolThreads); a switch that a side does not name
-// keeps the process default (off, off, all cores). A side's switches are set before its step's
-// clock starts (threads=N restarts the pool there). The model is loaded once at --weights, --batch
+// int8a=0|1 (SetInt8Activations), fp8x=0|1 (SetFp8PrescaledActivations), threads=N
+// (SetPoolThreads); a switch that a side does not name keeps the process default (off, off, on,
+// all cores). A side's switches are set before its step's clock starts (threads=N restarts the
+// pool there). The model is loaded once at --weights, --batch
 // states are prefilled with --context tokens (`exact`), and then each step decodes one token
 // for every state, the steps alternating between setting A and setting B.
 // Why one process: this 2-core VM's runs move by 10-25% from one process to the next. Its read
@@ -46,7 +47,7 @@ namespace {
 // One side's switches; -1 = the process default.
 struct Setting {
   std::string text;
-  int bf16a = -1, int8a = -1, threads = -1;
+  int bf16a = -1, int8a = -1, fp8x = -1, threads = -1;
 };
 
 // "bf16a=1,threads=1" -> Setting. Throws std::invalid_argument naming `flag` on a bad item.
@@ -62,8 +63,9 @@ Setting ParseSetting(const char* flag, const std::string& text) {
       throw std::invalid_argument(std::string(flag) + ": expected SWITCH=VALUE, got '" + item + "'");
     if (key == "bf16a") s.bf16a = cedar::ParseIntFlag<int>(flag, value, 0, 1);
     else if (key == "int8a") s.int8a = cedar::ParseIntFlag<int>(flag, value, 0, 1);
+    else if (key == "fp8x") s.fp8x = cedar::ParseIntFlag<int>(flag, value, 0, 1);
     else if (key == "threads") s.threads = cedar::ParseIntFlag<int>(flag, value, 1, 4096);
-    else throw std::invalid_argument(std::string(flag) + ": unknown switch '" + key + "' (bf16a, int8a, threads)");
+    else throw std::invalid_argument(std::string(flag) + ": unknown switch '" + key + "' (bf16a, int8a, fp8x, threads)");
   }
   return s;
 }
@@ -72,6 +74,7 @@ Setting ParseSetting(const char* flag, const std::string& text) {
 void Apply(const Setting& s, int default_threads) {
   k::SetBf16Activations(s.bf16a == 1);
   k::SetInt8Activations(s.int8a == 1);
+  k::SetFp8PrescaledActivations(s.fp8x != 0);
   const int th = s.threads > 0 ? s.threads : default_threads;
   if (k::Threads() != th) k::SetPoolThreads(th);
 }
@@ -84,7 +87,7 @@ int main(int argc, char** argv) {
   auto desc = cedar::bench::Options("bench_decode_ab: decode steps alternating between two settings in one process, as JSON lines");
   desc.add_options()("model", cedar::bench::po::value(&model_dir)->required(), "model directory (cedar init --out)")(
       "weights", cedar::bench::po::value(&weights)->default_value(weights), "f32 | bf16 | int8 | as-stored | fp8-fp4")(
-      "a", cedar::bench::po::value(&a_text)->default_value(""), "setting A: SWITCH=VALUE,... (bf16a=0|1, int8a=0|1, threads=N); empty: the defaults")(
+      "a", cedar::bench::po::value(&a_text)->default_value(""), "setting A: SWITCH=VALUE,... (bf16a=0|1, int8a=0|1, fp8x=0|1, threads=N); empty: the defaults")(
       "b", cedar::bench::po::value(&b_text)->required(), "setting B, as --a")(
       "context", cedar::cli::IntOption("--context", &context, 1, 1 << 20), "prompt tokens prefilled before decoding")(
       "steps", cedar::cli::IntOption("--steps", &steps, 1, 1 << 20), "timed steps per side")(

@@ -16,6 +16,7 @@
 // a portable build compiles the AVX2 path too and takes it where the CPU has AVX2 (avx2_runtime.h).
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -100,7 +101,9 @@ CEDAR_AVX2_BEGIN
 //   kLoadUnit of 2^k scales every product, partial sum and accumulator by exactly 2^k (rounding
 //   commutes with a power of two), and Block's last multiply by 1 / kLoadUnit gives the same
 //   float. (That multiply once per output replaced one per block on the scale: a vmulss and a
-//   vbroadcastss on the shuffle pipes, in a loop bound by those pipes.)
+//   vbroadcastss on the shuffle pipes, in a loop bound by those pipes.) A decoder may also
+//   take x times a power of two (kXUnitOf<D>; DecFp8X: x 2^120 against weights w 2^-120), and
+//   Block undoes kLoadUnit x kXUnitOf<D> (DecFp8X: 1, nothing).
 
 // The 32 bytes of a block, byte 8 j + i in the top byte of dword i of t[j] (the rest zero): the
 // in-lane vpshufb of 16 bytes broadcast to both halves, one per 8 bytes. It replaces the
@@ -301,6 +304,59 @@ struct DecFp8 {
   }
 #endif
 };
+#if !CEDAR_QUANT_AVX512
+// DecFp8 for x given times 2^120 (XTimes2p120; QuantFewRows takes it wherever every |x| < 2^8):
+// Load leaves out DecFp8's multiply, so v = w 2^-120 (exact: E4M3's lowest bit, 2^-9, becomes
+// 2^-129, above F32's 2^-149) and v x' is the real number w x, rounded as w x rounds, subnormal
+// or not: every product, sum and output keeps DecFp8's bits (kernels_weights_test's twin,
+// underflow and large-activation cases). The multiply was 4 of the block's 9 operations on Zen 3's
+// two FMA pipes, where FP8 is compute bound: bench_weights --rows 2048 --cols 4096 (AVX2 EPYC,
+// session 43) one thread in cache 11.7-12.1 -> 13.3-14.7 GB/s, two threads from memory 11-23 ->
+// 27-28; medium's fp8-fp4 decode step 29.4 -> 26.1 ms (bench_decode_ab fp8x=0 / fp8x=1).
+// Only the AVX2 Load: AVX-512 builds decode FP8 16 lanes at a time (Load16, LoadPair).
+struct DecFp8X : DecFp8 {
+  static constexpr float kLoadUnit = 0x1p-120f;
+  DecFp8X() {}  // (written out: see BytesToDwordTops())
+  void Load(const uint8_t* row, int64_t b, __m256 v[4]) const {
+    __m256i t[4];
+    tops(row + b * B, t);
+    for (int j = 0; j < 4; ++j) v[j] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(t[j], 4), mask));
+  }
+};
+// How much larger a decoder's x is than the caller's (the products' unit is D::kLoadUnit times it).
+template <class D>
+constexpr float kXUnitOf = std::is_same_v<D, DecFp8X> ? 0x1p120f : 1.0f;
+
+std::atomic<bool> fp8_prescaled{true};  // SetFp8PrescaledActivations
+
+// x[0, count) times 2^120 in a thread's 64-byte aligned buffer, or nullptr where some |x| is not
+// below 2^8 (or is NaN): there x 2^120 could overflow, and the caller keeps DecFp8. Exact otherwise
+// (a power of two; subnormal x become normal). Each slice of a product scales its own copy: ~1 us
+// for 4096 floats, and a few-row product's 8 slices at n = 8 measured no slower than without.
+const float* XTimes2p120(const float* x, int64_t count) {
+  if (!fp8_prescaled.load(std::memory_order_relaxed)) return nullptr;
+  thread_local std::vector<float> buf;
+  float* out = Aligned64(buf, size_t(count));
+  const __m256 k = _mm256_set1_ps(0x1p120f), limit = _mm256_set1_ps(256.0f), abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  __m256 bad = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_and_ps(v, abs), limit, _CMP_NLT_UQ));
+    _mm256_store_ps(out + i, _mm256_mul_ps(v, k));
+  }
+  if (_mm256_movemask_ps(bad)) return nullptr;
+  for (; i < count; ++i) {
+    if (!(std::fabs(x[i]) < 256.0f)) return nullptr;
+    out[i] = x[i] * 0x1p120f;
+  }
+  return out;
+}
+#else
+template <class D>
+constexpr float kXUnitOf = 1.0f;
+#endif
+
 // E2M1. Element 2k is byte k's low nibble.
 // LoadExact (the F32 panels of DecodeRowT, and Load on VBMI builds): every E2M1 value is a bfloat16
 // (sign, exponent, one mantissa bit), so two 16-entry byte tables (the bf16's low and high byte per
@@ -512,7 +568,7 @@ constexpr int64_t kSpreadMinRows = 16;  // rows per part at least, else address 
 // weights, same pass) N=1 NE=2 93 / 69 / 63 / 68 -> 57 / 44 / 44 / 53. FP4 keeps address order:
 // N=1 NE=2 no change (medians of nine passes 65 -> 64) and N=4 NE=4 86 / 90 -> 97 / 92.
 template <class D>
-constexpr bool kFewRowsSpreadOf = std::is_same_v<D, DecBf16> || std::is_same_v<D, DecI8> || std::is_same_v<D, DecFp8>;
+constexpr bool kFewRowsSpreadOf = std::is_same_v<D, DecBf16> || std::is_same_v<D, DecI8> || std::is_base_of_v<DecFp8, D>;  // DecFp8X too
 
 // N rows of x (stride in) against weight rows [r, r + R): y[n * ys + k]. Row and scale pointers
 // are computed once, so the block loop holds only the accumulators, the decoded block and the
@@ -688,7 +744,8 @@ void Block(const D& d, const float* x, const WeightView& w, int64_t r, float* y,
   for (int n = 0; n < N; ++n)
     for (int k = 0; k < R; ++k) {
       const float sum = HSum(acc[n][k]);
-      y[n * ys + k * rs] = D::kLoadUnit == 1.0f ? sum : sum * (1.0f / D::kLoadUnit);
+      constexpr float kUnit = D::kLoadUnit * kXUnitOf<D>;  // the products' (DecFp8X: 1)
+      y[n * ys + k * rs] = kUnit == 1.0f ? sum : sum * (1.0f / kUnit);
     }
 }
 
@@ -922,7 +979,11 @@ void QuantFewRows(const float* x, int n, const WeightView& w, int64_t r0, int64_
   if (Avx2KernelsRun()) switch (w.type) {
     case WeightType::kBF16: return FewRowsT<DecBf16>(x, n, w, r0, r1, y, ys);
     case WeightType::kI8: return FewRowsT<DecI8>(x, n, w, r0, r1, y, ys);
-    case WeightType::kFP8: return FewRowsT<DecFp8>(x, n, w, r0, r1, y, ys);
+    case WeightType::kFP8:
+#if !CEDAR_QUANT_AVX512
+      if (const float* xs = XTimes2p120(x, int64_t(n) * w.cols)) return FewRowsT<DecFp8X>(xs, n, w, r0, r1, y, ys);
+#endif
+      return FewRowsT<DecFp8>(x, n, w, r0, r1, y, ys);
     case WeightType::kFP4: return FewRowsT<DecFp4>(x, n, w, r0, r1, y, ys);
     default: break;
   }
@@ -977,6 +1038,13 @@ void MatmulColumnsTyped(const MatmulJob& j, int col0, int col1, const PackedRows
 }  // namespace cedar::kernels::internal
 
 namespace cedar::kernels {
+void SetFp8PrescaledActivations(bool on) {
+#if CEDAR_QUANT_AVX2 && !CEDAR_QUANT_AVX512
+  internal::fp8_prescaled.store(on);
+#endif
+  (void)on;
+}
+
 bool ProductsScaleWeights(WeightType t) {
 #if CEDAR_QUANT_AVX2
   using namespace internal;

@@ -120,6 +120,12 @@ void SetBf16Activations(bool on);
 bool Bf16Activations();
 bool Bf16ActivationsVectorised();  // AVX-512 BF16 + VBMI kernel compiled in (else the scalar loop)
 
+// FP8 weights' decode and batched-decode products on AVX2 without AVX-512 read x times 2^120 (once
+// per product, where every |x| < 2^8) and leave out a multiply per weight: the same bits
+// (kernels/matmul_quant.cpp, DecFp8X). On by default; off only to measure it (bench_decode_ab
+// fp8x=0). Process-wide; set it before products run, not during.
+void SetFp8PrescaledActivations(bool on);
+
 // Sets the BLAS thread count (0 = library default). Our own loops are single-threaded.
 void SetThreads(int n);
 

@@ -453,3 +453,58 @@ TEST_CASE("typed products keep the scalar twin's bits for activations near F32's
       }
   }
 }
+
+// Activations at and above 2^8: FP8's products on AVX2 take x times 2^120 where every |x| of the
+// call is below 2^8 (DecFp8X) and x as given otherwise. Both must keep the twin's bits: the
+// largest float below 2^8 (x 2^120 is then just below F32's largest), 2^8 itself, values far above
+// it, and a batch where one row's large value sends the whole call to the other path, each row
+// also equal to itself alone. (Not beyond ~2^96: INT8's and FP4's products on AVX2 hold w 2^24 x
+// and w 2^25 x, which overflow there, ProductsScaleWeights.)
+TEST_CASE("typed products keep the scalar twin's bits for activations at and above 2^8") {
+  const float below = std::nextafter(256.0f, 0.0f);
+  struct Case {
+    const char* what;
+    float scale;                             // of the normal activations
+    std::vector<std::pair<int, float>> set;  // (index into x, value)
+  };
+  const Case cases[] = {{"largest below 2^8", 40.0f, {{5, below}, {17, -below}}},
+                        {"2^8", 40.0f, {{5, 256.0f}}},
+                        {"-2^8", 1.0f, {{0, -256.0f}}},
+                        {"far above", 1e6f, {{3, 1e20f}}},
+                        {"row 1 of 3 large", 1.0f, {{100 + 7, 3e4f}}}};
+  auto check = [&](WeightType type, const Case& c, int n, int in, bool prescaled) {
+    const int out = 70;
+    auto x = Random(size_t(n) * in, 600 + n + in, c.scale), w = Random(size_t(out) * in, 650 + in);
+    for (float& v : x) v = std::clamp(v, -below, below);
+    for (auto [i, v] : c.set)
+      if (i < n * in) x[size_t(i)] = v;
+    Stored s = Convert(w, out, in, type);
+    std::vector<float> y(size_t(n) * out), alone(out);
+    k::MatmulW(x.data(), s.view, y.data(), n);
+    int mismatches = 0, alone_mismatches = 0, infinite = 0;
+    for (int b = 0; b < n; ++b) {
+      k::MatmulW(x.data() + size_t(b) * in, s.view, alone.data(), 1);
+      for (int r = 0; r < out; ++r) {
+        const float t = TwinOrderedDot(s.view, r, x.data() + size_t(b) * in), got = y[size_t(b) * out + r];
+        infinite += !std::isfinite(t);
+        if (std::memcmp(&t, &got, sizeof t) != 0) ++mismatches;
+        if (std::memcmp(&alone[size_t(r)], &got, sizeof t) != 0) ++alone_mismatches;
+      }
+    }
+    const std::string label = std::string(k::WeightTypeName(type)) + ", " + c.what + ", n=" + std::to_string(n) +
+                              " in=" + std::to_string(in) + (prescaled ? "" : ", FP8 prescale off");
+    INFO(label);
+    CHECK(infinite == 0);
+    CHECK(mismatches == 0);
+    CHECK(alone_mismatches == 0);
+  };
+  for (bool prescaled : {true, false}) {
+    k::SetFp8PrescaledActivations(prescaled);
+    for (WeightType type : kTypes)
+      for (const Case& c : cases)
+        for (int n : {1, 3})
+          for (int in : {64, 100})
+            if (type != WeightType::kFP4 || in % 32 == 0) check(type, c, n, in, prescaled);
+  }
+  k::SetFp8PrescaledActivations(true);
+}
