@@ -7,9 +7,9 @@
 // int8a=0|1 (SetInt8Activations), fp8x=0|1 (SetFp8PrescaledActivations), threads=N
 // (SetPoolThreads); a switch that a side does not name keeps the process default (off, off, on,
 // all cores). A side's switches are set before its step's clock starts (threads=N restarts the
-// pool there). The model is loaded once at --weights, --batch
-// states are prefilled with --context tokens (`exact`), and then each step decodes one token
-// for every state, the steps alternating between setting A and setting B.
+// pool there). The model is loaded once at --weights, --batch states are prefilled with
+// --context tokens (`exact`), and then each step decodes one token for every state, the steps
+// alternating between setting A and setting B.
 // Why one process: this 2-core VM's runs move by 10-25% from one process to the next. Its read
 // probe gave 44-82 GB/s over a day. Two sides with the same setting read within ~1% of each
 // other (docs/WEIGHTS.md, session 29; here 1.0001 on medium). Two different settings still see
