@@ -109,6 +109,15 @@ struct Line64Allocator {
 template <class T>
 using LineVector = std::vector<T, Line64Allocator<T>>;
 
+// FP8 few-row products on x times 2^120 (matmul_quant.cpp, DecFp8X: the same bits, no multiply per
+// weight): whether w's products take it (FP8, AVX2 running in a build without AVX-512,
+// SetFp8PrescaledActivations on, no BF16 activations); x[0, count) times 2^120 into out, false
+// where some |x| >= 2^8 or is NaN (the product then keeps QuantFewRows); the products on that copy.
+// MatmulMany makes the copy once per product, for all of its slices.
+bool Fp8PrescaleApplies(const WeightView& w);
+bool XTimes2p120(const float* x, int64_t count, LineVector<float>& out);
+void Fp8XFewRows(const float* xs, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys);
+
 // Rows of x quantised for that path: RunMatmulJobs quantises a product's x once, not once per
 // column slice (a batched-decode product has up to 4 slices per thread). The arrays the kernels
 // load 64 bytes at a time from start on a cache line (LineVector).

@@ -214,10 +214,11 @@ bool DecodesWhole(const MatmulJob& m, int threads) {
 // against 0.86 aligned. The same values in the same order: the same bits. One copy per x per
 // call (jobs on the same x share it), on the calling thread, before the slices are handed out.
 const MatmulJob* WithAlignedFewRowsX(const MatmulJob* jobs, int n_jobs) {
-  // (8-bit- and BF16-activation jobs read x once, to convert it into their own aligned rows: no copy.)
+  // (8-bit- and BF16-activation jobs, and FP8 ones on x times 2^120, read x once, to convert it into
+  // their own aligned rows: no copy.)
   auto needs = [](const MatmulJob& m) {
     return m.n >= 1 && m.n <= kFewRowsMax && m.in > 0 && m.out > 0 && reinterpret_cast<uintptr_t>(m.x) % 64 != 0 &&
-           !Int8ActivationsApply(m.wv) && !Bf16ActivationsApply(m.wv);
+           !Int8ActivationsApply(m.wv) && !Bf16ActivationsApply(m.wv) && !Fp8PrescaleApplies(m.wv);
   };
   if (std::none_of(jobs, jobs + n_jobs, needs)) return jobs;
   constexpr size_t kLine = 16;  // floats per 64-byte line
@@ -397,6 +398,24 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
     }
     slices.swap(split);
   }
+  // Likewise x of an FP8 few-row product times 2^120 (Fp8PrescaleApplies), once for all of its
+  // slices and shared by jobs on the same x; a null entry (some |x| >= 2^8) keeps QuantFewRows.
+  thread_local std::vector<LineVector<float>> fp8x_buffer;
+  thread_local std::vector<const float*> fp8x_rows_buffer;
+  std::vector<const float*>& fp8x = fp8x_rows_buffer;
+  bool any_fp8x = false;
+  for (int j = 0; j < n_jobs; ++j) {
+    const MatmulJob& m = jobs[j];
+    if (m.n < 1 || m.n > kFewRowsMax || m.out <= 0 || m.in <= 0 || !Fp8PrescaleApplies(m.wv)) continue;
+    if (!any_fp8x) {
+      any_fp8x = true;
+      fp8x.assign(size_t(n_jobs), nullptr);
+      if (fp8x_buffer.size() < size_t(n_jobs)) fp8x_buffer.resize(size_t(n_jobs));
+    }
+    for (int k = 0; k < j && !fp8x[size_t(j)]; ++k)
+      if (fp8x[size_t(k)] && jobs[k].x == m.x && jobs[k].n == m.n && jobs[k].in == m.in) fp8x[size_t(j)] = fp8x[size_t(k)];
+    if (!fp8x[size_t(j)] && XTimes2p120(m.x, int64_t(m.n) * m.in, fp8x_buffer[size_t(j)])) fp8x[size_t(j)] = fp8x_buffer[size_t(j)].data();
+  }
   // x of a typed many-row product packed once here for every weight panel of every slice
   // (gemm_prefill.h PackedRows), where a slice holds more than one panel (medium's 2048- and
   // 4096-wide products: 2-4 per slice; a thread packing x for each measured 4-7% slower in
@@ -435,6 +454,7 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
         GemmPrefillRows(m.x, m.w + size_t(s.col0) * m.in, m.y + s.col0, m.in, s.col1 - s.col0, m.out, s.row0, s.row1);
       else if (const I8A8Rows* q = a8 ? a8_rows[size_t(s.job)] : nullptr) I8A8Quantised(*q, m.n, m.wv, s.col0, s.col1, m.y + s.col0, m.out);
       else if (const Bf16Rows* c = bf16a ? bf16_rows[size_t(s.job)] : nullptr) Bf16AConverted(*c, m.n, m.wv, s.col0, s.col1, m.y + s.col0, m.out);
+      else if (const float* xs = any_fp8x ? fp8x[size_t(s.job)] : nullptr) Fp8XFewRows(xs, m.n, m.wv, s.col0, s.col1, m.y + s.col0, m.out);
       else if (const PackedRows* px = any_packed ? packed[size_t(s.job)] : nullptr) MatmulColumnsTyped(m, s.col0, s.col1, px);
       else MatmulColumns(m, s.col0, s.col1);
     }

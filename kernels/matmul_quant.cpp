@@ -305,7 +305,8 @@ struct DecFp8 {
 #endif
 };
 #if !CEDAR_QUANT_AVX512
-// DecFp8 for x given times 2^120 (XTimes2p120; QuantFewRows takes it wherever every |x| < 2^8):
+// DecFp8 for x given times 2^120 (Fp8XFewRows, on MatmulMany's copy of x from XTimes2p120, made
+// once per product wherever every |x| < 2^8):
 // Load leaves out DecFp8's multiply, so v = w 2^-120 (exact: E4M3's lowest bit, 2^-9, becomes
 // 2^-129, above F32's 2^-149) and v x' is the real number w x, rounded as w x rounds, subnormal
 // or not: every product, sum and output keeps DecFp8's bits (kernels_weights_test's twin,
@@ -327,31 +328,6 @@ struct DecFp8X : DecFp8 {
 template <class D>
 constexpr float kXUnitOf = std::is_same_v<D, DecFp8X> ? 0x1p120f : 1.0f;
 
-std::atomic<bool> fp8_prescaled{true};  // SetFp8PrescaledActivations
-
-// x[0, count) times 2^120 in a thread's 64-byte aligned buffer, or nullptr where some |x| is not
-// below 2^8 (or is NaN): there x 2^120 could overflow, and the caller keeps DecFp8. Exact otherwise
-// (a power of two; subnormal x become normal). Each slice of a product scales its own copy: ~1 us
-// for 4096 floats, and a few-row product's 8 slices at n = 8 measured no slower than without.
-const float* XTimes2p120(const float* x, int64_t count) {
-  if (!fp8_prescaled.load(std::memory_order_relaxed)) return nullptr;
-  thread_local std::vector<float> buf;
-  float* out = Aligned64(buf, size_t(count));
-  const __m256 k = _mm256_set1_ps(0x1p120f), limit = _mm256_set1_ps(256.0f), abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
-  __m256 bad = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= count; i += 8) {
-    const __m256 v = _mm256_loadu_ps(x + i);
-    bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_and_ps(v, abs), limit, _CMP_NLT_UQ));
-    _mm256_store_ps(out + i, _mm256_mul_ps(v, k));
-  }
-  if (_mm256_movemask_ps(bad)) return nullptr;
-  for (; i < count; ++i) {
-    if (!(std::fabs(x[i]) < 256.0f)) return nullptr;
-    out[i] = x[i] * 0x1p120f;
-  }
-  return out;
-}
 #else
 template <class D>
 constexpr float kXUnitOf = 1.0f;
@@ -971,6 +947,54 @@ void DecodeRowPortable(const WeightView& w, int64_t r, float* out) {
 
 }  // namespace
 
+#if CEDAR_QUANT_AVX2 && !CEDAR_QUANT_AVX512
+namespace {
+std::atomic<bool> fp8_prescaled{true};  // SetFp8PrescaledActivations
+}  // namespace
+#endif
+
+bool Fp8PrescaleApplies(const WeightView& w) {
+#if CEDAR_QUANT_AVX2 && !CEDAR_QUANT_AVX512
+  return w.type == WeightType::kFP8 && fp8_prescaled.load(std::memory_order_relaxed) && Avx2KernelsRun() &&
+         !Bf16ActivationsApply(w);
+#else
+  (void)w;
+  return false;
+#endif
+}
+
+#if CEDAR_QUANT_AVX2 && !CEDAR_QUANT_AVX512
+CEDAR_AVX2_BEGIN
+bool XTimes2p120(const float* x, int64_t count, LineVector<float>& out) {
+  out.resize(size_t(count));
+  float* o = out.data();
+  const __m256 k = _mm256_set1_ps(0x1p120f), limit = _mm256_set1_ps(256.0f), abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  __m256 bad = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_and_ps(v, abs), limit, _CMP_NLT_UQ));
+    _mm256_store_ps(o + i, _mm256_mul_ps(v, k));
+  }
+  if (_mm256_movemask_ps(bad)) return false;
+  for (; i < count; ++i) {
+    if (!(std::fabs(x[i]) < 256.0f)) return false;
+    o[i] = x[i] * 0x1p120f;
+  }
+  return true;
+}
+CEDAR_AVX2_END
+
+void Fp8XFewRows(const float* xs, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
+  FewRowsT<DecFp8X>(xs, n, w, r0, r1, y, ys);
+}
+#else
+bool XTimes2p120(const float*, int64_t, LineVector<float>&) { return false; }
+void Fp8XFewRows(const float* xs, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
+  QuantFewRows(xs, n, w, r0, r1, y, ys);  // not reached: Fp8PrescaleApplies is false
+}
+#endif
+
 // y[b * ys + (r - r0)] = x[b, :] . w[r, :] for b < n (n <= kFewRowsMax), r in [r0, r1).
 void QuantFewRows(const float* x, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
   if (Int8ActivationsApply(w)) return I8A8FewRows(x, n, w, r0, r1, y, ys);
@@ -979,11 +1003,7 @@ void QuantFewRows(const float* x, int n, const WeightView& w, int64_t r0, int64_
   if (Avx2KernelsRun()) switch (w.type) {
     case WeightType::kBF16: return FewRowsT<DecBf16>(x, n, w, r0, r1, y, ys);
     case WeightType::kI8: return FewRowsT<DecI8>(x, n, w, r0, r1, y, ys);
-    case WeightType::kFP8:
-#if !CEDAR_QUANT_AVX512
-      if (const float* xs = XTimes2p120(x, int64_t(n) * w.cols)) return FewRowsT<DecFp8X>(xs, n, w, r0, r1, y, ys);
-#endif
-      return FewRowsT<DecFp8>(x, n, w, r0, r1, y, ys);
+    case WeightType::kFP8: return FewRowsT<DecFp8>(x, n, w, r0, r1, y, ys);
     case WeightType::kFP4: return FewRowsT<DecFp4>(x, n, w, r0, r1, y, ys);
     default: break;
   }
