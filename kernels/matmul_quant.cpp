@@ -334,21 +334,20 @@ constexpr float kXUnitOf = 1.0f;
 #endif
 
 // E2M1. Element 2k is byte k's low nibble.
-// LoadExact (the F32 panels of DecodeRowT, and Load on VBMI builds): every E2M1 value is a bfloat16
-// (sign, exponent, one mantissa bit), so two 16-entry byte tables (the bf16's low and high byte per
-// nibble, sign included: -0 stays -0) looked up with vpshufb give the bf16 of 32 nibbles at once;
-// unpacking with zero puts each in the high half of a 32-bit lane, i.e. the float. 15 of its ~18
-// operations per 32 weights are shuffles, and Zen 3 runs two a cycle: that bound decode.
-// Load (the products, without VBMI): twice each value is an integer (0, 1, 2, 3, 4, 6, 8, 12, signed),
-// so one vpshufb table gives 32 int8 codes, placed by one gather and one variable shift so that
-// dword i of the register holds elements i, 8 + i, 16 + i, 24 + i in its bytes 0-3; byte j moved to
-// the top of the dword (a shift, a mask) and converted is v[j] lane i, times 2^25 (kLoadUnit): 5
-// shuffles and 4 conversions. Its +0 for the code of -0 (nibble 8) cannot change a product's bits:
-// an accumulator starts at +0, and adding a zero of either sign to +0 or to a nonzero float leaves
-// it unchanged, so the sign of a zero product never reaches an output. bench_weights --rows 2048
-// --cols 4096 --int8-activations 0 on an AVX2 EPYC (Zen 3 VM, 2 cores), in cache, one thread:
-// 4.7 -> 6.3-7.0 GB/s; two threads 8.9 -> 11-13.6; from memory (--from-memory-mib 1024, two
-// threads) 8.2-9.4 -> 10.4-12.8 (session 42).
+// Load: every E2M1 value is a bfloat16 (sign, exponent, one mantissa bit), so two 16-entry byte
+// tables (the bf16's low and high byte per nibble, sign included: -0 stays -0) looked up with
+// vpshufb give the bf16 of 32 nibbles at once, and a bf16 in the high half of a 32-bit lane is
+// the float: the exact values, unit 1, so the products are w x as the scalar order has them. The
+// 16 bytes go to both 128-bit lanes and one in-lane vpshufb places them so that the tables' output,
+// interleaved into words (vpunpck{l,h}bw), holds v[0] lane i in the low half of dword i and v[1]
+// lane i in its high half (v[2], v[3] likewise): a shift and a mask make the floats, with no
+// cross-lane permute. 6 shuffles and 3 shifts on Zen 3's two shuffle pipes, and 3 masks, per 32
+// weights. It replaced two Loads (session 44): the same tables unpacked with zero into lane order
+// by 4 cross-lane permutes (15 shuffles), and session 42's codes 2 w as int8 converted to float
+// (2 shuffles, 4 shifts, 4 conversions; those shared the FP pipes with the products and lost -0).
+// In a copy of the one-row loop (one thread, 256 KiB of weights in L2, 3.0 GHz, same bits) 6.1-6.3 ->
+// 6.6-6.8 GB/s, and bench_weights (below) likewise. A loop of the same products on weights loaded
+// from a register ran at ~10 GB/s: the block's FMA chain, 4 cycles, is the rest of the bound.
 struct DecFp4 {
 #if CEDAR_QUANT_VBMI
   // Blocks b and b + 1 (32 packed bytes) on 16 lanes: the low nibbles (elements 2k) in bytes 0-31
@@ -386,10 +385,7 @@ struct DecFp4 {
   // (bench_weights in cache: 3.8 GB/s against 5.9 on the 8-wide Step). LoadPair (VBMI) does
   // it with byte permutes: 5.2-6.3 -> 11.9 GB/s (session 24).
   static constexpr bool kWide = false;
-  // Load's unit: LoadPair's (1) where Load covers LoadPair's odd last block; else 2^25 (2 x the
-  // value at the top of a dword; exact as DecI8's 2^24 is, with the same exception for subnormal
-  // products: ProductsScaleWeights).
-  static constexpr float kLoadUnit = kPair16 ? 1.0f : 0x1p25f;
+  static constexpr float kLoadUnit = 1.0f;  // Load's values are the weights themselves
   const float* e8m0 = E8m0Floats();
   // bf16 bits of E2M1 nibble i: 0, 0.5, 1, 1.5, 2, 3, 4, 6 = 0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000,
   // 0x4040, 0x4080, 0x40C0; nibbles 8..15 the same with the sign bit 0x8000.
@@ -407,45 +403,27 @@ struct DecFp4 {
   static const uint8_t* Row(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.data) + r * (w.cols / 2); }
   static const void* Scales(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.scales) + r * Blocks(w.cols); }
   float Scale(const void* p, int64_t b) const { return e8m0[static_cast<const uint8_t*>(p)[b]]; }
-  void LoadExact(const uint8_t* row, int64_t b, __m256 v[4]) const {
-    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + b * (B / 2)));
-    const __m128i nib = _mm_set1_epi8(0x0F);
-    const __m128i lo = _mm_and_si128(packed, nib), hi = _mm_and_si128(_mm_srli_epi16(packed, 4), nib);
-    // idx byte i = nibble i (elements 0..15 in the low 128 bits, 16..31 in the high).
-    const __m256i idx = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
-    const __m256i lb = _mm256_shuffle_epi8(lo_tab, idx), hb = _mm256_shuffle_epi8(hi_tab, idx);
-    // Words (bf16) per 128-bit lane: w0 = elements 0-7 | 16-23, w1 = 8-15 | 24-31.
-    const __m256i w0 = _mm256_unpacklo_epi8(lb, hb), w1 = _mm256_unpackhi_epi8(lb, hb);
-    const __m256i z = _mm256_setzero_si256();
-    // Floats: a = 0-3 | 16-19, c = 4-7 | 20-23, d = 8-11 | 24-27, e = 12-15 | 28-31.
-    const __m256i a = _mm256_unpacklo_epi16(z, w0), c = _mm256_unpackhi_epi16(z, w0);
-    const __m256i d = _mm256_unpacklo_epi16(z, w1), e = _mm256_unpackhi_epi16(z, w1);
-    v[0] = _mm256_castsi256_ps(_mm256_permute2x128_si256(a, c, 0x20));
-    v[1] = _mm256_castsi256_ps(_mm256_permute2x128_si256(d, e, 0x20));
-    v[2] = _mm256_castsi256_ps(_mm256_permute2x128_si256(a, c, 0x31));
-    v[3] = _mm256_castsi256_ps(_mm256_permute2x128_si256(d, e, 0x31));
-  }
-#if CEDAR_QUANT_VBMI
-  void Load(const uint8_t* row, int64_t b, __m256 v[4]) const { LoadExact(row, b, v); }
-#else
-  __m256i codes = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4,
-                                   -6, -8, -12);
-  // Dword i (i = 0..7) takes bytes i / 2, 4 + i / 2, 8 + i / 2, 12 + i / 2 (elements i, 8 + i, 16 + i,
-  // 24 + i in their low nibbles for even i, their high ones for odd i: shifted down by hi_shift).
-  __m256i gather = _mm256_setr_epi8(0, 4, 8, 12, 0, 4, 8, 12, 1, 5, 9, 13, 1, 5, 9, 13, 2, 6, 10, 14, 2, 6, 10, 14, 3, 7, 11, 15, 3, 7, 11, 15);
-  __m256i hi_shift = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);
+  // Dword i (0..3) of lane L (0, 1) holds bytes a, a + 4, a, a + 4 with a = 8 (i / 2) + 2 L + i % 2:
+  // after the nibble split, elements 2a, 2a + 8, 2a + 1, 2a + 9. So dword j of lane L of the
+  // interleaved table output is element 4 L + j in its low word and 8 + 4 L + j in its high word
+  // (w0; w1 the same + 16).
+  __m256i order = _mm256_setr_epi8(0, 4, 0, 4, 1, 5, 1, 5, 8, 12, 8, 12, 9, 13, 9, 13, 2, 6, 2, 6, 3, 7, 3, 7, 10, 14, 10, 14, 11, 15,
+                                   11, 15);
   __m256i nib = _mm256_set1_epi8(0x0F);
-  __m256i top = _mm256_set1_epi32(int(0xFF000000u));
+  __m256i high_words = _mm256_set1_epi32(int(0xFFFF0000u));
   void Load(const uint8_t* row, int64_t b, __m256 v[4]) const {
     const __m256i p = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + b * (B / 2))));
-    const __m256i n = _mm256_and_si256(_mm256_srlv_epi32(_mm256_shuffle_epi8(p, gather), hi_shift), nib);
-    const __m256i c = _mm256_shuffle_epi8(codes, n);  // dword i, byte j: 2 x element 8 j + i
-    v[0] = _mm256_cvtepi32_ps(_mm256_slli_epi32(c, 24));
-    v[1] = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_slli_epi32(c, 16), top));
-    v[2] = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_slli_epi32(c, 8), top));
-    v[3] = _mm256_cvtepi32_ps(_mm256_and_si256(c, top));
+    const __m256i t = _mm256_shuffle_epi8(p, order);  // dword: bytes a, a + 4, a, a + 4
+    // Nibble indices: the low words keep the low nibbles (a, c), the high words take the high ones.
+    const __m256i n = _mm256_and_si256(_mm256_blend_epi16(t, _mm256_srli_epi32(t, 4), 0xAA), nib);
+    const __m256i lb = _mm256_shuffle_epi8(lo_tab, n), hb = _mm256_shuffle_epi8(hi_tab, n);
+    // bf16 words per lane L: w0 = elements 4L + j, 8 + 4L + j alternating (j = 0..3); w1 the same + 16.
+    const __m256i w0 = _mm256_unpacklo_epi8(lb, hb), w1 = _mm256_unpackhi_epi8(lb, hb);
+    v[0] = _mm256_castsi256_ps(_mm256_slli_epi32(w0, 16));
+    v[1] = _mm256_castsi256_ps(_mm256_and_si256(w0, high_words));
+    v[2] = _mm256_castsi256_ps(_mm256_slli_epi32(w1, 16));
+    v[3] = _mm256_castsi256_ps(_mm256_and_si256(w1, high_words));
   }
-#endif
 };
 
 inline float HSum(__m256 v) {  // fixed pairwise order
@@ -823,14 +801,8 @@ void DecodeRowT(const WeightView& w, int64_t r, float* out) {
     }
 #endif
     __m256 v[4];
-    float unit = D::kLoadUnit;
-    if constexpr (std::is_same_v<D, DecFp4>) {  // -0 stays -0 (Load's integer codes lose it)
-      d.LoadExact(row, b, v);
-      unit = 1.0f;
-    } else {
-      d.Load(row, b, v);
-    }
-    const __m256 s = _mm256_set1_ps(d.Scale(sc, b) * (1.0f / unit));
+    d.Load(row, b, v);
+    const __m256 s = _mm256_set1_ps(d.Scale(sc, b) * (1.0f / D::kLoadUnit));
     for (int j = 0; j < 4; ++j) _mm256_storeu_ps(out + b * B + 8 * j, _mm256_mul_ps(v[j], s));
   }
   for (int64_t c = nb * B; c < w.cols; ++c) out[c] = RawAt(w, r, c) * ScaleOf(w, r, nb);
@@ -1070,7 +1042,6 @@ bool ProductsScaleWeights(WeightType t) {
   using namespace internal;
   if (!Avx2KernelsRun()) return false;
   if (t == WeightType::kI8) return DecI8::kLoadUnit != 1.0f;
-  if (t == WeightType::kFP4) return DecFp4::kLoadUnit != 1.0f;
 #endif
   (void)t;
   return false;

@@ -41,11 +41,10 @@ struct WeightView {
 // decode == decode, bit for bit), more rows decode a panel of weights to F32 once and run sgemm.
 void MatmulW(const float* x, const WeightView& w, float* y, int n);
 // Whether this process's products with weights of type t load each weight times a power of two
-// above 1 and undo it once per output (INT8 x 2^24 where AVX2 runs without AVX-512, FP4 x 2^25
-// where AVX2 runs without AVX-512 VBMI; never under CEDAR_NO_AVX2=1 or without AVX2). That gives
-// the documented order's bits unless a product w x is subnormal (|w x| < 2^-126), where the scaled
-// product keeps bits the unscaled one loses, or |x| is beyond ~2^96, where it overflows
-// (kernels/matmul_quant.cpp, DecI8 and DecFp4).
+// above 1 and undo it once per output (INT8 x 2^24 where AVX2 runs without AVX-512; never under
+// CEDAR_NO_AVX2=1 or without AVX2). That gives the documented order's bits unless a product w x is
+// subnormal (|w x| < 2^-126), where the scaled product keeps bits the unscaled one loses, or |x| is
+// beyond ~2^96, where it overflows (kernels/matmul_quant.cpp, DecI8).
 bool ProductsScaleWeights(WeightType t);
 
 // ---- Conversion (load time, `--weights`, `cedar init --dtype`) ----

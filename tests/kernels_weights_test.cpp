@@ -425,10 +425,11 @@ TEST_CASE("typed products follow the documented summation order bit for bit, on 
 // typed kernels round every product as w x rounds, i.e. keep the scalar twin's bits. A decoder
 // that loads weights times a power of two below 1 and undoes it on the outputs would not (an FP8
 // decode through F16, w 2^-8, was tried that way in session 23 and fails here; it measured no
-// faster and was not kept). The types whose products load w times 2^24 or 2^25 in this process
-// (ProductsScaleWeights: INT8 and FP4 on AVX2 machines) are left out: their products w 2^k x are normal
-// where w x is not, so they keep more bits than the twin's there (documented in DecI8 and DecFp4;
-// activations of 2^-126 do not occur in a model's products).
+// faster and was not kept). A type whose products load w times 2^24 in this process
+// (ProductsScaleWeights: INT8 on AVX2 machines without AVX-512) is left out: its products w 2^24 x
+// are normal where w x is not, so they keep more bits than the twin's there (documented in DecI8;
+// activations of 2^-126 do not occur in a model's products). FP4 was left out on AVX2 too until its
+// Load gave the weights themselves (session 44).
 TEST_CASE("typed products keep the scalar twin's bits for activations near F32's underflow") {
   for (WeightType type : kTypes) {
     if (k::ProductsScaleWeights(type)) continue;
@@ -458,8 +459,8 @@ TEST_CASE("typed products keep the scalar twin's bits for activations near F32's
 // call is below 2^8 (DecFp8X) and x as given otherwise. Both must keep the twin's bits: the
 // largest float below 2^8 (x 2^120 is then just below F32's largest), 2^8 itself, values far above
 // it, and a batch where one row's large value sends the whole call to the other path, each row
-// also equal to itself alone. (Not beyond ~2^96: INT8's and FP4's products on AVX2 hold w 2^24 x
-// and w 2^25 x, which overflow there, ProductsScaleWeights.)
+// also equal to itself alone. (Not beyond ~2^96: INT8's products on AVX2 hold w 2^24 x, which
+// overflows there, ProductsScaleWeights.)
 TEST_CASE("typed products keep the scalar twin's bits for activations at and above 2^8") {
   const float below = std::nextafter(256.0f, 0.0f);
   struct Case {
