@@ -250,6 +250,26 @@ const MatmulJob* WithAlignedFewRowsX(const MatmulJob* jobs, int n_jobs) {
 
 }  // namespace
 
+// One converted x per job that `applies` (table[j]; null for the others): a job on the same x, n
+// and in as an earlier converted job, and that `shares` its conversion, takes that one's pointer;
+// any other calls convert(j), which may return null (the job then reads x as given). The table is
+// filled only when some job applies (decode's ~300-500 products a token skip the conversions
+// they do not use); returns whether one did.
+template <class T, class Applies, class Shares, class Convert>
+bool ConvertXOnce(const MatmulJob* jobs, int n_jobs, std::vector<const T*>& table, Applies applies, Shares shares, Convert convert) {
+  bool any = false;
+  for (int j = 0; j < n_jobs; ++j) {
+    const MatmulJob& m = jobs[j];
+    if (!applies(m)) continue;
+    if (!any) any = true, table.assign(size_t(n_jobs), nullptr);
+    const T*& mine = table[size_t(j)];
+    for (int k = 0; k < j && !mine; ++k)
+      if (table[size_t(k)] && jobs[k].x == m.x && jobs[k].n == m.n && jobs[k].in == m.in && shares(jobs[k], m)) mine = table[size_t(k)];
+    if (!mine) mine = convert(j);
+  }
+  return any;
+}
+
 double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
   EnsureBlasSingleThreaded();
   const int threads = InPoolJob() ? 1 : Threads();
@@ -344,41 +364,34 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
   if (slices.empty()) return 0;
   jobs = WithAlignedFewRowsX(jobs, n_jobs);
   // x of an 8-bit-activation product quantised once here, for all of its slices (only with the
-  // mode on: the default path does not touch these buffers).
+  // mode on: the default path does not touch these buffers); jobs on the same x share it where
+  // their weights are both FP4 or both not (QuantiseRows' one difference).
+  auto few_rows = [](const MatmulJob& m) { return m.n >= 1 && m.n <= kFewRowsMax && m.out > 0; };
   thread_local std::vector<I8A8Rows> a8_buffer;
-  thread_local std::vector<const I8A8Rows*> a8_rows_buffer;
-  std::vector<const I8A8Rows*>& a8_rows = a8_rows_buffer;
-  const bool a8 = Int8Activations();
-  if (a8) {
-    a8_rows.assign(size_t(n_jobs), nullptr);
-    if (a8_buffer.size() < size_t(n_jobs)) a8_buffer.resize(size_t(n_jobs));
-    for (int j = 0; j < n_jobs; ++j) {
-      const MatmulJob& m = jobs[j];
-      if (m.n < 1 || m.n > kFewRowsMax || m.out <= 0 || !Int8ActivationsApply(m.wv)) continue;
-      QuantiseRows(m.x, m.n, m.in, a8_buffer[size_t(j)], m.wv.type == WeightType::kFP4);
-      a8_rows[size_t(j)] = &a8_buffer[size_t(j)];
-    }
-  }
+  thread_local std::vector<const I8A8Rows*> a8_rows_table;
+  std::vector<const I8A8Rows*>& a8_rows = a8_rows_table;  // the caller's, in the workers too
+  auto fp4 = [](const MatmulJob& m) { return m.wv.type == WeightType::kFP4; };
+  const bool a8 = Int8Activations() && ConvertXOnce(
+      jobs, n_jobs, a8_rows, [&](const MatmulJob& m) { return few_rows(m) && Int8ActivationsApply(m.wv); },
+      [&](const MatmulJob& a, const MatmulJob& b) { return fp4(a) == fp4(b); },
+      [&](int j) {
+        if (a8_buffer.size() < size_t(n_jobs)) a8_buffer.resize(size_t(n_jobs));
+        QuantiseRows(jobs[j].x, jobs[j].n, jobs[j].in, a8_buffer[size_t(j)], fp4(jobs[j]));
+        return &a8_buffer[size_t(j)];
+      });
   // Likewise x of a BF16-activation product, converted once (jobs on the same x and weight type,
   // whose kernels read the same order, share it).
   thread_local std::vector<Bf16Rows> bf16_buffer;
-  thread_local std::vector<const Bf16Rows*> bf16_rows_buffer;
-  std::vector<const Bf16Rows*>& bf16_rows = bf16_rows_buffer;
-  const bool bf16a = Bf16Activations();
-  if (bf16a) {
-    bf16_rows.assign(size_t(n_jobs), nullptr);
-    if (bf16_buffer.size() < size_t(n_jobs)) bf16_buffer.resize(size_t(n_jobs));
-    for (int j = 0; j < n_jobs; ++j) {
-      const MatmulJob& m = jobs[j];
-      if (m.n < 1 || m.n > kFewRowsMax || m.out <= 0 || !Bf16ActivationsApply(m.wv)) continue;
-      for (int k = 0; k < j && !bf16_rows[size_t(j)]; ++k)
-        if (bf16_rows[size_t(k)] && jobs[k].x == m.x && jobs[k].n == m.n && jobs[k].in == m.in && jobs[k].wv.type == m.wv.type)
-          bf16_rows[size_t(j)] = bf16_rows[size_t(k)];
-      if (bf16_rows[size_t(j)]) continue;
-      ConvertRowsBf16(m.x, m.n, m.in, m.wv.type, bf16_buffer[size_t(j)]);
-      bf16_rows[size_t(j)] = &bf16_buffer[size_t(j)];
-    }
-  }
+  thread_local std::vector<const Bf16Rows*> bf16_rows_table;
+  std::vector<const Bf16Rows*>& bf16_rows = bf16_rows_table;  // the caller's, in the workers too
+  const bool bf16a = Bf16Activations() && ConvertXOnce(
+      jobs, n_jobs, bf16_rows, [&](const MatmulJob& m) { return few_rows(m) && Bf16ActivationsApply(m.wv); },
+      [](const MatmulJob& a, const MatmulJob& b) { return a.wv.type == b.wv.type; },
+      [&](int j) {
+        if (bf16_buffer.size() < size_t(n_jobs)) bf16_buffer.resize(size_t(n_jobs));
+        ConvertRowsBf16(jobs[j].x, jobs[j].n, jobs[j].in, jobs[j].wv.type, bf16_buffer[size_t(j)]);
+        return &bf16_buffer[size_t(j)];
+      });
   if (threads > 1 && slices.size() < size_t(threads) &&
       std::any_of(slices.begin(), slices.end(), [](const Slice& s) { return s.rows; })) {
     // Fewer row blocks than threads (a product of 17-48 rows, e.g. a chunk's projections):
@@ -401,21 +414,16 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
   // Likewise x of an FP8 few-row product times 2^120 (Fp8PrescaleApplies), once for all of its
   // slices and shared by jobs on the same x; a null entry (some |x| >= 2^8) keeps QuantFewRows.
   thread_local std::vector<LineVector<float>> fp8x_buffer;
-  thread_local std::vector<const float*> fp8x_rows_buffer;
-  std::vector<const float*>& fp8x = fp8x_rows_buffer;
-  bool any_fp8x = false;
-  for (int j = 0; j < n_jobs; ++j) {
-    const MatmulJob& m = jobs[j];
-    if (m.n < 1 || m.n > kFewRowsMax || m.out <= 0 || m.in <= 0 || !Fp8PrescaleApplies(m.wv)) continue;
-    if (!any_fp8x) {
-      any_fp8x = true;
-      fp8x.assign(size_t(n_jobs), nullptr);
-      if (fp8x_buffer.size() < size_t(n_jobs)) fp8x_buffer.resize(size_t(n_jobs));
-    }
-    for (int k = 0; k < j && !fp8x[size_t(j)]; ++k)
-      if (fp8x[size_t(k)] && jobs[k].x == m.x && jobs[k].n == m.n && jobs[k].in == m.in) fp8x[size_t(j)] = fp8x[size_t(k)];
-    if (!fp8x[size_t(j)] && XTimes2p120(m.x, int64_t(m.n) * m.in, fp8x_buffer[size_t(j)])) fp8x[size_t(j)] = fp8x_buffer[size_t(j)].data();
-  }
+  thread_local std::vector<const float*> fp8x_table;
+  std::vector<const float*>& fp8x = fp8x_table;  // the caller's, in the workers too
+  const bool any_fp8x = ConvertXOnce(
+      jobs, n_jobs, fp8x, [&](const MatmulJob& m) { return few_rows(m) && m.in > 0 && Fp8PrescaleApplies(m.wv); },
+      [](const MatmulJob&, const MatmulJob&) { return true; },
+      [&](int j) -> const float* {
+        if (fp8x_buffer.size() < size_t(n_jobs)) fp8x_buffer.resize(size_t(n_jobs));
+        LineVector<float>& b = fp8x_buffer[size_t(j)];
+        return XTimes2p120(jobs[j].x, int64_t(jobs[j].n) * jobs[j].in, b) ? b.data() : nullptr;
+      });
   // x of a typed many-row product packed once here for every weight panel of every slice
   // (gemm_prefill.h PackedRows), where a slice holds more than one panel (medium's 2048- and
   // 4096-wide products: 2-4 per slice; a thread packing x for each measured 4-7% slower in
@@ -428,23 +436,16 @@ double RunMatmulJobs(const MatmulJob* jobs, int n_jobs) {
   // largest call packed, as many floats as the x rows of its packed products. The table is
   // filled and read only when some job is packed (decode's ~300-500 calls a token never are).
   thread_local std::vector<PackedRows> packed_buffer;
-  thread_local std::vector<const PackedRows*> packed_rows_buffer;
-  std::vector<const PackedRows*>& packed = packed_rows_buffer;
-  bool any_packed = false;
-  for (int j = 0; j < n_jobs; ++j) {
-    const MatmulJob& m = jobs[j];
-    if (!PacksTypedRows(m, threads)) continue;
-    if (!any_packed) {
-      any_packed = true;
-      packed.assign(size_t(n_jobs), nullptr);
-      if (packed_buffer.size() < size_t(n_jobs)) packed_buffer.resize(size_t(n_jobs));
-    }
-    for (int k = 0; k < j && !packed[size_t(j)]; ++k)
-      if (packed[size_t(k)] && jobs[k].x == m.x && jobs[k].n == m.n && jobs[k].in == m.in) packed[size_t(j)] = packed[size_t(k)];
-    if (packed[size_t(j)]) continue;
-    packed_buffer[size_t(j)].Pack(m.x, m.n, m.in);
-    packed[size_t(j)] = &packed_buffer[size_t(j)];
-  }
+  thread_local std::vector<const PackedRows*> packed_table;
+  std::vector<const PackedRows*>& packed = packed_table;  // the caller's, in the workers too
+  const bool any_packed = ConvertXOnce(
+      jobs, n_jobs, packed, [&](const MatmulJob& m) { return PacksTypedRows(m, threads); },
+      [](const MatmulJob&, const MatmulJob&) { return true; },
+      [&](int j) {
+        if (packed_buffer.size() < size_t(n_jobs)) packed_buffer.resize(size_t(n_jobs));
+        packed_buffer[size_t(j)].Pack(jobs[j].x, jobs[j].n, jobs[j].in);
+        return &packed_buffer[size_t(j)];
+      });
   std::atomic<size_t> next{0};
   ParallelFor(std::min<int64_t>(threads, int64_t(slices.size())), 1, [&](int64_t, int64_t) {
     for (size_t k; (k = next.fetch_add(1, std::memory_order_relaxed)) < slices.size();) {
