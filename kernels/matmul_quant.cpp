@@ -344,10 +344,11 @@ constexpr float kXUnitOf = 1.0f;
 // cross-lane permute. 6 shuffles and 3 shifts on Zen 3's two shuffle pipes, and 3 masks, per 32
 // weights. It replaced two Loads (session 44): the same tables unpacked with zero into lane order
 // by 4 cross-lane permutes (15 shuffles), and session 42's codes 2 w as int8 converted to float
-// (2 shuffles, 4 shifts, 4 conversions; those shared the FP pipes with the products and lost -0).
-// In a copy of the one-row loop (one thread, 256 KiB of weights in L2, 3.0 GHz, same bits) 6.1-6.3 ->
-// 6.6-6.8 GB/s, and bench_weights (below) likewise. A loop of the same products on weights loaded
-// from a register ran at ~10 GB/s: the block's FMA chain, 4 cycles, is the rest of the bound.
+// (2 shuffles, 4 shifts, 4 masks and 4 conversions, with +0 for -0). In a copy of the one-row loop
+// (one thread, 256 KiB of weights in L2, 3.0 GHz, same bits) 6.1-6.4 -> 6.6-6.8 GB/s; bench_weights
+// fp4, one thread in cache, 6.2-6.5 -> 6.7-7.0 in its fast rounds (docs/WEIGHTS.md, session 44).
+// The same loop with the Load replaced by one mask ran at ~10 GB/s: the block's FMA chain on the
+// row's one accumulator (4 cycles) and the products are the rest of the bound.
 struct DecFp4 {
 #if CEDAR_QUANT_VBMI
   // Blocks b and b + 1 (32 packed bytes) on 16 lanes: the low nibbles (elements 2k) in bytes 0-31
