@@ -21,7 +21,8 @@
 // vpdpbusd multiplies unsigned by signed bytes: it is given |q| and w with q's sign (|w| <= 127,
 // so the negation cannot overflow). AVX2 gets the same int32 lanes from vpsignb + vpmaddubsw (pairs
 // of |q| * +-w: at most 2 * 127 * 127, no saturation) + vpmaddwd, and the same float part, so the
-// same bits; without AVX2 a scalar loop computes them.
+// same bits; without AVX2 a scalar loop computes them. A portable build (no -march) has both and
+// takes the AVX2 kernels where the CPU has AVX2 and FMA (kernels/avx2_runtime.h).
 // Only inputs that are a multiple of 32 take this path (the callers fall back otherwise).
 #include <algorithm>
 #include <atomic>
@@ -30,11 +31,11 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/avx2_runtime.h"
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #include <immintrin.h>
 #define CEDAR_I8A8_VNNI 1
-#elif defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
+#elif defined(CEDAR_AVX2_KERNELS)  // AVX2 builds, and portable ones where the CPU has it (Avx2KernelsRun)
 #define CEDAR_I8A8_AVX2 1
 #include "kernels/lane16_avx2.h"
 #endif
@@ -70,7 +71,7 @@ const float* HalfE8m0Table() {
 //   block b's scale; Q(row, e): element e's q_w (the scalar definition); VNNI builds: Block(row, b):
 //   block b's 32 q_w in element order (an odd last block), Pair512(row, p): blocks 2p and 2p + 1 in
 //   the pair layout. On AVX2 the sources are not templated over: INT8 runs RowsAvx2 on the stored
-//   bytes, FP4 RowsAvx2Fp4 on SrcFp4::Halves.
+//   bytes, FP4 RowsAvx2Fp4 on Fp4Halves.
 // SrcI8 reads the stored INT8 bytes and bfloat16 scales; SrcFp4 the packed E2M1 nibbles (element 2k
 // in byte k's low nibble) as q_w = 2 * e2m1 and the E8M0 scales halved (module comment).
 struct SrcI8 {
@@ -90,6 +91,27 @@ struct SrcI8 {
 #endif
 };
 
+#if CEDAR_I8A8_VNNI || CEDAR_I8A8_AVX2
+CEDAR_AVX2_BEGIN
+// FP4's q_w bytes from packed nibbles. Per 128-bit half (one block of 16 packed bytes): u =
+// elements 0-15 (byte k's low nibble, then its high one), v = elements 16-31: one vpshufb per
+// nibble, then interleaved. Apart from SrcFp4, whose scalar parts the plain loops of a portable
+// build use, and with its constructor written out, so its tables are set under the target pragma.
+struct Fp4Halves {
+  __m256i tab = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4,
+                                 -6, -8, -12);
+  __m256i nib = _mm256_set1_epi8(0x0F);
+  Fp4Halves() {}
+  void operator()(__m256i packed, __m256i& u, __m256i& v) const {
+    const __m256i lo = _mm256_shuffle_epi8(tab, _mm256_and_si256(packed, nib));
+    const __m256i hi = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(packed, 4), nib));
+    u = _mm256_unpacklo_epi8(lo, hi);
+    v = _mm256_unpackhi_epi8(lo, hi);
+  }
+};
+CEDAR_AVX2_END
+#endif
+
 struct SrcFp4 {
   static constexpr int64_t kBlockBytes = 16;  // stored bytes of a block of 32 weights
   // 2 * E2M1 of nibble i: 0, 0.5, 1, 1.5, 2, 3, 4, 6 doubled, then the same negated (-0 is 0).
@@ -99,28 +121,16 @@ struct SrcFp4 {
   static const void* Scales(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.scales) + r * ((w.cols + B - 1) / B); }
   float Scale(const void* p, int64_t b) const { return half[static_cast<const uint8_t*>(p)[b]]; }
   static int Q(const uint8_t* row, int64_t e) { return kQ[(row[e / 2] >> (4 * (e % 2))) & 0x0F]; }
-#if CEDAR_I8A8_VNNI || CEDAR_I8A8_AVX2
-  __m256i tab = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4,
-                                 -6, -8, -12);
-  __m256i nib = _mm256_set1_epi8(0x0F);
-  // Per 128-bit half (one block of 16 packed bytes): u = elements 0-15 (byte k's low nibble, then
-  // its high one), v = elements 16-31: one vpshufb per nibble, then interleaved.
-  void Halves(__m256i packed, __m256i& u, __m256i& v) const {
-    const __m256i lo = _mm256_shuffle_epi8(tab, _mm256_and_si256(packed, nib));
-    const __m256i hi = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(packed, 4), nib));
-    u = _mm256_unpacklo_epi8(lo, hi);
-    v = _mm256_unpackhi_epi8(lo, hi);
-  }
-#endif
 #if CEDAR_I8A8_VNNI
+  Fp4Halves halves;
   __m256i Block(const uint8_t* row, int64_t b) const {
     __m256i u, v;
-    Halves(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + b * kBlockBytes))), u, v);
+    halves(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + b * kBlockBytes))), u, v);
     return _mm256_permute2x128_si256(u, v, 0x20);
   }
   __m512i Pair512(const uint8_t* row, int64_t p) const {
     __m256i u, v;
-    Halves(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + p * 2 * kBlockBytes)), u, v);
+    halves(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + p * 2 * kBlockBytes)), u, v);
     const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(u), v, 1);  // 128-bit lanes u0 u1 v0 v1
     return _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));             // u0 v0 u1 v1: block 2p, 2p + 1
   }
@@ -130,7 +140,7 @@ struct SrcFp4 {
   }
   // Blocks 4g..4g+3 (64 packed bytes, one block per 128-bit lane L): Halves on 512 bits, so lane L
   // of u holds block 4g + L's elements 0-15 and of v its elements 16-31 (no cross-lane step).
-  __m512i tab512 = _mm512_broadcast_i64x4(tab);
+  __m512i tab512 = _mm512_broadcast_i64x4(halves.tab);
   __m512i nib512 = _mm512_set1_epi8(0x0F);
   void Group(const uint8_t* row, int64_t g, __m512i& u, __m512i& v) const {
     const __m512i packed = _mm512_loadu_si512(row + g * 4 * kBlockBytes);
@@ -418,6 +428,24 @@ void RowsVnni(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t
 
 #elif CEDAR_I8A8_AVX2
 
+// The FP4-order copies of a quantised row (I8A8Rows::Row absq4 / sq4 / sa8), once per row of x
+// (plain code, outside the AVX2 pragma: a portable build runs it only where the kernels run).
+void Fp4Order(QuantRow& q) {
+  const size_t pairs = q.neg.size();
+  q.absq4.resize(pairs * 64);
+  q.sq4.resize(pairs * 64);
+  FillSa8(q);
+  static constexpr int kFrom[4] = {0, 32, 16, 48};  // source offset of each 16-byte quarter
+  for (size_t p = 0; p < pairs; ++p) {
+    for (int h = 0; h < 4; ++h) {
+      std::memcpy(&q.absq4[p * 64 + 16 * size_t(h)], &q.absq[p * 64 + size_t(kFrom[h])], 16);
+      std::memcpy(&q.sq4[p * 64 + 16 * size_t(h)], &q.sq[p * 64 + size_t(kFrom[h])], 16);
+    }
+  }
+}
+
+CEDAR_AVX2_BEGIN
+
 // The VNNI kernel's lanes on 8-wide registers: acc[n][parity of the pair][lanes 0-7 | 8-15].
 // A block's int32 lanes come from vpsignb (w with q's sign), vpmaddubsw (|q| * that, pairs of
 // bytes summed: at most 2 * 127 * 127, no saturation) and vpmaddwd with ones (pairs of those),
@@ -498,24 +526,9 @@ void RowsAvx2(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t
   }
 }
 
-// The FP4-order copies of a quantised row (I8A8Rows::Row absq4 / sq4 / sa8), once per row of x.
-void Fp4Order(QuantRow& q) {
-  const size_t pairs = q.neg.size();
-  q.absq4.resize(pairs * 64);
-  q.sq4.resize(pairs * 64);
-  FillSa8(q);
-  static constexpr int kFrom[4] = {0, 32, 16, 48};  // source offset of each 16-byte quarter
-  for (size_t p = 0; p < pairs; ++p) {
-    for (int h = 0; h < 4; ++h) {
-      std::memcpy(&q.absq4[p * 64 + 16 * size_t(h)], &q.absq[p * 64 + size_t(kFrom[h])], 16);
-      std::memcpy(&q.sq4[p * 64 + 16 * size_t(h)], &q.sq[p * 64 + size_t(kFrom[h])], 16);
-    }
-  }
-}
-
 // FP4 weights on AVX2 without the two cross-lane permutes per pair that put FP4's unpacked
 // nibbles in element order: a pair's halves u = [block 2p elements 0-15 | 2p + 1's 0-15] and
-// v = [2p's 16-31 | 2p + 1's 16-31] (SrcFp4::Halves) meet x's bytes in that same order (Fp4Order),
+// v = [2p's 16-31 | 2p + 1's 16-31] (Fp4Halves) meet x's bytes in that same order (Fp4Order),
 // so u's int32 lanes are the contract's lanes 0-3 and 8-11 and v's 4-7 and 12-15, and the scale
 // vector [s_w(2p) s_a(2p) x4 | s_w(2p+1) s_a(2p+1) x4] serves both. Every contract lane gets the
 // same FMAs in the same order as RowsAvx2 gives it on the INT8 weight 2 * e2m1, and the lanes are put back in
@@ -528,6 +541,7 @@ template <int N, int S = 1>
 void RowsAvx2Fp4(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys,
                  int64_t rs = 1) {
   const SrcFp4 src;
+  const Fp4Halves halves;
   const int64_t nb = w.cols / B;
   const __m256i ones = _mm256_set1_epi16(1);
   const uint8_t* end = SrcFp4::Row(w, r1);
@@ -554,9 +568,9 @@ void RowsAvx2Fp4(const QuantRow* const* q, const WeightView& w, int64_t r0, int6
         const uint8_t* pw = wr[k] + p * 2 * SrcFp4::kBlockBytes;
         __m256i u, v;
         if constexpr (kAlone)
-          src.Halves(_mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pw))), u, v);
+          halves(_mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pw))), u, v);
         else
-          src.Halves(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pw)), u, v);
+          halves(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pw)), u, v);
         const __m256 s = _mm256_blend_ps(_mm256_set1_ps(src.Scale(sw[k], 2 * p)),
                                          kAlone ? _mm256_setzero_ps() : _mm256_set1_ps(src.Scale(sw[k], 2 * p + 1)), 0xF0);
 #pragma GCC unroll 4
@@ -603,6 +617,7 @@ void RowsAvx2Of(const QuantRow* const* q, const WeightView& w, int64_t r0, int64
     RowsAvx2<N, S>(q, w, r0, r1, y, ys, rs);
 }
 
+CEDAR_AVX2_END
 #endif  // CEDAR_I8A8_VNNI
 
 }  // namespace
@@ -621,7 +636,7 @@ void QuantiseRows(const float* x, int n, int64_t in, I8A8Rows& q, bool fp4) {
     QuantRow& row = q.rows[size_t(b)];
     Quantise(x + int64_t(b) * in, in, row);
 #if CEDAR_I8A8_AVX2 || CEDAR_I8A8_VNNI
-    if (fp4) Fp4Order(row);
+    if (fp4 && Avx2KernelsRun()) Fp4Order(row);  // (the plain loop reads absq / sq)
 #endif
   }
 }
@@ -633,6 +648,14 @@ void I8A8FewRows(const float* x, int n, const WeightView& w, int64_t r0, int64_t
 }
 
 namespace {
+// The plain loop: builds without the kernels, and portable ones on CPUs without AVX2.
+template <class Src>
+[[maybe_unused]] void QuantisedScalar(const QuantRow* const* q, int n, const WeightView& w, int64_t r0, int64_t r1, float* y,
+                                      int64_t ys) {
+  for (int64_t r = r0; r < r1; ++r)
+    for (int b = 0; b < n; ++b) y[b * ys + (r - r0)] = DotScalar<Src>(*q[b], w, r);
+}
+
 template <class Src>
 void QuantisedT(const QuantRow* const* q, int n, const WeightView& w, int64_t r0, int64_t r1, float* y, int64_t ys) {
 #if CEDAR_I8A8_VNNI
@@ -663,6 +686,7 @@ void QuantisedT(const QuantRow* const* q, int n, const WeightView& w, int64_t r0
     }
   }
 #elif CEDAR_I8A8_AVX2
+  if (!Avx2KernelsRun()) return QuantisedScalar<Src>(q, n, w, r0, r1, y, ys);
   for (int b0 = 0; b0 < n; b0 += 3) {  // groups of up to 3 rows: 12 accumulators
     const QuantRow* const* qb = q + b0;
     float* yb = y + int64_t(b0) * ys;
@@ -681,8 +705,7 @@ void QuantisedT(const QuantRow* const* q, int n, const WeightView& w, int64_t r0
     }
   }
 #else
-  for (int64_t r = r0; r < r1; ++r)
-    for (int b = 0; b < n; ++b) y[b * ys + (r - r0)] = DotScalar<Src>(*q[b], w, r);
+  QuantisedScalar<Src>(q, n, w, r0, r1, y, ys);
 #endif
 }
 }  // namespace
@@ -715,7 +738,7 @@ void SetInt8Activations(bool on) { internal::int8_activations.store(on); }
 bool Int8Activations() { return internal::int8_activations.load(std::memory_order_relaxed); }
 bool Int8ActivationsVectorised() {
 #if CEDAR_I8A8_VNNI || CEDAR_I8A8_AVX2
-  return true;
+  return internal::Avx2KernelsRun();  // (always true in a build for AVX2 or AVX-512)
 #else
   return false;
 #endif
