@@ -283,6 +283,14 @@ int main(int argc, char** argv) {
                                                     {k::WeightType::kI8, kA8},        {k::WeightType::kI8, kBf16A},    {k::WeightType::kFP8, kF32Acts}, {k::WeightType::kFP8, kBf16A},
                                                     {k::WeightType::kFP4, kF32Acts},  {k::WeightType::kFP4, kA8},      {k::WeightType::kFP4, kBf16A}};
     for (const auto& [t, acts] : kinds) {
+      // A mode without its kernel in this build (or on this CPU) would time the scalar reference
+      // loop, which the CLI flags refuse to run (they warn and keep F32 activations): say so instead.
+      if ((acts == kA8 && !k::Int8ActivationsVectorised()) || (acts == kBf16A && !k::Bf16ActivationsVectorised())) {
+        std::printf("%s\n", nlohmann::json{{"bench", "matvec"}, {"weights", std::string(k::WeightTypeName(t)) + (acts == kA8 ? "-a8" : "-bf16a")},
+                                           {"threads", th}, {"skipped", "no kernel for these activations in this build on this CPU"}}
+                                .dump().c_str());
+        continue;
+      }
       k::SetInt8Activations(acts == kA8);
       k::SetBf16Activations(acts == kBf16A);
       Stored s = Make(w, rows, cols, t);
