@@ -1,7 +1,7 @@
 // The row-invariant GEMM (kernels/gemm_rowinv.h) against OpenBLAS sgemm in the same run, on the
 // `small` preset's product shapes. Prints one JSON line per (shape, rows). Never asserts a timing.
 //
-//   bench_gemm [--rows 16,64,512,2048] [--reps 5] [--threads 0 (pool default)] [--stream]
+//   bench_gemm [--rows 16,64,512,2048] [--reps 5] [--threads 0 (pool default)] [--stream] [--preset small|medium]
 //
 // --stream: one [32768, 2048] weight matrix (256 MiB, far above any cache) instead of small's
 // shapes, i.e. decode's memory-bound regime (run it with --rows 1,8: MatVec vs sgemv).
@@ -61,19 +61,29 @@ int main(int argc, char** argv) {
   std::vector<int> rows = {16, 64, 512, 2048};
   int reps = 5, threads = 0;
   bool stream = false;
+  std::string preset = "small";
   auto desc = bench::Options("bench_gemm: the row-invariant GEMM against OpenBLAS sgemm on small's shapes, as JSON lines");
   desc.add_options()("rows", bench::IntListOption("--rows", &rows, 1, 1 << 20), "rows of x (comma-separated)")(
       "reps", cli::IntOption("--reps", &reps, 1, 1 << 20), "timed reps (the best is printed)")(
       "threads", cli::IntOption("--threads", &threads, 0, 4096), "pool threads (0: the pool's default)")(
-      "stream", po::bool_switch(&stream), "one [32768, 2048] weight (256 MiB) instead of small's shapes");
+      "stream", po::bool_switch(&stream), "one [32768, 2048] weight (256 MiB) instead of small's shapes")(
+      "preset", po::value(&preset), "whose product shapes: small (default) or medium");
   if (const int rc = bench::ParseFlags("bench_gemm", desc, argc, argv); rc >= 0) return rc;
   openblas_set_num_threads(1);
   kernels::SetThreads(threads);
   // small: d 512, q_lora 256, 8 heads x 128, o groups 2 x rank 256, experts inter 320, vocab 512.
+  // medium: d 2048, q_lora 1024, 16 heads x 256, o groups 4 x rank 1024, experts inter 1024, vocab 512.
+  if (preset != "small" && preset != "medium") {
+    std::fprintf(stderr, "bench_gemm: --preset: expected small or medium, found '%s'\n", preset.c_str());
+    return 2;
+  }
   const std::vector<Shape> shapes =
       stream ? std::vector<Shape>{{"stream", 32768, 2048}}
-             : std::vector<Shape>{{"q_a", 256, 512},       {"q_b", 1024, 256},        {"o_a", 256, 512}, {"o_b", 512, 512},
-                                  {"expert_up", 320, 512}, {"expert_down", 512, 320}, {"head", 512, 512}};
+      : preset == "medium"
+          ? std::vector<Shape>{{"q_a", 1024, 2048},        {"q_b", 4096, 1024},         {"o_a", 1024, 1024}, {"o_b", 2048, 4096},
+                               {"expert_up", 1024, 2048}, {"expert_down", 2048, 1024}, {"head", 512, 2048}}
+          : std::vector<Shape>{{"q_a", 256, 512},       {"q_b", 1024, 256},        {"o_a", 256, 512}, {"o_b", 512, 512},
+                               {"expert_up", 320, 512}, {"expert_down", 512, 320}, {"head", 512, 512}};
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (const Shape& s : shapes) {

@@ -112,6 +112,7 @@ run check_refused bench_weights --rows --rows abc
 run check_refused bench_weights --threads --threads 1,-2
 run check_refused bench_gemm --reps --reps 0
 run check_refused bench_gemm --rows --rows 16,abc
+run check_refused bench_gemm --preset --preset large
 run check_refused bench_engram --gib --gib -1
 run check_refused bench_engram --lookups --lookups 1e5
 run check_refused bench_server --turns --turns abc
