@@ -8,7 +8,8 @@ namespace cedar {
 
 void EnableInt8Activations() {
   if (!kernels::Int8ActivationsVectorised()) {
-    spdlog::warn("--int8-activations: this build has neither the AVX-512 VNNI nor the AVX2 kernel for 8-bit activations; "
+    spdlog::warn("--int8-activations: no kernel for 8-bit activations runs here (this build has neither the AVX-512 VNNI nor "
+                 "the AVX2 one, or it was built without -march and this CPU lacks AVX2 or CEDAR_NO_AVX2 is set); "
                  "decode keeps F32 activations (the scalar reference loop would run it far slower)");
     return;
   }
