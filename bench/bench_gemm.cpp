@@ -1,5 +1,6 @@
 // The row-invariant GEMM (kernels/gemm_rowinv.h) against OpenBLAS sgemm in the same run, on the
-// `small` preset's product shapes. Prints one JSON line per (shape, rows). Never asserts a timing.
+// `small` preset's product shapes (or `medium`'s: --preset medium). Prints one JSON line per
+// (shape, rows). Never asserts a timing.
 //
 //   bench_gemm [--rows 16,64,512,2048] [--reps 5] [--threads 0 (pool default)] [--stream] [--preset small|medium]
 //
@@ -62,7 +63,7 @@ int main(int argc, char** argv) {
   int reps = 5, threads = 0;
   bool stream = false;
   std::string preset = "small";
-  auto desc = bench::Options("bench_gemm: the row-invariant GEMM against OpenBLAS sgemm on small's shapes, as JSON lines");
+  auto desc = bench::Options("bench_gemm: the row-invariant GEMM against OpenBLAS sgemm on small's (or medium's) shapes, as JSON lines");
   desc.add_options()("rows", bench::IntListOption("--rows", &rows, 1, 1 << 20), "rows of x (comma-separated)")(
       "reps", cli::IntOption("--reps", &reps, 1, 1 << 20), "timed reps (the best is printed)")(
       "threads", cli::IntOption("--threads", &threads, 0, 4096), "pool threads (0: the pool's default)")(
