@@ -217,6 +217,27 @@ TEST_CASE("SinkAttention matches the reference with windows, selections and empt
       }
 }
 
+TEST_CASE("SinkAttention over more entries than one score block") {
+  // The AVX2 path scores ~96 KiB of entries at a time for all head groups (96 entries at dim
+  // 256, 192 at 128): rows of medium's shape (window 128 + selections) cross several blocks,
+  // and a block boundary must not drop, repeat or reorder an entry.
+  for (int dim : {128, 256})
+    for (int heads : {4, 16})
+      for (int n_sel : {95, 97, 300}) {
+        const int n_win = 128, pool_n = 512;
+        auto q = Random(size_t(heads) * dim, 70 + dim, 2.0f), win = Random(size_t(n_win) * dim, 71);
+        auto pool = Random(size_t(pool_n) * dim, 72), sink = Random(size_t(heads), 73);
+        std::vector<int32_t> sel(static_cast<size_t>(n_sel));
+        for (int i = 0; i < n_sel; ++i) sel[size_t(i)] = (i * 5 + 1) % pool_n;
+        std::vector<float> o(size_t(heads) * dim), orf(size_t(heads) * dim);
+        const float scale = 1.0f / std::sqrt(float(dim));
+        k::SinkAttention(q.data(), heads, dim, win.data(), n_win, pool.data(), sel.data(), n_sel, sink.data(), scale, o.data());
+        k::ref::SinkAttention(q.data(), heads, dim, win.data(), n_win, pool.data(), sel.data(), n_sel, sink.data(), scale, orf.data());
+        ExpectClose("SinkAttention heads=" + std::to_string(heads) + " sel=" + std::to_string(n_sel) + " dim=" + std::to_string(dim), o, orf,
+                    32.0 * (1 + std::sqrt(double(dim))) * (1 + std::sqrt(double(n_win + n_sel))));
+      }
+}
+
 TEST_CASE("SinkAttention: a head's result is the same bits with its row's other heads or in a group of 4 alone") {
   // AttendRows splits a row's heads into groups of 4 when rows are fewer than threads (decode) and
   // gives whole rows otherwise (prefill, mixed steps): a row's output must not depend on which.
