@@ -159,7 +159,8 @@ int RunEngineBenchMain(int argc, char** argv) {
                   "bounded, then decode tokens/s, each with its fraction of the hardware. Every figure is timed --reps\n"
                   "times after one untimed warm-up pass and reported as min / median / max (the plain figure is the\n"
                   "median); every line carries the 1-minute load average (load1). A prefill line's fractions divide by\n"
-                  "sgemm_gflops, the best of the machine line's OpenBLAS probe and one taken after its `full` reps. Decode runs --decode-batch sequences\n"
+                  "sgemm_gflops, the best of the machine line's OpenBLAS probe and the probes before and after each `full` rep;\n"
+                  "a CPU `full` line adds fraction_of_sgemm_paired, each rep against the mean of the two probes beside it. Decode runs --decode-batch sequences\n"
                   "of --decode-context prompt tokens each. Without --model the preset's random model is written under\n"
                   "$TMPDIR (a \"model\" line says where and how big) and removed at the end unless --keep-model; one\n"
                   "found there (kept by an earlier run) is reused and left.\n"
@@ -308,6 +309,14 @@ int RunEngineBenchMain(int argc, char** argv) {
       std::vector<double> secs, tpss, gfs;
       PrefillResult r;
       ExpertCache::Stats before{};  // of the last rep
+      // CPU `full`: an sgemm probe before the first rep and after each one, and each rep against
+      // the mean of the two beside it (as decode's read probes): this VM's FMA rate moves 1.3x
+      // within a minute (a pure-FMA loop on both cores read 134 and 170 GFLOP/s minutes apart),
+      // so the run-wide fraction's best probe can be a fast moment that a slow rep never saw.
+      const bool paired = !on_gpu && mode == PrefillMode::kFull;
+      auto probe_sgemm = [&] { return kernels::MeasureSgemmGflops(512, c.dim, 4 * c.dim, 5); };  // as the machine line's
+      std::vector<double> sgemm_probes, paired_fractions;
+      if (paired) sgemm_probes.push_back(probe_sgemm());
       for (int rep = 0; rep < reps; ++rep) {
         auto st = be->NewSequence();
         PrefillOptions opt;
@@ -321,13 +330,17 @@ int RunEngineBenchMain(int argc, char** argv) {
         secs.push_back(s);
         tpss.push_back(n / s);
         gfs.push_back(2.0 * layer_params * double(r.stats.layer_token_units) / s / 1e9);
+        if (paired) {
+          sgemm_probes.push_back(probe_sgemm());
+          paired_fractions.push_back(gfs.back() / (0.5 * (sgemm_probes[sgemm_probes.size() - 2] + sgemm_probes.back())));
+        }
       }
-      // The reference rate for this line: the best of the machine line's probe and one taken
-      // right after these reps (a probe that met a busy moment would inflate every fraction;
-      // on this shared VM it read 53-88 GFLOP/s at load 1-2 where the quiet machine reads ~180).
-      if (!on_gpu && mode == PrefillMode::kFull) {
-        sgemm_after = kernels::MeasureSgemmGflops(512, c.dim, 4 * c.dim, 5);
-        sgemm = std::max(sgemm, sgemm_after);
+      // The reference rate for this line: the best of the machine line's probe and the probes
+      // beside these reps (a probe that met a busy moment would inflate every fraction; on this
+      // shared VM it read 53-88 GFLOP/s at load 1-2 where the quiet machine reads ~180).
+      if (paired) {
+        sgemm_after = sgemm_probes.back();
+        sgemm = std::max(sgemm, *std::max_element(sgemm_probes.begin(), sgemm_probes.end()));
       }
       const Spread tps = SpreadOf(tpss), gf = SpreadOf(gfs), sec = SpreadOf(secs);
       nlohmann::json j = {{"bench", "prefill"}, {"device", be->name()}, {"model", model_name}, {"weights", WeightPrecisionName(load.weights)}, {"int8_activations", kernels::Int8Activations()}, {"bf16_activations", kernels::Bf16Activations()}, {"n_tokens", n},
@@ -340,7 +353,13 @@ int RunEngineBenchMain(int argc, char** argv) {
       }
       AddSpread("tokens_per_s", tps, &j);
       AddSpread(on_gpu ? "fraction_of_matmul" : "fraction_of_sgemm", {gf.min / sgemm, gf.median / sgemm, gf.max / sgemm}, &j);
-      if (!on_gpu) AddCpuWorkFigures(sgemm, secs.back(), &j);  // the work counters of the last rep
+      if (!on_gpu) AddCpuWorkFigures(sgemm, secs.back(), &j);  // the work counters of the last rep (the probes use none)
+      if (paired) {
+        j["sgemm_probes_gflops"] = sgemm_probes;
+        const Spread pf = SpreadOf(paired_fractions);
+        j["fraction_of_sgemm_paired"] = pf.median;
+        AddSpread("fraction_of_sgemm_paired", pf, &j);
+      }
       add_on_demand(before, secs.back(), n, &j);
       if (mode == PrefillMode::kFull) full_tps = tps.median;
       else j["speedup_vs_full"] = tps.median / full_tps;
