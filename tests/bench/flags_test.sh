@@ -64,7 +64,8 @@ check_decode_ab() {
 
 # check_cedar_bench: `cedar bench`'s machine line names the kernels that ran; its CPU decode lines
 # carry a probe before the first rep and after each (reps + 1, all read) and the paired fraction's
-# min <= median <= max, its median also as fraction_of_bound_paired.
+# min <= median <= max, its median also as fraction_of_bound_paired; its `full` prefill line the
+# same with sgemm probes (fraction_of_sgemm_paired), and sgemm_gflops at least the best of them.
 check_cedar_bench() {
   local out rc
   if [[ -n $TINY_ERROR ]]; then echo "FAIL: cedar init --preset tiny: $TINY_ERROR"; return; fi
@@ -86,10 +87,18 @@ for d in dec:
     lo, mid, hi = d["fraction_of_bound_paired_min"], d["fraction_of_bound_paired_median"], d["fraction_of_bound_paired_max"]
     if not (0 < lo <= mid <= hi) or d["fraction_of_bound_paired"] != mid: sys.exit("paired fractions %r %r %r %r" % (lo, mid, hi, d["fraction_of_bound_paired"]))
     if d["bandwidth_gbs"] < p[-1]: sys.exit("bandwidth_gbs %r below the last probe %r" % (d["bandwidth_gbs"], p[-1]))
+full = [d for d in lines if d.get("bench") == "prefill" and d.get("mode") == "full"]
+if len(full) != 1: sys.exit("full prefill lines %r: want one" % full)
+f = full[0]
+p = f.get("sgemm_probes_gflops")
+if not isinstance(p, list) or len(p) != f["reps"] + 1 or min(p) <= 0: sys.exit("sgemm_probes_gflops %r with reps %d" % (p, f["reps"]))
+lo, mid, hi = f["fraction_of_sgemm_paired_min"], f["fraction_of_sgemm_paired_median"], f["fraction_of_sgemm_paired_max"]
+if not (0 < lo <= mid <= hi) or f["fraction_of_sgemm_paired"] != mid: sys.exit("paired sgemm fractions %r %r %r %r" % (lo, mid, hi, f["fraction_of_sgemm_paired"]))
+if f["sgemm_gflops"] < max(p) or f["sgemm_gflops_probe_after"] != p[-1]: sys.exit("sgemm_gflops %r against the probes %r" % (f["sgemm_gflops"], p))
 print("ok")
 ' <<<"$out" 2>&1)
-  if [[ $verdict != ok ]]; then echo "FAIL: cedar bench decode lines: $verdict: $out"; return; fi
-  echo "ok: cedar bench on a tiny model -> decode lines with $(grep -c '"bench":"decode"' <<<"$out") paired probes"
+  if [[ $verdict != ok ]]; then echo "FAIL: cedar bench lines: $verdict: $out"; return; fi
+  echo "ok: cedar bench on a tiny model -> a full prefill line and $(grep -c '"bench":"decode"' <<<"$out") decode lines with paired probes"
 }
 
 PROGRAMS=(bench_tokenizer bench_dsml_prompt bench_quality bench_sampling bench_weights bench_gemm bench_engram
