@@ -151,7 +151,7 @@ int RunEngineBenchMain(int argc, char** argv) {
     };
     if (a == "--help" || a == "-h") {
       std::printf("usage: cedar bench [--model DIR | --preset small|medium [--keep-model]] [--lengths 512,4096,16384]\n"
-                  "                   [--decode N] [--decode-batch 1,8] [--decode-context 512] [--reps 3] [--threads N] [--spec-tokens K]\n"
+                  "                   [--decode N|0] [--decode-batch 1,8] [--decode-context 512] [--reps 3] [--threads N] [--spec-tokens K]\n"
                   "                   [--device cpu|cuda|auto] [--f32-weights] [--mmap-weights] [--row-invariant-matmul]\n"
                   "                   [--weights f32|bf16|int8|as-stored|fp8-fp4] [--int8-activations] [--bf16-activations] [--max-ram BYTES[K|M|G]]\n"
                   "Prints one JSON object per result: the machine's matmul rate and bandwidth (the CPU's sgemm and read\n"
@@ -161,7 +161,7 @@ int RunEngineBenchMain(int argc, char** argv) {
                   "median); every line carries the 1-minute load average (load1). A prefill line's fractions divide by\n"
                   "sgemm_gflops, the best of the machine line's OpenBLAS probe and the probes before and after each `full` rep;\n"
                   "a CPU `full` line adds fraction_of_sgemm_paired, each rep against the mean of the two probes beside it. Decode runs --decode-batch sequences\n"
-                  "of --decode-context prompt tokens each. Without --model the preset's random model is written under\n"
+                  "of --decode-context prompt tokens each (--decode 0 or --decode-batch '' : no decode lines). Without --model the preset's random model is written under\n"
                   "$TMPDIR (a \"model\" line says where and how big) and removed at the end unless --keep-model; one\n"
                   "found there (kept by an earlier run) is reused and left.\n"
                   "--device auto (the default) is cuda when this build has CUDA and a device exists;\n"
@@ -181,7 +181,7 @@ int RunEngineBenchMain(int argc, char** argv) {
     } else if (a == "--model") model_dir = next();
     else if (a == "--preset") preset = next();
     else if (a == "--lengths") lengths_s = next();
-    else if (a == "--decode") decode_n = ParseIntFlag("--decode", next(), 1, 1 << 20);
+    else if (a == "--decode") decode_n = ParseIntFlag("--decode", next(), 0, 1 << 20);  // 0: prefill lines only
     else if (a == "--decode-context") decode_context = ParseIntFlag("--decode-context", next(), 1, 1 << 24);
     else if (a == "--reps") reps = ParseIntFlag("--reps", next(), 1, 1000);
     else if (a == "--keep-model") keep_model = true;
@@ -198,6 +198,7 @@ int RunEngineBenchMain(int argc, char** argv) {
     else if (a == "--max-ram") load.max_ram_bytes = ParseMaxRam(next());
     else throw std::invalid_argument("unknown option " + a);
   }
+  if (spec_tokens > 0 && decode_n == 0) throw std::invalid_argument("--decode 0 with --spec-tokens: speculative decoding needs at least 1 token to decode");
   if (spec_tokens > 0) {
     kernels::SetThreads(threads);
     RunSpecBench(model_dir, preset, spec_tokens, decode_n, 4);
@@ -205,7 +206,8 @@ int RunEngineBenchMain(int argc, char** argv) {
   }
   // Checked before anything runs.
   const std::vector<int> lengths = ParseIntListFlag<int>("--lengths", lengths_s, 1, 1 << 24);
-  const std::vector<int> batches = ParseIntListFlag<int>("--decode-batch", batches_s, 1, 4096);
+  std::vector<int> batches = ParseIntListFlag<int>("--decode-batch", batches_s, 1, 4096);
+  if (decode_n == 0) batches.clear();  // --decode 0: no decode lines, as --decode-batch ''
   if (keep_model && !model_dir.empty()) throw std::invalid_argument("--keep-model is for the preset's written model; --model DIR is never removed");
   kernels::SetThreads(threads);
   std::string why;

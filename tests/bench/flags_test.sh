@@ -101,6 +101,20 @@ print("ok")
   echo "ok: cedar bench on a tiny model -> a full prefill line and $(grep -c '"bench":"decode"' <<<"$out") decode lines with paired probes"
 }
 
+# check_cedar_bench_no_decode: `cedar bench --decode 0` prints the machine and prefill lines and no
+# decode line (it used to refuse 0).
+check_cedar_bench_no_decode() {
+  local out rc
+  if [[ -n $TINY_ERROR ]]; then echo "FAIL: cedar init --preset tiny: $TINY_ERROR"; return; fi
+  out=$(timeout 120 "$DIR/../cedar" bench --model "$TMP/tiny" --device cpu --lengths 16 --decode 0 --reps 1 2>&1 </dev/null)
+  rc=$?
+  if [[ $rc -ne 0 ]]; then echo "FAIL: cedar bench --decode 0 -> exit $rc: $out"; return; fi
+  if [[ $(grep -c '"bench":"prefill"' <<<"$out") -ne 2 || $out == *'"bench":"decode"'* ]]; then
+    echo "FAIL: cedar bench --decode 0 -> not two prefill lines and no decode line: $out"; return
+  fi
+  echo "ok: cedar bench --decode 0 -> prefill lines only"
+}
+
 PROGRAMS=(bench_tokenizer bench_dsml_prompt bench_quality bench_sampling bench_weights bench_gemm bench_engram
           bench_server bench_session bench_grammar bench_scheduler bench_trace_replay bench_decode_ab)
 for p in "${PROGRAMS[@]}"; do
@@ -137,6 +151,7 @@ run check_refused bench_decode_ab --model --b bf16a=1
 run check_refused bench_decode_ab --steps --model m --b bf16a=1 --steps 0
 run check_decode_ab
 run check_cedar_bench
+run check_cedar_bench_no_decode
 wait
 
 fail=0
