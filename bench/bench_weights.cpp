@@ -283,10 +283,11 @@ int main(int argc, char** argv) {
                                                     {k::WeightType::kI8, kA8},        {k::WeightType::kI8, kBf16A},    {k::WeightType::kFP8, kF32Acts}, {k::WeightType::kFP8, kBf16A},
                                                     {k::WeightType::kFP4, kF32Acts},  {k::WeightType::kFP4, kA8},      {k::WeightType::kFP4, kBf16A}};
     for (const auto& [t, acts] : kinds) {
+      const std::string name = std::string(k::WeightTypeName(t)) + (acts == kA8 ? "-a8" : acts == kBf16A ? "-bf16a" : "");
       // A mode without its kernel in this build (or on this CPU) would time the scalar reference
       // loop, which the CLI flags refuse to run (they warn and keep F32 activations): say so instead.
       if ((acts == kA8 && !k::Int8ActivationsVectorised()) || (acts == kBf16A && !k::Bf16ActivationsVectorised())) {
-        std::printf("%s\n", nlohmann::json{{"bench", "matvec"}, {"weights", std::string(k::WeightTypeName(t)) + (acts == kA8 ? "-a8" : "-bf16a")},
+        std::printf("%s\n", nlohmann::json{{"bench", "matvec"}, {"weights", name},
                                            {"threads", th}, {"skipped", "no kernel for these activations in this build on this CPU"}}
                                 .dump().c_str());
         continue;
@@ -318,7 +319,7 @@ int main(int argc, char** argv) {
       const double med = secs[secs.size() / 2];
       k::SetInt8Activations(false);
       k::SetBf16Activations(false);
-      std::printf("%s\n", nlohmann::json{{"bench", "matvec"}, {"weights", std::string(k::WeightTypeName(t)) + (acts == kA8 ? "-a8" : acts == kBf16A ? "-bf16a" : "")}, {"threads", th}, {"rows", rows},
+      std::printf("%s\n", nlohmann::json{{"bench", "matvec"}, {"weights", name}, {"threads", th}, {"rows", rows},
                                          {"cols", cols}, {"bytes", bytes}, {"copies", copies}, {"seconds_min", secs.front()}, {"seconds_median", med},
                                          {"gbs_median", bytes / med / 1e9}, {"fraction_of_read_bandwidth", bytes / med / 1e9 / bw},
                                          {"cpu_seconds_median", cpu[cpu.size() / 2]},
