@@ -198,23 +198,28 @@ TEST_CASE("Rope matches the reference, and the inverse rotation undoes it") {
     }
 }
 
+// SinkAttention of one row (heads x dim; n_win window entries, then n_sel selections of a pool
+// of pool_n) against the scalar reference; the inputs drawn from seeds seed + dim, seed + 1 +
+// n_win, seed + 2 and seed + 3.
+static void ExpectSinkAttentionMatchesReference(int n_win, int n_sel, int dim, int heads, int pool_n, uint64_t seed) {
+  auto q = Random(size_t(heads) * dim, seed + dim, 2.0f), win = Random(size_t(n_win) * dim, seed + 1 + n_win);
+  auto pool = Random(size_t(pool_n) * dim, seed + 2), sink = Random(size_t(heads), seed + 3);
+  std::vector<int32_t> sel(static_cast<size_t>(n_sel));
+  for (int i = 0; i < n_sel; ++i) sel[size_t(i)] = (i * 7 + 3) % pool_n;
+  std::vector<float> o(size_t(heads) * dim), orf(size_t(heads) * dim);
+  const float scale = 1.0f / std::sqrt(float(dim));
+  k::SinkAttention(q.data(), heads, dim, win.data(), n_win, pool.data(), sel.data(), n_sel, sink.data(), scale, o.data());
+  k::ref::SinkAttention(q.data(), heads, dim, win.data(), n_win, pool.data(), sel.data(), n_sel, sink.data(), scale, orf.data());
+  ExpectClose("SinkAttention heads=" + std::to_string(heads) + " win=" + std::to_string(n_win) + " sel=" + std::to_string(n_sel) +
+                  " dim=" + std::to_string(dim),
+              o, orf, 32.0 * (1 + std::sqrt(double(dim))) * (1 + std::sqrt(double(n_win + n_sel))));
+}
+
 TEST_CASE("SinkAttention matches the reference with windows, selections and empty sources") {
   for (int n_win : {0, 1, 5, 16})
     for (int n_sel : {0, 1, 7, 33})
       for (int dim : {1, 8, 16, 33, 48, 128})
-        for (int heads : {1, 3, 4, 8, 13}) {
-        const int pool_n = 40;
-        auto q = Random(size_t(heads) * dim, 40 + dim, 2.0f), win = Random(size_t(n_win) * dim, 41 + n_win);
-        auto pool = Random(size_t(pool_n) * dim, 42), sink = Random(size_t(heads), 43);
-        std::vector<int32_t> sel(static_cast<size_t>(n_sel));
-        for (int i = 0; i < n_sel; ++i) sel[size_t(i)] = (i * 7 + 3) % pool_n;
-        std::vector<float> o(size_t(heads) * dim), orf(size_t(heads) * dim);
-        const float scale = 1.0f / std::sqrt(float(dim));
-        k::SinkAttention(q.data(), heads, dim, win.data(), n_win, pool.data(), sel.data(), n_sel, sink.data(), scale, o.data());
-        k::ref::SinkAttention(q.data(), heads, dim, win.data(), n_win, pool.data(), sel.data(), n_sel, sink.data(), scale, orf.data());
-        ExpectClose("SinkAttention win=" + std::to_string(n_win) + " sel=" + std::to_string(n_sel) + " dim=" + std::to_string(dim), o, orf,
-                    32.0 * (1 + std::sqrt(double(dim))) * (1 + std::sqrt(double(n_win + n_sel))));
-      }
+        for (int heads : {1, 3, 4, 8, 13}) ExpectSinkAttentionMatchesReference(n_win, n_sel, dim, heads, 40, 40);
 }
 
 TEST_CASE("SinkAttention over more entries than one score block") {
@@ -223,19 +228,7 @@ TEST_CASE("SinkAttention over more entries than one score block") {
   // and a block boundary must not drop, repeat or reorder an entry.
   for (int dim : {128, 256})
     for (int heads : {4, 16})
-      for (int n_sel : {95, 97, 300}) {
-        const int n_win = 128, pool_n = 512;
-        auto q = Random(size_t(heads) * dim, 70 + dim, 2.0f), win = Random(size_t(n_win) * dim, 71);
-        auto pool = Random(size_t(pool_n) * dim, 72), sink = Random(size_t(heads), 73);
-        std::vector<int32_t> sel(static_cast<size_t>(n_sel));
-        for (int i = 0; i < n_sel; ++i) sel[size_t(i)] = (i * 5 + 1) % pool_n;
-        std::vector<float> o(size_t(heads) * dim), orf(size_t(heads) * dim);
-        const float scale = 1.0f / std::sqrt(float(dim));
-        k::SinkAttention(q.data(), heads, dim, win.data(), n_win, pool.data(), sel.data(), n_sel, sink.data(), scale, o.data());
-        k::ref::SinkAttention(q.data(), heads, dim, win.data(), n_win, pool.data(), sel.data(), n_sel, sink.data(), scale, orf.data());
-        ExpectClose("SinkAttention heads=" + std::to_string(heads) + " sel=" + std::to_string(n_sel) + " dim=" + std::to_string(dim), o, orf,
-                    32.0 * (1 + std::sqrt(double(dim))) * (1 + std::sqrt(double(n_win + n_sel))));
-      }
+      for (int n_sel : {95, 97, 300}) ExpectSinkAttentionMatchesReference(128, n_sel, dim, heads, 512, 70);
 }
 
 TEST_CASE("SinkAttention: a head's result is the same bits with its row's other heads or in a group of 4 alone") {
