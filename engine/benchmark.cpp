@@ -101,13 +101,17 @@ uintmax_t DirectoryBytes(const std::string& dir) {
   return total;
 }
 
+// The CPU's reference rate: OpenBLAS sgemm on 512 rows of the model's widest dense shape
+// (dim -> 4 dim), the best of 5 runs. The machine line and the prefill lines' paired probes.
+double ProbeSgemm(const ModelConfig& c) { return kernels::MeasureSgemmGflops(512, c.dim, 4 * c.dim, 5); }
+
 // The machine line: the CPU's sgemm rate and read bandwidth, or the GPU's BF16 GEMM rate and
 // copy bandwidth (both as "matmul GFLOP/s" and "bandwidth GB/s" for the fractions below).
 // probe_mib: the CPU read probe's buffer, at least what one decode step streams (so the probe
 // is never served from cache more than decode is).
 void MeasureMachine(const Backend& b, const ModelConfig& c, int probe_mib, double* matmul_gflops, double* bw_gbs) {
   if (std::string(b.name()) == "cpu") {
-    *matmul_gflops = kernels::MeasureSgemmGflops(512, c.dim, 4 * c.dim, 5);
+    *matmul_gflops = ProbeSgemm(c);
     *bw_gbs = kernels::MeasureReadBandwidthGBs(probe_mib, 5);
     Emit({{"bench", "machine"}, {"device", "cpu"}, {"kernels", kernels::KernelIsa()}, {"sgemm_gflops", *matmul_gflops}, {"sgemm_shape", {512, c.dim, 4 * c.dim}},
           {"read_bandwidth_gbs", *bw_gbs}, {"read_probe_mib", probe_mib}});
@@ -316,9 +320,8 @@ int RunEngineBenchMain(int argc, char** argv) {
       // within a minute (a pure-FMA loop on both cores read 134 and 170 GFLOP/s minutes apart),
       // so the run-wide fraction's best probe can be a fast moment that a slow rep never saw.
       const bool paired = !on_gpu && mode == PrefillMode::kFull;
-      auto probe_sgemm = [&] { return kernels::MeasureSgemmGflops(512, c.dim, 4 * c.dim, 5); };  // as the machine line's
       std::vector<double> sgemm_probes, paired_fractions;
-      if (paired) sgemm_probes.push_back(probe_sgemm());
+      if (paired) sgemm_probes.push_back(ProbeSgemm(c));
       for (int rep = 0; rep < reps; ++rep) {
         auto st = be->NewSequence();
         PrefillOptions opt;
@@ -333,7 +336,7 @@ int RunEngineBenchMain(int argc, char** argv) {
         tpss.push_back(n / s);
         gfs.push_back(2.0 * layer_params * double(r.stats.layer_token_units) / s / 1e9);
         if (paired) {
-          sgemm_probes.push_back(probe_sgemm());
+          sgemm_probes.push_back(ProbeSgemm(c));
           paired_fractions.push_back(gfs.back() / (0.5 * (sgemm_probes[sgemm_probes.size() - 2] + sgemm_probes.back())));
         }
       }
