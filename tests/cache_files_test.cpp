@@ -112,7 +112,7 @@ TEST_CASE("a cache directory that group or others can write is refused, naming i
     auto cache = PrefixCache::Open(1, FilesConfig(dir.path));
     REQUIRE(!cache.ok());
     CHECK(cache.status().code() == StatusCode::kIOError);
-    const std::string& m = cache.status().message();
+    const std::string m = cache.status().message();  // a copy: status() returns a temporary
     CHECK_MESSAGE(m.find(dir.path) != std::string::npos, m);
     CHECK_MESSAGE(m.find(fmt::format("{:04o}", mode)) != std::string::npos, m);
     CHECK(!std::filesystem::exists(dir.path + "/data.mdb"));  // refused before any file is made
