@@ -331,7 +331,9 @@ TEST_CASE("messages: a forced tool round trip replays the call exactly (cache_re
   json none = body;
   none["tool_choice"] = {{"type", "none"}};
   none["max_tokens"] = 48;
-  for (const json& b : f.Ok("/v1/messages", none)["content"]) CHECK(b["type"] == "text");
+  const json none_reply = f.Ok("/v1/messages", none);  // held: a range-for over a temporary's member dangles
+  CHECK(!none_reply["content"].empty());
+  for (const json& b : none_reply["content"]) CHECK(b["type"] == "text");
   json any = body;
   any["tool_choice"] = {{"type", "any"}};
   CHECK(f.Ok("/v1/messages", any)["stop_reason"] == "tool_use");
