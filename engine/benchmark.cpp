@@ -103,7 +103,14 @@ uintmax_t DirectoryBytes(const std::string& dir) {
 
 // The CPU's reference rate: OpenBLAS sgemm on 512 rows of the model's widest dense shape
 // (dim -> 4 dim), the best of 5 runs. The machine line and the prefill lines' paired probes.
-double ProbeSgemm(const ModelConfig& c) { return kernels::MeasureSgemmGflops(512, c.dim, 4 * c.dim, 5); }
+struct SgemmShape {
+  int rows, in, out;  // x [rows, in] times w [in, out]
+};
+SgemmShape SgemmProbeShape(const ModelConfig& c) { return {512, c.dim, 4 * c.dim}; }
+double ProbeSgemm(const ModelConfig& c) {
+  const SgemmShape s = SgemmProbeShape(c);
+  return kernels::MeasureSgemmGflops(s.rows, s.in, s.out, 5);
+}
 
 // The machine line: the CPU's sgemm rate and read bandwidth, or the GPU's BF16 GEMM rate and
 // copy bandwidth (both as "matmul GFLOP/s" and "bandwidth GB/s" for the fractions below).
@@ -113,7 +120,8 @@ void MeasureMachine(const Backend& b, const ModelConfig& c, int probe_mib, doubl
   if (std::string(b.name()) == "cpu") {
     *matmul_gflops = ProbeSgemm(c);
     *bw_gbs = kernels::MeasureReadBandwidthGBs(probe_mib, 5);
-    Emit({{"bench", "machine"}, {"device", "cpu"}, {"kernels", kernels::KernelIsa()}, {"sgemm_gflops", *matmul_gflops}, {"sgemm_shape", {512, c.dim, 4 * c.dim}},
+    const SgemmShape s = SgemmProbeShape(c);
+    Emit({{"bench", "machine"}, {"device", "cpu"}, {"kernels", kernels::KernelIsa()}, {"sgemm_gflops", *matmul_gflops}, {"sgemm_shape", {s.rows, s.in, s.out}},
           {"read_bandwidth_gbs", *bw_gbs}, {"read_probe_mib", probe_mib}});
     return;
   }
