@@ -163,14 +163,18 @@ const Recorded kRecorded[] = {
 
 // The code paths the recorded digests depend on: the ISA the kernels were compiled for
 // (-march=native), the kernel OpenBLAS picked at run time for this CPU, and whether the build is
-// sanitised (-DCEDAR_SANITIZE=ON): all 10 digests differ there (session 47) while the paths the
-// engine tests compare still agree. The instrumentation changes code generation; the likely
-// cause is inlining, and with it where GNU mode contracts a * b + c into one FMA (not isolated).
+// sanitised (-DCEDAR_SANITIZE=ON, -DCEDAR_TSAN=ON): the recorded digests differ under both (sessions
+// 47, 48) while the paths the engine tests compare still agree. The instrumentation changes code
+// generation; the likely cause is inlining, and with it where GNU mode contracts a * b + c into
+// one FMA (not isolated).
 extern "C" char* openblas_get_corename(void);
 std::string PlatformSignature() {
   std::string s;
 #ifdef __SANITIZE_ADDRESS__
   s += "asan ";
+#endif
+#ifdef __SANITIZE_THREAD__
+  s += "tsan ";
 #endif
 #ifdef __AVX512F__
   s += "avx512f ";
