@@ -8,6 +8,12 @@
 # qemu-x86_64 or the x86-64 kernel tests (CEDAR_ISA_TESTS=OFF, a non-x86 host).
 set -uo pipefail
 build=${1:?usage: portable_cpu_test.sh <build dir>}
+# OpenBLAS picks its kernels from the emulated CPU's CPUID unless OPENBLAS_CORETYPE forces a core:
+# a forced Haswell (set in some shells, this project's build machines among them) runs AVX2 code
+# on the emulated Nehalem, which kernels_test's sgemm calls then die of (SIGSEGV / SIGILL under
+# qemu), though Cedar's own kernels are right. The test is about Cedar's run-time choice, so
+# OpenBLAS chooses from the CPU too.
+unset OPENBLAS_CORETYPE
 qemu=$(command -v qemu-x86_64) || { echo "SKIP: qemu-x86_64 not installed (Debian package qemu-user)"; exit 77; }
 # Each kernel test, or (name|doctest test-case filter) the cases that run the run-time choice at a
 # size qemu's emulation finishes in seconds: the whole of gemm_prefill_test and gemm_rowinv_test
