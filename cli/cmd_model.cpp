@@ -41,21 +41,21 @@ namespace cedar::cli {
 
 namespace {
 
-// Parses options; prints help and returns false when --help was given.
+// Parses options; prints help and returns false when --help was given. Errors are UsageErrors.
 bool Parse(int argc, char** argv, const char* usage, po::options_description& desc, po::variables_map& vm) {
   desc.add_options()("help,h", "show this help");
-  po::store(po::parse_command_line(argc, argv, desc), vm);
+  CheckFlags([&] { po::store(po::parse_command_line(argc, argv, desc), vm); });
   if (vm.count("help")) {
     std::cout << usage << "\n\n" << desc << "\n";
     return false;
   }
-  po::notify(vm);
+  CheckFlags([&] { po::notify(vm); });
   return true;
 }
 
 // Comma-separated token ids; the model checks them against its vocabulary.
 std::vector<int32_t> ParseIds(const char* flag, const std::string& s) {
-  return ParseIntListFlag<int32_t>(flag, s, 0, std::numeric_limits<int32_t>::max());
+  return CheckFlags([&] { return ParseIntListFlag<int32_t>(flag, s, 0, std::numeric_limits<int32_t>::max()); });
 }
 
 ModelConfig PresetOrThrow(const std::string& name) {
@@ -63,7 +63,7 @@ ModelConfig PresetOrThrow(const std::string& name) {
   if (!PresetConfig(name, &c)) {
     std::string names;
     for (const std::string& n : PresetNames()) names += (names.empty() ? "" : ", ") + n;
-    throw std::invalid_argument("unknown preset '" + name + "' (expected one of " + names + ")");
+    throw UsageError("unknown preset '" + name + "' (expected one of " + names + ")");
   }
   return c;
 }
@@ -136,7 +136,7 @@ int RunInit(int argc, char** argv) {
   }
   if (arch == "v41") {
     V41Config vc;
-    if (!V41PresetConfig(preset, &vc)) throw std::invalid_argument("--preset: expected v41-tiny, v41-tiny-engram or v41-small with --arch v41, found '" + preset + "'");
+    if (!V41PresetConfig(preset, &vc)) throw UsageError("--preset: expected v41-tiny, v41-tiny-engram or v41-small with --arch v41, found '" + preset + "'");
     const auto t0 = std::chrono::steady_clock::now();
     const int64_t bytes = WriteReleasedModel(vc, seed, out);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -148,9 +148,9 @@ int RunInit(int argc, char** argv) {
     else std::printf("tokenizer: %s\n", tok.c_str());
     return 0;
   }
-  if (arch != "cedar") throw std::invalid_argument("--arch: expected cedar or v41, found '" + arch + "'");
-  if (preset == "flash") throw std::invalid_argument("the flash preset is for `info` only (too large to instantiate here)");
-  const InitDType init_dtype = ParseInitDType(dtype);
+  if (arch != "cedar") throw UsageError("--arch: expected cedar or v41, found '" + arch + "'");
+  if (preset == "flash") throw UsageError("the flash preset is for `info` only (too large to instantiate here)");
+  const InitDType init_dtype = CheckFlags([&] { return ParseInitDType(dtype); });
   ModelConfig c = PresetOrThrow(preset);
   if (!tokenizer_dir.empty()) {
     // Sized so the tokenizer's ids and Cedar's chat specials fit (model_tokenizer.h).
@@ -221,21 +221,21 @@ int RunInfo(int argc, char** argv) {
   ModelConfig c;
   if (!model.empty()) c = LoadConfigFile(model + "/config.json");
   else if (!preset.empty()) c = PresetOrThrow(preset);
-  else throw std::invalid_argument("give --model DIR or --preset NAME");
+  else throw UsageError("give --model DIR or --preset NAME");
   if (!kv_dtype.empty()) {
     c.kv_dtype = kv_dtype;
-    if (const std::string bad = c.Validate(); !bad.empty()) throw std::invalid_argument("--kv-dtype " + kv_dtype + ": " + bad);
+    if (const std::string bad = c.Validate(); !bad.empty()) throw UsageError("--kv-dtype " + kv_dtype + ": " + bad);
   }
   const ModelInfo info = ComputeInfo(c);
   nlohmann::json j = InfoToJson(info);
   j["config"] = ConfigToJson(c);
   if (weights.empty()) weights = model.empty() ? "f32" : "as-stored";
-  const WeightPrecision wp = ParseWeightPrecision(weights);
+  const WeightPrecision wp = CheckFlags([&] { return ParseWeightPrecision(weights); });
   kernels::WeightType wt = wp == WeightPrecision::kBF16 ? kernels::WeightType::kBF16
                            : wp == WeightPrecision::kI8 ? kernels::WeightType::kI8 : kernels::WeightType::kF32;
   if (wp == WeightPrecision::kAsStored) {
     // The file's matmul type (the head's: `cedar init --dtype` writes every matmul weight alike).
-    if (model.empty()) throw std::invalid_argument("cedar info --weights as-stored: needs --model DIR (the type is the file's)");
+    if (model.empty()) throw UsageError("cedar info --weights as-stored: needs --model DIR (the type is the file's)");
     const SafetensorsFile f(model + "/model.safetensors");
     const TensorInfo* head = f.Find("head.weight");
     if (!head) throw std::runtime_error("model: " + f.Path() + ": missing tensor 'head.weight'");
@@ -294,14 +294,14 @@ int RunGenerate(int argc, char** argv) {
   if (!Parse(argc, argv, "usage: cedar generate --model DIR --prompt TEXT|--tokens IDS --mode M --max-tokens N [--spec-tokens K] [--json]", desc, vm)) return 0;
   kernels::SetThreads(threads);
   PrefillMode mode;
-  if (!ParseMode(mode_s, &mode)) throw std::invalid_argument("--mode: expected full, exact, bounded or bounded-paper, found " + mode_s);
-  if (!tokens.empty() && !prompt.empty()) throw std::invalid_argument("give --prompt or --tokens, not both");
+  if (!ParseMode(mode_s, &mode)) throw UsageError("--mode: expected full, exact, bounded or bounded-paper, found " + mode_s);
+  if (!tokens.empty() && !prompt.empty()) throw UsageError("give --prompt or --tokens, not both");
   const std::vector<int32_t> token_ids = ParseIds("--tokens", tokens);  // checked before the model loads
   const std::vector<int32_t> stops = ParseIds("--stop", stop);
   LoadOptions lo;
   lo.mmap_weights = vm.count("mmap-weights") > 0;
   lo.max_ram_bytes = int64_t(max_ram);
-  lo.weights = ParseWeightPrecision(weights);
+  lo.weights = CheckFlags([&] { return ParseWeightPrecision(weights); });
   if (vm.count("int8-activations")) EnableInt8Activations();
   if (vm.count("bf16-activations")) EnableBf16Activations();
   auto m = Model::Load(model, lo);
@@ -338,7 +338,7 @@ int RunGenerate(int argc, char** argv) {
   if (spec_tokens > 0) {
     // Speculative decoding (engine/speculative.h) runs on the host state with the DSpark drafter.
     SequenceState* host = be->MutableHostState(*st);
-    if (!host) throw std::invalid_argument("--spec-tokens: speculative decoding runs on the CPU backend only (--device cpu), found " + std::string(be->name()));
+    if (!host) throw UsageError("--spec-tokens: speculative decoding runs on the CPU backend only (--device cpu), found " + std::string(be->name()));
     ObservePrefill(*drafter, prompt_hidden);
     GenerateOptions go;
     go.max_tokens = max_tokens;

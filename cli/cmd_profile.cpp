@@ -132,46 +132,47 @@ int RunProfile(int argc, char** argv) {
   po::positional_options_description positional;
   positional.add("stray", -1);
   po::variables_map vm;
-  po::store(po::command_line_parser(argc, argv).options(all).positional(positional).run(), vm);
+  CheckFlags([&] { po::store(po::command_line_parser(argc, argv).options(all).positional(positional).run(), vm); });
   if (vm.count("help")) {
     std::cout << kUsage << "\n\n" << desc << "\n";
     return 0;
   }
-  po::notify(vm);
+  CheckFlags([&] { po::notify(vm); });
   if (!stray.empty()) {
     std::string list;
     for (const std::string& w : stray) list += (list.empty() ? "'" : ", '") + w + "'";
-    throw std::invalid_argument("unexpected argument" + std::string(stray.size() > 1 ? "s " : " ") + list +
-                                " (no flag takes " + std::string(stray.size() > 1 ? "them" : "it") +
-                                "; options start with --, see cedar profile --help)");
+    throw UsageError("unexpected argument" + std::string(stray.size() > 1 ? "s " : " ") + list +
+                     " (no flag takes " + std::string(stray.size() > 1 ? "them" : "it") +
+                     "; options start with --, see cedar profile --help)");
   }
   o.traces = traces;
   if (!profile::ParseFormat(format, &o.format)) {
-    throw std::invalid_argument("--format: expected auto, claude-code or mooncake, found " + format);
+    throw UsageError("--format: expected auto, claude-code or mooncake, found " + format);
   }
   for (const std::string& item : ParseListItems(sweep)) {
     if (item == "auto") o.sweep_auto = true;
-    else o.sweep_ram.push_back(ParseBytesOption("--sweep-ram", item, 1, kMaxBytesOption));
+    else o.sweep_ram.push_back(CheckFlags([&] { return ParseBytesOption("--sweep-ram", item, 1, kMaxBytesOption); }));
   }
   o.plots = vm.count("no-plots") == 0;
   if (!profile::ParseRestorePolicy(restore, &o.restore)) {
-    throw std::invalid_argument("--restore-policy: expected staircase, replay, recompute or optimistic, found " + restore);
+    throw UsageError("--restore-policy: expected staircase, replay, recompute or optimistic, found " + restore);
   }
   if (o.live) {
-    if (!socket.empty() && !url.empty()) throw std::invalid_argument("give --socket or --url, not both");
+    if (!socket.empty() && !url.empty()) throw UsageError("give --socket or --url, not both");
     server.address = !url.empty() ? url : !socket.empty() ? "unix:" + socket : "unix:" + server::DefaultSocketPath();
     if (server.api_key.empty()) {
       if (const char* k = std::getenv("CEDAR_API_KEY")) server.api_key = k;
     }
     o.live_driver = [server, live](std::ostream& log) { return profile_live::ConnectLiveDriver(server, live, log); };
   } else if (!socket.empty() || !url.empty()) {
-    throw std::invalid_argument("--socket and --url need --live");
+    throw UsageError("--socket and --url need --live");
   }
   if (progress == "on") o.progress = 1;
   else if (progress == "off") o.progress = 0;
-  else if (progress != "auto") throw std::invalid_argument("--progress: expected auto, on or off, found '" + progress + "'");
+  else if (progress != "auto") throw UsageError("--progress: expected auto, on or off, found '" + progress + "'");
   if (vm.count("no-progress")) o.progress = 0;
   o.command_line = JoinArgs(argc, argv);
+  CheckFlags([&] { profile::CheckOptions(o); });
   const profile::ProfileResult r = profile::RunProfile(o, std::cerr);
   std::cout << profile::SummaryTable(r.report);
   return 0;

@@ -42,8 +42,8 @@ void CheckCacheBudgets(uint64_t ram, uint64_t disk, const std::string& cache_dir
   };
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
   if (pages > 0 && page > 0 && ram > uint64_t(pages) * uint64_t(page)) {
-    throw std::invalid_argument("--cache-ram: " + as_given("cache-ram", ram) + " is more than this machine's memory; expected 0.." +
-                                std::to_string(uint64_t(pages) * uint64_t(page)) + " bytes");
+    throw UsageError("--cache-ram: " + as_given("cache-ram", ram) + " is more than this machine's memory; expected 0.." +
+                     std::to_string(uint64_t(pages) * uint64_t(page)) + " bytes");
   }
   if (cache_dir.empty()) return;
   // The nearest existing directory: --cache-dir itself may not exist yet.
@@ -53,8 +53,8 @@ void CheckCacheBudgets(uint64_t ram, uint64_t disk, const std::string& cache_dir
   if (::statvfs(p.c_str(), &fs) != 0) return;
   const uint64_t fs_bytes = uint64_t(fs.f_blocks) * uint64_t(fs.f_frsize);
   if (disk > fs_bytes) {
-    throw std::invalid_argument("--cache-disk: " + as_given("cache-disk", disk) + " is more than the file system holding '" +
-                                cache_dir + "'; expected 0.." + std::to_string(fs_bytes) + " bytes");
+    throw UsageError("--cache-disk: " + as_given("cache-disk", disk) + " is more than the file system holding '" +
+                     cache_dir + "'; expected 0.." + std::to_string(fs_bytes) + " bytes");
   }
   const uint64_t free_bytes = uint64_t(fs.f_bavail) * uint64_t(fs.f_frsize);
   if (disk > free_bytes) {
@@ -69,17 +69,17 @@ void CheckCacheBudgets(uint64_t ram, uint64_t disk, const std::string& cache_dir
 cache::RemoteTierConfig ParseRemoteOptions(const std::string& url, const std::string& ttl, const std::string& timeout) {
   cache::RemoteTierConfig rc;
   if (url.empty() || url == "none") return rc;
-  if (auto e = cache::ParseRemoteUrl(url); !e.ok()) throw std::invalid_argument(e.status().message());
+  if (auto e = cache::ParseRemoteUrl(url); !e.ok()) throw UsageError(e.status().message());
   rc.url = url;
   auto t = cache::ParseDuration(ttl);
   if (!t.ok() || t.value() < std::chrono::seconds(1)) {
-    throw std::invalid_argument("--cache-remote-ttl: " + (t.ok() ? "expected at least 1s, found '" + ttl + "'" : t.status().message()));
+    throw UsageError("--cache-remote-ttl: " + (t.ok() ? "expected at least 1s, found '" + ttl + "'" : t.status().message()));
   }
   rc.ttl = t.value();
   auto d = cache::ParseDuration(timeout);
   if (!d.ok() || d.value().count() < 1 || d.value() > std::chrono::seconds(60)) {
-    throw std::invalid_argument("--cache-remote-timeout: " +
-                                (d.ok() ? "expected 1ms..60s, found '" + timeout + "'" : d.status().message()));
+    throw UsageError("--cache-remote-timeout: " +
+                     (d.ok() ? "expected 1ms..60s, found '" + timeout + "'" : d.status().message()));
   }
   rc.timeout = d.value();
   return rc;
@@ -219,44 +219,44 @@ int RunServe(int argc, char** argv) {
       "no-access-log", "no info-level line per request (route, status, ms, tokens, session)");
   desc.add_options()("help,h", "show this help");
   po::variables_map vm;
-  po::store(po::parse_command_line(argc, argv, desc), vm);
+  CheckFlags([&] { po::store(po::parse_command_line(argc, argv, desc), vm); });
   if (vm.count("help")) {
     std::cout << "usage: cedar serve --model DIR [--device cpu|cuda|auto] [--socket PATH] [--host ADDR --port N] "
                  "[--api-key-file FILE]\n\n"
               << desc << "\n";
     return 0;
   }
-  po::notify(vm);
+  CheckFlags([&] { po::notify(vm); });
   const bool tcp = vm.count("port") > 0;
-  if (vm.count("host") && !tcp) throw std::invalid_argument("--host needs --port");
+  if (vm.count("host") && !tcp) throw UsageError("--host needs --port");
   if (tcp && host.empty()) host = "127.0.0.1";
   if (vm.count("server-id") && !server::ValidServerId(server_id)) {
-    throw std::invalid_argument("--server-id: expected 1 to 64 characters from [A-Za-z0-9_.:-], found '" + server_id + "'");
+    throw UsageError("--server-id: expected 1 to 64 characters from [A-Za-z0-9_.:-], found '" + server_id + "'");
   }
   if (cache_dir == "none") cache_dir.clear();  // RAM only, as the help says
   CheckCacheBudgets(cache_ram, cache_disk, cache_dir, vm);
   const cache::RemoteTierConfig remote = ParseRemoteOptions(cache_remote, cache_remote_ttl, cache_remote_timeout);
   server::ApiOptions policies;  // checked before the model loads
   if (!server::ParseRestorePolicy(restore_policy, &policies.restore_policy)) {
-    throw std::invalid_argument("--restore-policy: expected staircase, replay or recompute, found '" + restore_policy + "'");
+    throw UsageError("--restore-policy: expected staircase, replay or recompute, found '" + restore_policy + "'");
   }
   if (!server::ParseDecoderPolicy(decoder_policy, &policies.decoder_policy)) {
-    throw std::invalid_argument("--decoder-policy: expected auto, exact or bounded, found '" + decoder_policy + "'");
+    throw UsageError("--decoder-policy: expected auto, exact or bounded, found '" + decoder_policy + "'");
   }
   if (!session::ParseScheduler(scheduler, &sched.kind)) {
-    throw std::invalid_argument("--scheduler: expected mixed or serial, found '" + scheduler + "'");
+    throw UsageError("--scheduler: expected mixed or serial, found '" + scheduler + "'");
   }
   if (!session::ParsePrefillOrder(prefill_order, &sched.prefill_order)) {
-    throw std::invalid_argument("--prefill-order: expected round-robin or fcfs, found '" + prefill_order + "'");
+    throw UsageError("--prefill-order: expected round-robin or fcfs, found '" + prefill_order + "'");
   }
   if (batch_prefill != "on" && batch_prefill != "off")
-    throw std::invalid_argument("--batch-prefill: expected on or off, found '" + batch_prefill + "'");
+    throw UsageError("--batch-prefill: expected on or off, found '" + batch_prefill + "'");
   sched.batch_prefill = batch_prefill == "on";
   if (phase_parts != "on" && phase_parts != "off")
-    throw std::invalid_argument("--decoder-phase-in-parts: expected on or off, found '" + phase_parts + "'");
+    throw UsageError("--decoder-phase-in-parts: expected on or off, found '" + phase_parts + "'");
   sched.decoder_phase_in_parts = phase_parts == "on";
   if (sched.batch_prefill && !vm["batch-prefill"].defaulted() && sched.kind != session::SchedulerKind::kMixed)
-    throw std::invalid_argument("--batch-prefill: expected --scheduler mixed, found '" + scheduler + "'");
+    throw UsageError("--batch-prefill: expected --scheduler mixed, found '" + scheduler + "'");
   if (vm.count("row-invariant-matmul")) kernels::SetRowInvariantMatmul(true);
   if (vm.count("int8-activations")) EnableInt8Activations();
   if (vm.count("bf16-activations")) EnableBf16Activations();
@@ -265,10 +265,10 @@ int RunServe(int argc, char** argv) {
     for (std::string& k : server::ReadApiKeyFile(api_key_file)) api_keys.push_back(std::move(k));
   }
   if (const char* k = std::getenv("CEDAR_API_KEY"); k && *k) api_keys.push_back(k);
-  (void)server::ApiKeys(api_keys);  // before the model loads: throws on an empty or spaced key
+  CheckFlags([&] { (void)server::ApiKeys(api_keys); });  // before the model loads: throws on an empty or spaced key
   // Checked before the model loads: an unknown name, or cuda in a build or on a machine without it.
   session::ManagerOptions mo;
-  (void)ResolveDevice(device);  // an unknown name fails here
+  CheckFlags([&] { (void)ResolveDevice(device); });  // an unknown name fails here
   // "auto" is decided once the model is loaded (MakeBackend): the CPU when the CUDA engine
   // refuses the model's released switches, instead of the refusal.
   mo.backend.device = device;
@@ -294,7 +294,7 @@ int RunServe(int argc, char** argv) {
   LoadOptions load;
   load.mmap_weights = vm.count("mmap-weights") > 0;
   load.max_ram_bytes = int64_t(max_ram);
-  load.weights = ParseWeightPrecision(weights);
+  load.weights = CheckFlags([&] { return ParseWeightPrecision(weights); });
   std::shared_ptr<const Model> model = Model::Load(model_dir, load);
   // The tokenizer config.json declares ("byte" or "bpe" with tokenizer.json beside it).
   // A deepseek_v41 model uses the released encoding's own specials, not Cedar's.

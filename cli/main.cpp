@@ -8,6 +8,7 @@
 
 #include "kernels/hw_probe.h"
 #include "cli/commands.h"
+#include "engine/flag_values.h"
 #include "server/version.h"
 
 namespace {
@@ -64,6 +65,9 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[1], c.name) != 0) continue;
     try {
       return c.run(argc - 1, argv + 1);
+    } catch (const cedar::UsageError& e) {
+      std::fprintf(stderr, "cedar %s: error: %s\n(cedar %s --help lists its options)\n", c.name, e.what(), c.name);
+      return 2;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "cedar %s: error: %s\n", c.name, e.what());
       return 1;

@@ -155,80 +155,85 @@ int RunEngineBenchMain(int argc, char** argv) {
   bool f32_weights = false, keep_model = false, row_invariant = false;
   LoadOptions load;  // --mmap-weights
   int decode_n = 32, threads = 0, reps = 3, decode_context = 512, spec_tokens = 0;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      std::printf("usage: cedar bench [--model DIR | --preset small|medium [--keep-model]] [--lengths 512,4096,16384]\n"
-                  "                   [--decode N|0] [--decode-batch 1,8] [--decode-context 512] [--reps 3] [--threads N] [--spec-tokens K]\n"
-                  "                   [--device cpu|cuda|auto] [--f32-weights] [--mmap-weights] [--row-invariant-matmul]\n"
-                  "                   [--weights f32|bf16|int8|as-stored|fp8-fp4] [--int8-activations] [--bf16-activations] [--max-ram BYTES[K|M|G]]\n"
-                  "Prints one JSON object per result: the machine's matmul rate and bandwidth (the CPU's sgemm and read\n"
-                  "bandwidth, or the GPU's BF16 GEMM and copy bandwidth), then prefill tokens/s per length in full and\n"
-                  "bounded, then decode tokens/s, each with its fraction of the hardware. Every figure is timed --reps\n"
-                  "times after one untimed warm-up pass and reported as min / median / max (the plain figure is the\n"
-                  "median); every line carries the 1-minute load average (load1). A prefill line's fractions divide by\n"
-                  "sgemm_gflops, the best of the machine line's OpenBLAS probe and the probes before and after each `full` rep;\n"
-                  "a CPU `full` line adds fraction_of_sgemm_paired, each rep against the mean of the two probes beside it. Decode runs --decode-batch sequences\n"
-                  "of --decode-context prompt tokens each (--decode 0 or --decode-batch '' : no decode lines). Without --model the preset's random model is written under\n"
-                  "$TMPDIR (a \"model\" line says where and how big) and removed at the end unless --keep-model; one\n"
-                  "found there (kept by an earlier run) is reused and left.\n"
-                  "--device auto (the default) is cuda when this build has CUDA and a device exists;\n"
-                  "--f32-weights keeps F32 weights on the GPU; --mmap-weights reads F32 weights in place from the file\n"
-                  "instead of the huge-page copy; --row-invariant-matmul runs products above 16 rows on the row-invariant\n"
-                  "GEMM instead of sgemm (the machine line's sgemm is measured before it is switched on).\n"
-                  "--spec-tokens K (released layout with DSpark, --preset v41-tiny|v41-small or --model DIR): greedy decode\n"
-                  "of --decode N tokens after 4 prompts, plain and speculative with K drafts per pass (CPU): one JSON line\n"
-                  "with the acceptance rate and both decode rates; nothing else runs.\n"
-                  "--weights holds the CPU's matmul weights at that precision (the decode bound counts its bytes);\n"
-                  "--int8-activations runs INT8 and FP4 weights' decode products on 8-bit activations (kernels::SetInt8Activations).\n"
-                  "--bf16-activations runs FP8, FP4 and INT8 weights' decode products on BF16 activations (kernels::SetBf16Activations; FP4 too with both flags, INT8 then keeps 8-bit ones).\n"
-                  "A released-layout model (cedar init --arch v41) also prints its load (dequantise-once seconds, stored\n"
-                  "and F32 bytes); with --max-ram below its expert bytes the experts are dequantised on demand, and the\n"
-                  "prefill and decode lines give the share of time spent dequantising and the shard bytes read per token.\n");
-      return 0;
-    } else if (a == "--model") model_dir = next();
-    else if (a == "--preset") preset = next();
-    else if (a == "--lengths") lengths_s = next();
-    else if (a == "--decode") decode_n = ParseIntFlag("--decode", next(), 0, 1 << 20);  // 0: prefill lines only
-    else if (a == "--decode-context") decode_context = ParseIntFlag("--decode-context", next(), 1, 1 << 24);
-    else if (a == "--reps") reps = ParseIntFlag("--reps", next(), 1, 1000);
-    else if (a == "--keep-model") keep_model = true;
-    else if (a == "--row-invariant-matmul") row_invariant = true;
-    else if (a == "--int8-activations") EnableInt8Activations();
-    else if (a == "--bf16-activations") EnableBf16Activations();
-    else if (a == "--threads") threads = ParseIntFlag("--threads", next(), 0, 4096);
-    else if (a == "--decode-batch") batches_s = next();
-    else if (a == "--device") device = next();
-    else if (a == "--f32-weights") f32_weights = true;
-    else if (a == "--mmap-weights") load.mmap_weights = true;
-    else if (a == "--spec-tokens") spec_tokens = ParseIntFlag("--spec-tokens", next(), 1, 15);
-    else if (a == "--weights") load.weights = ParseWeightPrecision(next());
-    else if (a == "--max-ram") load.max_ram_bytes = ParseMaxRam(next());
-    else throw std::invalid_argument("unknown option " + a);
-  }
-  if (spec_tokens > 0 && decode_n == 0) throw std::invalid_argument("--decode 0 with --spec-tokens: speculative decoding needs at least 1 token to decode");
+  bool help = false;
+  CheckFlags([&] {  // whatever the command line gets wrong is a UsageError (exit 2)
+    for (int i = 1; i < argc && !help; ++i) {
+      std::string a = argv[i];
+      auto next = [&]() -> std::string {
+        if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+        return argv[++i];
+      };
+      if (a == "--help" || a == "-h") {
+        std::printf("usage: cedar bench [--model DIR | --preset small|medium [--keep-model]] [--lengths 512,4096,16384]\n"
+                    "                   [--decode N|0] [--decode-batch 1,8] [--decode-context 512] [--reps 3] [--threads N] [--spec-tokens K]\n"
+                    "                   [--device cpu|cuda|auto] [--f32-weights] [--mmap-weights] [--row-invariant-matmul]\n"
+                    "                   [--weights f32|bf16|int8|as-stored|fp8-fp4] [--int8-activations] [--bf16-activations] [--max-ram BYTES[K|M|G]]\n"
+                    "Prints one JSON object per result: the machine's matmul rate and bandwidth (the CPU's sgemm and read\n"
+                    "bandwidth, or the GPU's BF16 GEMM and copy bandwidth), then prefill tokens/s per length in full and\n"
+                    "bounded, then decode tokens/s, each with its fraction of the hardware. Every figure is timed --reps\n"
+                    "times after one untimed warm-up pass and reported as min / median / max (the plain figure is the\n"
+                    "median); every line carries the 1-minute load average (load1). A prefill line's fractions divide by\n"
+                    "sgemm_gflops, the best of the machine line's OpenBLAS probe and the probes before and after each `full` rep;\n"
+                    "a CPU `full` line adds fraction_of_sgemm_paired, each rep against the mean of the two probes beside it. Decode runs --decode-batch sequences\n"
+                    "of --decode-context prompt tokens each (--decode 0 or --decode-batch '' : no decode lines). Without --model the preset's random model is written under\n"
+                    "$TMPDIR (a \"model\" line says where and how big) and removed at the end unless --keep-model; one\n"
+                    "found there (kept by an earlier run) is reused and left.\n"
+                    "--device auto (the default) is cuda when this build has CUDA and a device exists;\n"
+                    "--f32-weights keeps F32 weights on the GPU; --mmap-weights reads F32 weights in place from the file\n"
+                    "instead of the huge-page copy; --row-invariant-matmul runs products above 16 rows on the row-invariant\n"
+                    "GEMM instead of sgemm (the machine line's sgemm is measured before it is switched on).\n"
+                    "--spec-tokens K (released layout with DSpark, --preset v41-tiny|v41-small or --model DIR): greedy decode\n"
+                    "of --decode N tokens after 4 prompts, plain and speculative with K drafts per pass (CPU): one JSON line\n"
+                    "with the acceptance rate and both decode rates; nothing else runs.\n"
+                    "--weights holds the CPU's matmul weights at that precision (the decode bound counts its bytes);\n"
+                    "--int8-activations runs INT8 and FP4 weights' decode products on 8-bit activations (kernels::SetInt8Activations).\n"
+                    "--bf16-activations runs FP8, FP4 and INT8 weights' decode products on BF16 activations (kernels::SetBf16Activations; FP4 too with both flags, INT8 then keeps 8-bit ones).\n"
+                    "A released-layout model (cedar init --arch v41) also prints its load (dequantise-once seconds, stored\n"
+                    "and F32 bytes); with --max-ram below its expert bytes the experts are dequantised on demand, and the\n"
+                    "prefill and decode lines give the share of time spent dequantising and the shard bytes read per token.\n");
+        help = true;
+      } else if (a == "--model") model_dir = next();
+      else if (a == "--preset") preset = next();
+      else if (a == "--lengths") lengths_s = next();
+      else if (a == "--decode") decode_n = ParseIntFlag("--decode", next(), 0, 1 << 20);  // 0: prefill lines only
+      else if (a == "--decode-context") decode_context = ParseIntFlag("--decode-context", next(), 1, 1 << 24);
+      else if (a == "--reps") reps = ParseIntFlag("--reps", next(), 1, 1000);
+      else if (a == "--keep-model") keep_model = true;
+      else if (a == "--row-invariant-matmul") row_invariant = true;
+      else if (a == "--int8-activations") EnableInt8Activations();
+      else if (a == "--bf16-activations") EnableBf16Activations();
+      else if (a == "--threads") threads = ParseIntFlag("--threads", next(), 0, 4096);
+      else if (a == "--decode-batch") batches_s = next();
+      else if (a == "--device") device = next();
+      else if (a == "--f32-weights") f32_weights = true;
+      else if (a == "--mmap-weights") load.mmap_weights = true;
+      else if (a == "--spec-tokens") spec_tokens = ParseIntFlag("--spec-tokens", next(), 1, 15);
+      else if (a == "--weights") load.weights = ParseWeightPrecision(next());
+      else if (a == "--max-ram") load.max_ram_bytes = ParseMaxRam(next());
+      else throw std::invalid_argument("unknown option " + a);
+    }
+  });
+  if (help) return 0;
+  if (spec_tokens > 0 && decode_n == 0) throw UsageError("--decode 0 with --spec-tokens: speculative decoding needs at least 1 token to decode");
   if (spec_tokens > 0) {
     kernels::SetThreads(threads);
     RunSpecBench(model_dir, preset, spec_tokens, decode_n, 4);
     return 0;
   }
   // Checked before anything runs.
-  const std::vector<int> lengths = ParseIntListFlag<int>("--lengths", lengths_s, 1, 1 << 24);
-  std::vector<int> batches = ParseIntListFlag<int>("--decode-batch", batches_s, 1, 4096);
+  const std::vector<int> lengths = CheckFlags([&] { return ParseIntListFlag<int>("--lengths", lengths_s, 1, 1 << 24); });
+  std::vector<int> batches = CheckFlags([&] { return ParseIntListFlag<int>("--decode-batch", batches_s, 1, 4096); });
   if (decode_n == 0) batches.clear();  // --decode 0: no decode lines, as --decode-batch ''
-  if (keep_model && !model_dir.empty()) throw std::invalid_argument("--keep-model is for the preset's written model; --model DIR is never removed");
+  if (keep_model && !model_dir.empty()) throw UsageError("--keep-model is for the preset's written model; --model DIR is never removed");
   kernels::SetThreads(threads);
   std::string why;
-  if (ResolveDevice(device) == "cuda" && !CudaAvailable(&why))  // before writing a model it cannot run
+  if (CheckFlags([&] { return ResolveDevice(device); }) == "cuda" && !CudaAvailable(&why))  // before writing a model it cannot run
     throw std::runtime_error("--device cuda: " + why);
+  ModelConfig preset_config;
+  if (model_dir.empty() && !PresetConfig(preset, &preset_config)) throw UsageError("--preset: unknown preset '" + preset + "'");
   BenchModel written;  // set when the model is the preset's, under $TMPDIR
   if (model_dir.empty()) {
-    ModelConfig c;
-    if (!PresetConfig(preset, &c)) throw std::invalid_argument("unknown preset " + preset);
+    const ModelConfig& c = preset_config;
     written.dir = (std::filesystem::temp_directory_path() / ("cedar-bench-" + preset)).string();
     written.written = !std::filesystem::exists(written.dir + "/model.safetensors");
     if (written.written) WriteRandomModel(c, 1, written.dir);

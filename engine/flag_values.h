@@ -15,6 +15,27 @@
 
 namespace cedar {
 
+// A command line a program cannot run: an unknown or malformed flag, a value out of its range,
+// flags that do not go together. `cedar` and the bench programs exit 2 on it (as getopt and
+// argparse tools do), so that a script can tell it from a failure met while running (a missing
+// model file, a socket in use), which exits 1. Either way the message names the flag.
+struct UsageError : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+// Runs f, which reads the command line (boost's parse and the flags' notifiers, a value's parser);
+// whatever it throws becomes a UsageError with the same message.
+template <class F>
+auto CheckFlags(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const UsageError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw UsageError(e.what());
+  }
+}
+
 template <class T>
 std::string FlagRangeText(T lo, T hi) {
   std::ostringstream o;

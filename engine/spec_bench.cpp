@@ -10,6 +10,7 @@
 
 #include "engine/dspark.h"
 #include "engine/engine.h"
+#include "engine/flag_values.h"
 #include "engine/model.h"
 #include "engine/speculative.h"
 #include "engine/v41_init.h"
@@ -21,8 +22,8 @@ void RunSpecBench(const std::string& model_dir_in, const std::string& preset, in
   if (model_dir.empty()) {
     V41Config v;
     if (!V41PresetConfig(preset, &v))
-      throw std::invalid_argument("--spec-tokens: expected --model DIR or --preset v41-tiny|v41-small, found preset " + preset);
-    if (v.n_mtp_layers == 0) throw std::invalid_argument("--spec-tokens: preset " + preset + " has no DSpark stages");
+      throw UsageError("--spec-tokens: expected --model DIR or --preset v41-tiny|v41-small, found preset " + preset);
+    if (v.n_mtp_layers == 0) throw UsageError("--spec-tokens: preset " + preset + " has no DSpark stages");
     model_dir = (std::filesystem::temp_directory_path() / ("cedar-bench-" + preset)).string();
     if (!std::filesystem::exists(model_dir + "/model.safetensors.index.json")) WriteReleasedModel(v, 1, model_dir);
   }

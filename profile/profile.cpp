@@ -77,6 +77,8 @@ double Since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+}  // namespace
+
 void CheckOptions(const ProfileOptions& o) {
   if (o.live && !o.live_driver) {
     throw std::invalid_argument("--live needs a driver that reaches the server (the cedar binary provides it)");
@@ -105,7 +107,13 @@ void CheckOptions(const ProfileOptions& o) {
     throw std::invalid_argument("--baseline-kv-dtype: expected auto, f32, bf16, fp8 or released, found '" +
                                 o.baseline_kv_dtype + "'");
   }
+  ModelConfig c;
+  if (o.model_dir.empty() && !o.live && !PresetConfig(o.preset, &c)) {
+    throw std::invalid_argument("unknown preset '" + o.preset + "' (tiny, small, flash)");
+  }
 }
+
+namespace {
 
 // The model whose state sizes and unit formulas the simulation uses, and its name. Live: the
 // served model (its config.json where the server says it loaded it, unless --model is given),

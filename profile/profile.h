@@ -71,6 +71,11 @@ struct ProfileResult {
 // server that cannot be reached or serves a different model).
 ProfileResult RunProfile(const ProfileOptions& options, std::ostream& log);
 
+// The options' own checks, made before any trace is read (RunProfile makes them first too):
+// std::invalid_argument naming the flag and the value for a bad value or a combination that
+// does not go together (`cedar profile` reports it as a usage error, exit 2).
+void CheckOptions(const ProfileOptions& options);
+
 // The precisions the simulation stores: `kv_dtype` and `baseline_kv_dtype` with "auto" resolved
 // for `model` (named `model_name`, "preset flash" for the preset). Throws std::invalid_argument
 // naming an unknown value.

@@ -149,6 +149,10 @@ run check_refused bench_decode_ab --b --model m --b bf16a=2
 run check_refused bench_decode_ab --a --model m --a threads --b bf16a=1
 run check_refused bench_decode_ab --model --b bf16a=1
 run check_refused bench_decode_ab --steps --model m --b bf16a=1 --steps 0
+# bench_engine (`cedar bench`): its own parser, the same exit code.
+run check_refused bench_engine --no-such-flag --no-such-flag 1
+run check_refused bench_engine --decode --decode -1
+run check_refused bench_engine --preset --preset small9
 run check_decode_ab
 run check_cedar_bench
 run check_cedar_bench_no_decode

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every numeric flag of every `cedar` subcommand refuses bad values before doing anything:
-# exit code 1 and one message naming the flag and the value (and never a library's own text:
+# exit code 2 (a usage error; a failure met while running exits 1, checked below) and one message
+# naming the flag and the value (and never a library's own text:
 # stoi, lexical_cast, "Cannot allocate memory"); and --int8-activations / --bf16-activations
 # change what `generate` computes (or, in a build without their kernel, say so and change nothing).
 # Usage: flags_test.sh path/to/cedar
@@ -18,8 +19,8 @@ check_refused() {
   local out rc
   out=$("$CEDAR" "$@" 2>&1 </dev/null)
   rc=$?
-  if [[ $rc -ne 1 ]]; then
-    echo "FAIL: cedar $* -> exit $rc (expected 1): $out"; return
+  if [[ $rc -ne 2 ]]; then
+    echo "FAIL: cedar $* -> exit $rc (expected 2): $out"; return
   fi
   if [[ $out != *"$flag"* || $out != *"$value"* ]]; then
     echo "FAIL: cedar $* -> message does not name $flag and '$value': $out"; return
@@ -98,6 +99,33 @@ expect_refused --page-tokens 0 -- "${P[@]}" --page-tokens 0
 expect_refused --sweep-ram oops -- "${P[@]}" --sweep-ram 1G,oops
 expect_refused --units-per-s -1 -- "${P[@]}" --units-per-s -1
 expect_refused --limit -1 -- "${P[@]}" --limit -1
+# Not only numbers: an unknown flag, a missing value, a word no flag takes, flags that do not go
+# together, and a value that is not one of the choices, on every subcommand.
+expect_refused --bogus unrecognised -- "${S[@]}" --bogus 1
+expect_refused --bogus unrecognised -- generate "${M[@]}" --prompt hi --bogus x
+expect_refused --host --port -- "${S[@]}" --host 127.0.0.1
+expect_refused --mode sideways -- "${G[@]}" --mode sideways
+expect_refused --weights f12 -- "${G[@]}" --weights f12
+expect_refused --prompt --tokens -- generate "${M[@]}" --prompt hi --tokens 1
+expect_refused preset huge -- info --preset huge
+expect_refused --dtype f12 -- init --out "$TMP/m" --dtype f12
+expect_refused --out required -- init --seed 1
+expect_refused --arrival poison:3 -- "${P[@]}" --arrival poison:3
+expect_refused --preset small9 -- bench --preset small9
+expect_refused --weights f12 -- bench --weights f12 --preset tiny
+
+# A failure met while running (here the model directory that does not exist) exits 1, not 2.
+check_runtime_failure() {
+  local out rc
+  out=$("$CEDAR" "$@" 2>&1 </dev/null)
+  rc=$?
+  if [[ $rc -ne 1 || $out != *"$TMP/no-model"* ]]; then
+    echo "FAIL: cedar $* -> exit $rc (expected 1 and a message naming the model directory): $out"; return
+  fi
+  echo "ok: cedar $* -> exit 1: $out"
+}
+n=$((n + 1)); check_runtime_failure "${G[@]}" >"$TMP/case.$n" &
+n=$((n + 1)); check_runtime_failure check-golden "${M[@]}" --golden "$TMP/g" >"$TMP/case.$n" &
 
 # The help and version a newcomer reads (issue 19): `cedar --version`, `cedar help CMD`, every
 # preset in init's help, and no --cache-disk default without --cache-dir.

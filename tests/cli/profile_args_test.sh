@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `cedar profile`'s command line: stray positional arguments and unknown values are errors naming
-# them (exit 1), --trace takes several values and reads them all, --progress off draws nothing.
+# them (exit 2), --trace takes several values and reads them all, --progress off draws nothing.
 # Usage: profile_args_test.sh path/to/cedar path/to/tests/data/profile
 set -u
 CEDAR=$1
@@ -10,15 +10,15 @@ trap 'rm -rf "$TMP"' EXIT
 fail=0
 P=(profile --preset tiny --no-plots --out "$TMP/out")
 
-# refused WORD -- arguments...: exit 1 and a message that names WORD.
+# refused WORD -- arguments...: exit 2 (a usage error) and a message that names WORD.
 refused() {
   local word=$1
   shift 2
   local out rc
   out=$("$CEDAR" "$@" 2>&1 </dev/null)
   rc=$?
-  if [[ $rc -ne 1 || $out != *"$word"* ]]; then
-    echo "FAIL: cedar $* -> exit $rc, expected 1 and a message naming '$word': $out"
+  if [[ $rc -ne 2 || $out != *"$word"* ]]; then
+    echo "FAIL: cedar $* -> exit $rc, expected 2 and a message naming '$word': $out"
     fail=1
   else
     echo "ok: cedar $* -> $(tail -1 <<<"$out")"

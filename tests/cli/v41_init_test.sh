@@ -33,7 +33,7 @@ else
   echo "(tokenizer not installed: checked the 'tokenizer missing' message)"
 fi
 out=$("$CEDAR" init --arch v41 --preset v41-huge --out "$TMP/x" 2>&1)
-if [[ $? -ne 1 || $out != *"v41-huge"* ]]; then echo "FAIL: an unknown v41 preset is not refused by name: $out"; fail=1; fi
+if [[ $? -ne 2 || $out != *"v41-huge"* ]]; then echo "FAIL: an unknown v41 preset is not refused by name: $out"; fail=1; fi
 out=$("$CEDAR" generate --model "$TMP/m" --tokens 1,2,3 --max-tokens 1 --max-ram 1M 2>&1)
 if [[ $? -eq 0 || $out != *"dense weights need"* || $out != *"--max-ram 1048576 bytes"* ]]; then echo "FAIL: --max-ram 1M: $out"; fail=1; fi
 echo "$out" | tail -1
