@@ -121,7 +121,7 @@ void MeasureMachine(const Backend& b, const ModelConfig& c, int probe_mib, doubl
     *matmul_gflops = ProbeSgemm(c);
     *bw_gbs = kernels::MeasureReadBandwidthGBs(probe_mib, 5);
     const SgemmShape s = SgemmProbeShape(c);
-    Emit({{"bench", "machine"}, {"device", "cpu"}, {"kernels", kernels::KernelIsa()}, {"sgemm_gflops", *matmul_gflops}, {"sgemm_shape", {s.rows, s.in, s.out}},
+    Emit({{"bench", "machine"}, {"device", "cpu"}, {"kernels", kernels::KernelIsa()}, {"blas_core", kernels::BlasCore()}, {"sgemm_gflops", *matmul_gflops}, {"sgemm_shape", {s.rows, s.in, s.out}},
           {"read_bandwidth_gbs", *bw_gbs}, {"read_probe_mib", probe_mib}});
     return;
   }

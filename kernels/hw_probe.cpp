@@ -51,6 +51,11 @@ void PoolSgemm(const float* x, const float* w, float* y, int n, int k, int m) {
 }
 }  // namespace
 
+std::string BlasCore() {
+  const char* name = openblas_get_corename();
+  return name ? name : "";
+}
+
 double MeasureSgemmGflops(int n, int k, int m, int reps) {
   std::vector<float> x(size_t(n) * k, 0.5f), w(size_t(m) * k, 0.25f), y(size_t(n) * m);
   // Warm-up for 0.3 s: the first products of a process ran up to 35% slower here (clock

@@ -10,6 +10,11 @@ namespace cedar::kernels {
 // on a CPU with AVX2 and FMA: kernels/avx2_runtime.h) or "plain" (that build's plain loops: the CPU
 // lacks AVX2 or CEDAR_NO_AVX2 is set). Figures from different kernels are not comparable.
 std::string KernelIsa();
+// The kernels OpenBLAS runs sgemm on in this process (openblas_get_corename(): "Zen", "Haswell",
+// "Cooperlake", ...), picked from the CPU when the library loads or forced by OPENBLAS_CORETYPE.
+// The sgemm rate, and with it every fraction of it, depends on them: on the AVX-512 EPYC (Zen 5)
+// OpenBLAS 0.3.21 picks Cooperlake, and a shell there set Haswell.
+std::string BlasCore();
 // GFLOP/s of OpenBLAS sgemm (column slices over the pool) on [n, k] x [m, k]^T: the best of at
 // least `reps` runs and at least 0.5 s of runs, after 0.3 s of warm-up.
 double MeasureSgemmGflops(int n, int k, int m, int reps);

@@ -62,7 +62,7 @@ check_decode_ab() {
   echo "ok: bench_decode_ab on a tiny model -> $(wc -l <<<"$out") lines"
 }
 
-# check_cedar_bench: `cedar bench`'s machine line names the kernels that ran; its CPU decode lines
+# check_cedar_bench: `cedar bench`'s machine line names the kernels that ran (Cedar's and OpenBLAS's); its CPU decode lines
 # carry a probe before the first rep and after each (reps + 1, all read) and the paired fraction's
 # min <= median <= max, its median also as fraction_of_bound_paired; its `full` prefill line the
 # same with sgemm probes (fraction_of_sgemm_paired), and sgemm_gflops at least the best of them.
@@ -79,6 +79,7 @@ import json, sys
 lines = [json.loads(l) for l in sys.stdin if l.startswith("{")]
 mach = [d for d in lines if d.get("bench") == "machine"]
 if len(mach) != 1 or not mach[0].get("kernels"): sys.exit("machine lines %r: want one, naming its kernels" % mach)
+if not isinstance(mach[0].get("blas_core"), str) or not mach[0]["blas_core"]: sys.exit("machine line %r: no blas_core" % mach[0])
 dec = [d for d in lines if d.get("bench") == "decode"]
 if [d["batch"] for d in dec] != [1, 2]: sys.exit("decode lines for batches %s, expected [1, 2]" % [d["batch"] for d in dec])
 for d in dec:
