@@ -18,6 +18,7 @@
 #include <string>
 
 #include "engine/init.h"
+#include "kernels/hw_probe.h"
 #include "tests/test_models.h"
 
 using namespace cedar;
@@ -189,7 +190,6 @@ const Recorded kRecordedAvx512[] = {
 // 47, 48) while the paths the engine tests compare still agree. The instrumentation changes code
 // generation; the likely cause is inlining, and with it where GNU mode contracts a * b + c into
 // one FMA (not isolated).
-extern "C" char* openblas_get_corename(void);
 std::string PlatformSignature() {
   std::string s;
 #ifdef __SANITIZE_ADDRESS__
@@ -219,7 +219,7 @@ std::string PlatformSignature() {
 #ifdef __FMA__
   s += "fma ";
 #endif
-  return s + "openblas:" + openblas_get_corename();
+  return s + "openblas:" + kernels::BlasCore();
 }
 // Where each table was measured: kRecordedAvx2 on the build machine of 692fc3c's session (AMD
 // EPYC, Zen kernels), kRecordedAvx512 on the AVX-512 EPYC of session 49 (both OpenBLAS kernels).
