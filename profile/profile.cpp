@@ -36,6 +36,15 @@ std::vector<uint64_t> ParseBytesList(const std::string& s) {
   return v;
 }
 
+namespace {
+// The CED preset names, for messages.
+std::string PresetList() {
+  std::string s;
+  for (const std::string& n : PresetNames()) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+}  // namespace
+
 std::string FormatBytes(uint64_t b) {
   const char* units[] = {"", "K", "M", "G", "T"};
   double v = double(b);
@@ -109,7 +118,7 @@ void CheckOptions(const ProfileOptions& o) {
   }
   ModelConfig c;
   if (o.model_dir.empty() && !o.live && !PresetConfig(o.preset, &c)) {
-    throw std::invalid_argument("unknown preset '" + o.preset + "' (tiny, small, flash)");
+    throw std::invalid_argument("unknown preset '" + o.preset + "' (expected one of " + PresetList() + ")");
   }
 }
 
@@ -140,7 +149,7 @@ std::pair<ModelConfig, std::string> ResolveModel(const ProfileOptions& o, const 
   }
   if (!o.model_dir.empty()) return {LoadConfigFile(o.model_dir + "/config.json"), o.model_dir};
   ModelConfig c;
-  if (!PresetConfig(o.preset, &c)) throw std::invalid_argument("unknown preset '" + o.preset + "' (tiny, small, flash)");
+  if (!PresetConfig(o.preset, &c)) throw std::invalid_argument("unknown preset '" + o.preset + "' (expected one of " + PresetList() + ")");
   return {c, "preset " + o.preset};
 }
 

@@ -108,6 +108,7 @@ expect_refused --mode sideways -- "${G[@]}" --mode sideways
 expect_refused --weights f12 -- "${G[@]}" --weights f12
 expect_refused --prompt --tokens -- generate "${M[@]}" --prompt hi --tokens 1
 expect_refused preset huge -- info --preset huge
+expect_refused preset v41-huge -- info --preset v41-huge
 expect_refused --dtype f12 -- init --out "$TMP/m" --dtype f12
 expect_refused --out required -- init --seed 1
 expect_refused --arrival poison:3 -- "${P[@]}" --arrival poison:3

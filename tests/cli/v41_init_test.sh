@@ -14,6 +14,12 @@ out=$("$CEDAR" info --checkpoint "$TMP/m" 2>&1)
 rc=$?
 echo "$out" | head -3
 if [[ $rc -ne 0 || $out != *"tensors match the config"* ]]; then echo "FAIL: info --checkpoint (exit $rc)"; fail=1; fi
+# `cedar info --preset v41-tiny` reports the config `init` wrote for that preset, without a file.
+by_preset=$("$CEDAR" info --preset v41-tiny 2>&1)
+by_config=$("$CEDAR" info --config "$TMP/m/config.json" 2>&1)
+if [[ $by_preset != *"DeepSeek-V4.1"* || $by_preset != "$by_config" ]]; then
+  echo "FAIL: info --preset v41-tiny differs from info --config of the model init wrote:"; echo "$by_preset" | head -3; fail=1
+fi
 # The released tokenizer is built when the npm copy is installed (scripts/setup.sh); then a text prompt
 # goes through it (config.json names no tokenizer, as released: tokenizer.json beside it is used).
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
