@@ -127,7 +127,7 @@ struct BytesToDwordTops {
 };
 
 #if CEDAR_QUANT_VBMI
-// The two-source byte permutes of LoadPair (DecFp8, DecFp4): block h's 32 words (h = 0, 1 of a
+// The two-source byte permutes of DecFp8's LoadPair (DecFp4's too until session 50): block h's 32 words (h = 0, 1 of a
 // pair of blocks), dword i holding element i of the block in its low word and element 16 + i in
 // its high word, so that a shift left by 16 and a mask of the high words (PairFloats) give the
 // floats of elements 0-15 and 16-31. Byte 2w takes that element's float byte 2 (from the first
@@ -355,30 +355,47 @@ constexpr float kXUnitOf = 1.0f;
 // row's one accumulator (4 cycles) and the products are the rest of the bound.
 struct DecFp4 {
 #if CEDAR_QUANT_VBMI
-  // Blocks b and b + 1 (32 packed bytes) on 16 lanes: the low nibbles (elements 2k) in bytes 0-31
-  // of one register and the high ones (2k + 1) in 32-63, the two vpshufb tables below on all four
-  // 128-bit lanes, then LoadPair's byte permutes into words in PairFloats' order (PairWordOrder):
-  // the values of Load, so the same bits, in ~13 operations per 64 weights instead of ~36.
+  // Blocks b and b + 1 (32 packed bytes) on 16 lanes, through a float table: vpermps reads only
+  // the low 4 bits of each index dword, so the 16 E2M1 values as floats (DecodeE2M1: -0 stays -0)
+  // are one register and a nibble needs no mask. One byte permute per block (vpermb) puts, in
+  // dword i, the byte holding element i in byte 0 and the byte holding element 16 + i in byte 2;
+  // a per-lane shift (vpsrlvd: 0 / 4 for elements i, 16 / 20 for 16 + i, by i's parity) brings
+  // the wanted nibble to bits 0-3, and vpermps gives the float: v[0] lane i = element i, v[1]
+  // lane i = element 16 + i (Load16's order; v[2], v[3] block b + 1's). The values of Load, so
+  // the same bits, in 10 operations per 64 weights. It replaced (session 50) the nibble split,
+  // two vpshufb bf16 tables and PairFloats' two-source byte permutes, shifts and masks (12):
+  // bench_weights --rows 512 --cols 4096 --reps 300 --threads 1 (in cache, AVX-512 EPYC, Zen 5),
+  // three rounds in turn, fp4 14.6-14.9 -> 17.1-17.4 GB/s; --rows 2048 --from-memory-mib 1024
+  // --threads 2, 25.1 / 27.1 / 28.2 -> 27.5 / 32.9 / 32.5.
   static constexpr bool kPair16 = true;
-  struct Order {
-    alignas(64) uint8_t order[2][64];
+  struct PermTables {
+    alignas(64) uint8_t place[2][64];  // [block of the pair][byte of the permute's output]
+    alignas(64) float values[16];      // [E2M1 code]
   };
-  static const Order& PairOrder() {
-    static const Order t = [] {
-      Order u{};
-      PairWordOrder([](int e) { return e % 2 ? 32 + e / 2 : e / 2; }, u.order);
+  static const PermTables& Perm() {
+    static const PermTables t = [] {
+      PermTables u{};
+      for (int h = 0; h < 2; ++h)
+        for (int i = 0; i < 16; ++i) {
+          u.place[h][4 * i + 0] = u.place[h][4 * i + 1] = uint8_t(16 * h + i / 2);      // element i's byte
+          u.place[h][4 * i + 2] = u.place[h][4 * i + 3] = uint8_t(16 * h + 8 + i / 2);  // element 16 + i's
+        }
+      for (int n = 0; n < 16; ++n) u.values[n] = DecodeE2M1(uint8_t(n));
       return u;
     }();
     return t;
   }
-  __m512i order0 = _mm512_load_si512(PairOrder().order[0]), order1 = _mm512_load_si512(PairOrder().order[1]);
+  __m512i place0 = _mm512_load_si512(Perm().place[0]), place1 = _mm512_load_si512(Perm().place[1]);
+  __m512 values = _mm512_load_ps(Perm().values);
+  __m512i shift_lo = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+  __m512i shift_hi = _mm512_setr_epi32(16, 20, 16, 20, 16, 20, 16, 20, 16, 20, 16, 20, 16, 20, 16, 20);
   void LoadPair(const uint8_t* row, int64_t b, __m512 v[4]) const {
-    const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + b * (B / 2)));
-    const __m256i nib = _mm256_set1_epi8(0x0F);
-    const __m512i n = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(packed, nib)),
-                                         _mm256_and_si256(_mm256_srli_epi16(packed, 4), nib), 1);
-    const __m512i lb = _mm512_shuffle_epi8(lo_tab512, n), hb = _mm512_shuffle_epi8(hi_tab512, n);
-    PairFloats(lb, hb, order0, order1, v);
+    const __m512i packed = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + b * (B / 2))));
+    const __m512i d0 = _mm512_permutexvar_epi8(place0, packed), d1 = _mm512_permutexvar_epi8(place1, packed);
+    v[0] = _mm512_permutexvar_ps(_mm512_srlv_epi32(d0, shift_lo), values);
+    v[1] = _mm512_permutexvar_ps(_mm512_srlv_epi32(d0, shift_hi), values);
+    v[2] = _mm512_permutexvar_ps(_mm512_srlv_epi32(d1, shift_lo), values);
+    v[3] = _mm512_permutexvar_ps(_mm512_srlv_epi32(d1, shift_hi), values);
   }
 #else
   static constexpr bool kPair16 = false;
@@ -401,9 +418,6 @@ struct DecFp4 {
                                     int8_t(0xC0), int8_t(0xC0), int8_t(0xC0), int8_t(0xC0), 0, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40, 0x40,
                                     int8_t(0x80), int8_t(0xBF), int8_t(0xBF), int8_t(0xBF), int8_t(0xC0), int8_t(0xC0), int8_t(0xC0),
                                     int8_t(0xC0));
-#if CEDAR_QUANT_VBMI
-  __m512i lo_tab512 = _mm512_broadcast_i64x4(lo_tab), hi_tab512 = _mm512_broadcast_i64x4(hi_tab);  // LoadPair's
-#endif
   DecFp4() {}  // (written out: see BytesToDwordTops())
   static const uint8_t* Row(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.data) + r * (w.cols / 2); }
   static const void* Scales(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.scales) + r * Blocks(w.cols); }
