@@ -357,45 +357,39 @@ struct DecFp4 {
 #if CEDAR_QUANT_VBMI
   // Blocks b and b + 1 (32 packed bytes) on 16 lanes, through a float table: vpermps reads only
   // the low 4 bits of each index dword, so the 16 E2M1 values as floats (DecodeE2M1: -0 stays -0)
-  // are one register and a nibble needs no mask. One byte permute per block (vpermb) puts, in
-  // dword i, the byte holding element i in byte 0 and the byte holding element 16 + i in byte 2;
-  // a per-lane shift (vpsrlvd: 0 / 4 for elements i, 16 / 20 for 16 + i, by i's parity) brings
-  // the wanted nibble to bits 0-3, and vpermps gives the float: v[0] lane i = element i, v[1]
-  // lane i = element 16 + i (Load16's order; v[2], v[3] block b + 1's). The values of Load, so
-  // the same bits, in 10 operations per 64 weights. It replaced (session 50) the nibble split,
-  // two vpshufb bf16 tables and PairFloats' two-source byte permutes, shifts and masks (12):
-  // bench_weights --rows 512 --cols 4096 --reps 300 --threads 1 (in cache, AVX-512 EPYC, Zen 5),
-  // three rounds in turn, fp4 14.6-14.9 -> 17.1-17.4 GB/s; --rows 2048 --from-memory-mib 1024
-  // --threads 2, 25.1 / 27.1 / 28.2 -> 27.5 / 32.9 / 32.5.
+  // are one register and a nibble needs no mask. Elements 16 q .. 16 q + 15 of the pair are the 8
+  // bytes at 8 q, broadcast to every qword; one vpmultishiftqb copies, into byte 0 of dword i, the
+  // 8 bits from bit 4 i of the 64 broadcast bits (qword k holds dwords 2 k and 2 k + 1: offsets
+  // 8 k and 8 k + 4), so element i's nibble is in bits 0-3, and vpermps gives the float: v[q] lane i =
+  // element 16 q + i, Load16's order. The values of Load, so the same bits, in 8 vector
+  // operations per 64 weights besides 4 broadcast loads. Session 50 replaced with it the nibble
+  // split, two vpshufb bf16 tables and PairFloats' two-source byte permutes, shifts and masks (12
+  // operations): bench_weights --rows 512 --cols 4096 --reps 300 --threads 1 (in cache, AVX-512
+  // EPYC, Zen 5), three rounds in turn, fp4 14.6-14.9 -> 17.1-17.4 GB/s with a vpermb placing the
+  // bytes and a vpsrlvd shifting by the parity (10 operations), then 16.9-17.1 -> 17.6-17.9 (four
+  // rounds) with the broadcast and vpmultishiftqb.
   static constexpr bool kPair16 = true;
-  struct PermTables {
-    alignas(64) uint8_t place[2][64];  // [block of the pair][byte of the permute's output]
-    alignas(64) float values[16];      // [E2M1 code]
+  struct Tables {
+    alignas(64) float values[16];  // [E2M1 code]
+    alignas(64) uint8_t bit_offset[64];  // vpmultishiftqb's control: byte 0 of dword i <- bits 4 i..4 i + 7
   };
-  static const PermTables& Perm() {
-    static const PermTables t = [] {
-      PermTables u{};
-      for (int h = 0; h < 2; ++h)
-        for (int i = 0; i < 16; ++i) {
-          u.place[h][4 * i + 0] = u.place[h][4 * i + 1] = uint8_t(16 * h + i / 2);      // element i's byte
-          u.place[h][4 * i + 2] = u.place[h][4 * i + 3] = uint8_t(16 * h + 8 + i / 2);  // element 16 + i's
-        }
+  static const Tables& Lut() {
+    static const Tables t = [] {
+      Tables u{};
       for (int n = 0; n < 16; ++n) u.values[n] = DecodeE2M1(uint8_t(n));
+      for (int k = 0; k < 8; ++k) u.bit_offset[8 * k] = uint8_t(8 * k), u.bit_offset[8 * k + 4] = uint8_t(8 * k + 4);
       return u;
     }();
     return t;
   }
-  __m512i place0 = _mm512_load_si512(Perm().place[0]), place1 = _mm512_load_si512(Perm().place[1]);
-  __m512 values = _mm512_load_ps(Perm().values);
-  __m512i shift_lo = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
-  __m512i shift_hi = _mm512_setr_epi32(16, 20, 16, 20, 16, 20, 16, 20, 16, 20, 16, 20, 16, 20, 16, 20);
+  __m512 values = _mm512_load_ps(Lut().values);
+  __m512i bit_offset = _mm512_load_si512(Lut().bit_offset);
   void LoadPair(const uint8_t* row, int64_t b, __m512 v[4]) const {
-    const __m512i packed = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + b * (B / 2))));
-    const __m512i d0 = _mm512_permutexvar_epi8(place0, packed), d1 = _mm512_permutexvar_epi8(place1, packed);
-    v[0] = _mm512_permutexvar_ps(_mm512_srlv_epi32(d0, shift_lo), values);
-    v[1] = _mm512_permutexvar_ps(_mm512_srlv_epi32(d0, shift_hi), values);
-    v[2] = _mm512_permutexvar_ps(_mm512_srlv_epi32(d1, shift_lo), values);
-    v[3] = _mm512_permutexvar_ps(_mm512_srlv_epi32(d1, shift_hi), values);
+    const uint8_t* p = row + b * (B / 2);
+    for (int q = 0; q < 4; ++q) {
+      const __m512i bytes = _mm512_broadcastq_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * q)));
+      v[q] = _mm512_permutexvar_ps(_mm512_multishift_epi64_epi8(bit_offset, bytes), values);
+    }
   }
 #else
   static constexpr bool kPair16 = false;
