@@ -303,6 +303,10 @@ int RunGenerate(int argc, char** argv) {
   PrefillMode mode;
   if (!ParseMode(mode_s, &mode)) throw UsageError("--mode: expected full, exact, bounded or bounded-paper, found " + mode_s);
   if (!tokens.empty() && !prompt.empty()) throw UsageError("give --prompt or --tokens, not both");
+  // Before the model loads (medium's takes ~40 s): a run with nothing to prefill is a usage error.
+  if (tokens.empty() && prompt.empty())
+    throw UsageError(vm.count("prompt") || vm.count("tokens") ? "the prompt is empty (--prompt and --tokens need a non-empty value)"
+                                                               : "give --prompt TEXT or --tokens IDS");
   const std::vector<int32_t> token_ids = ParseIds("--tokens", tokens);  // checked before the model loads
   const std::vector<int32_t> stops = ParseIds("--stop", stop);
   LoadOptions lo;

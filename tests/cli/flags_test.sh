@@ -107,6 +107,9 @@ expect_refused --host --port -- "${S[@]}" --host 127.0.0.1
 expect_refused --mode sideways -- "${G[@]}" --mode sideways
 expect_refused --weights f12 -- "${G[@]}" --weights f12
 expect_refused --prompt --tokens -- generate "${M[@]}" --prompt hi --tokens 1
+expect_refused prompt empty -- generate "${M[@]}" --prompt ''
+expect_refused --prompt --tokens -- generate "${M[@]}" --tokens ''
+expect_refused --prompt --tokens -- generate "${M[@]}" --max-tokens 2
 expect_refused preset huge -- info --preset huge
 expect_refused preset v41-huge -- info --preset v41-huge
 expect_refused --dtype f12 -- init --out "$TMP/m" --dtype f12
