@@ -58,15 +58,9 @@ std::vector<int32_t> ParseIds(const char* flag, const std::string& s) {
   return CheckFlags([&] { return ParseIntListFlag<int32_t>(flag, s, 0, std::numeric_limits<int32_t>::max()); });
 }
 
-std::string Join(const std::vector<std::string>& parts, const char* sep) {
-  std::string s;
-  for (const std::string& p : parts) s += (s.empty() ? "" : sep) + p;
-  return s;
-}
-
 ModelConfig PresetOrThrow(const std::string& name) {
   ModelConfig c;
-  if (!PresetConfig(name, &c)) throw UsageError("unknown preset '" + name + "' (expected one of " + Join(PresetNames(), ", ") + ")");
+  if (!PresetConfig(name, &c)) throw UsageError("unknown preset '" + name + "' (expected one of " + JoinNames(PresetNames(), ", ") + ")");
   return c;
 }
 
@@ -187,7 +181,7 @@ int RunInit(int argc, char** argv) {
 int RunInfo(int argc, char** argv) {
   po::options_description desc("cedar info");
   std::string model, preset, config, checkpoint, kv_dtype, weights;
-  desc.add_options()("model", po::value(&model), "model directory")("preset", po::value(&preset), ("a CED preset (" + Join(PresetNames(), " | ") + ") or a released-layout one (" + Join(V41PresetNames(), " | ") + ")").c_str())(
+  desc.add_options()("model", po::value(&model), "model directory")("preset", po::value(&preset), ("a CED preset (" + JoinNames(PresetNames(), " | ") + ") or a released-layout one (" + JoinNames(V41PresetNames(), " | ") + ")").c_str())(
       "weights", po::value(&weights), "f32 | bf16 | int8 | as-stored | fp8-fp4: report the weight bytes one decode token streams at this precision (default: as-stored with --model, the file's matmul type; f32 otherwise)")(
       "kv-dtype", po::value(&kv_dtype), "f32 | released: report cache sizes at this KV precision (default: the model's)")(
       "config", po::value(&config), "a released DeepSeek-V4.1 config.json or inference/config.json (no weights read)")(
@@ -212,7 +206,7 @@ int RunInfo(int argc, char** argv) {
     V41Config vc;
     if (!v41_preset) vc = LoadV41ConfigFile(config);
     else if (!V41PresetConfig(preset, &vc))
-      throw UsageError("unknown preset '" + preset + "' (expected one of " + Join(PresetNames(), ", ") + ", " + Join(V41PresetNames(), ", ") + ")");
+      throw UsageError("unknown preset '" + preset + "' (expected one of " + JoinNames(PresetNames(), ", ") + ", " + JoinNames(V41PresetNames(), ", ") + ")");
     const V41Info vi = ComputeV41Info(vc);
     if (!checkpoint.empty()) {
       const Checkpoint ck(checkpoint);

@@ -6,6 +6,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "engine/config.h"
 #include "profile/profile.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
@@ -76,7 +77,7 @@ int RunProfile(int argc, char** argv) {
       "format", po::value(&format)->default_value("auto"), "auto | claude-code | mooncake")(
       "strict", po::bool_switch(&o.strict), "stop at the first malformed trace entry (default: report and skip)")(
       "model", po::value(&o.model_dir), "model directory (config.json; its weights are used by --calibrate)")(
-      "preset", po::value(&o.preset)->default_value("flash"), "a CED preset (tiny | small | medium | flash and the test ones tiny-hc, tiny-kvq), when no --model")(
+      "preset", po::value(&o.preset)->default_value("flash"), ("a CED preset (" + JoinNames(PresetNames(), " | ") + "), when no --model").c_str())(
       "cache-ram", BytesOption("--cache-ram", &o.cache_ram, "16G"), "RAM budget of each cache")(
       "cache-disk", BytesOption("--cache-disk", &o.cache_disk, "0"), "disk budget of each cache (0 = no disk tier)")(
       "cache-dir", po::value(&o.cache_dir), "parent folder for the simulated disk tiers (default: a temp folder)")(

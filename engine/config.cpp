@@ -310,6 +310,12 @@ ModelConfig LoadConfigFile(const std::string& path) {
 
 std::vector<std::string> PresetNames() { return {"tiny", "tiny-hc", "tiny-kvq", "small", "medium", "flash"}; }
 
+std::string JoinNames(const std::vector<std::string>& names, const char* sep) {
+  std::string s;
+  for (const std::string& n : names) s += (s.empty() ? "" : sep) + n;
+  return s;
+}
+
 bool PresetConfig(const std::string& name, ModelConfig* out) {
   if (name == "tiny-kvq") {
     // tiny with KV stored as released (FP8 window, FP4 pool, MXFP4 index keys); the index width

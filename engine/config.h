@@ -108,8 +108,11 @@ nlohmann::json ConfigToJson(const ModelConfig& c);
 // Loads and validates; throws std::runtime_error naming the file and every problem.
 ModelConfig LoadConfigFile(const std::string& path);
 
-// Presets: "tiny" (tests), "small" (benchmarks), "flash" (the real V4.1-Flash shape, info only).
+// Presets: "tiny" (tests; "tiny-hc" and "tiny-kvq" its hyper-connection and released-KV variants),
+// "small" and "medium" (benchmarks), "flash" (the real V4.1-Flash shape, info only).
 bool PresetConfig(const std::string& name, ModelConfig* out);
 std::vector<std::string> PresetNames();
+// The names joined by sep, for help texts and messages ("tiny, tiny-hc, ...").
+std::string JoinNames(const std::vector<std::string>& names, const char* sep);
 
 }  // namespace cedar

@@ -127,8 +127,8 @@ struct BytesToDwordTops {
 };
 
 #if CEDAR_QUANT_VBMI
-// The two-source byte permutes of DecFp8's LoadPair (DecFp4's too until session 50): block h's 32 words (h = 0, 1 of a
-// pair of blocks), dword i holding element i of the block in its low word and element 16 + i in
+// The two-source byte permutes of DecFp8's LoadPair (DecFp4's too until session 50): block h's
+// 32 words (h = 0, 1 of a pair of blocks), dword i holding element i of the block in its low word and element 16 + i in
 // its high word, so that a shift left by 16 and a mask of the high words (PairFloats) give the
 // floats of elements 0-15 and 16-31. Byte 2w takes that element's float byte 2 (from the first
 // source, at pos(e) for the pair's element e), byte 2w + 1 its byte 3 (from the second source:
@@ -360,8 +360,8 @@ struct DecFp4 {
   // are one register and a nibble needs no mask. Elements 16 q .. 16 q + 15 of the pair are the 8
   // bytes at 8 q, broadcast to every qword; one vpmultishiftqb copies, into byte 0 of dword i, the
   // 8 bits from bit 4 i of the 64 broadcast bits (qword k holds dwords 2 k and 2 k + 1: offsets
-  // 8 k and 8 k + 4), so element i's nibble is in bits 0-3, and vpermps gives the float: v[q] lane i =
-  // element 16 q + i, Load16's order. The values of Load, so the same bits, in 8 vector
+  // 8 k and 8 k + 4), so element i's nibble is in bits 0-3, and vpermps gives the float: v[q] lane
+  // i = element 16 q + i, the order Step16 takes. The values of Load, so the same bits, in 8 vector
   // operations per 64 weights besides 4 broadcast loads. Session 50 replaced with it the nibble
   // split, two vpshufb bf16 tables and PairFloats' two-source byte permutes, shifts and masks (12
   // operations): bench_weights --rows 512 --cols 4096 --reps 300 --threads 1 (in cache, AVX-512

@@ -36,15 +36,6 @@ std::vector<uint64_t> ParseBytesList(const std::string& s) {
   return v;
 }
 
-namespace {
-// The CED preset names, for messages.
-std::string PresetList() {
-  std::string s;
-  for (const std::string& n : PresetNames()) s += (s.empty() ? "" : ", ") + n;
-  return s;
-}
-}  // namespace
-
 std::string FormatBytes(uint64_t b) {
   const char* units[] = {"", "K", "M", "G", "T"};
   double v = double(b);
@@ -118,7 +109,7 @@ void CheckOptions(const ProfileOptions& o) {
   }
   ModelConfig c;
   if (o.model_dir.empty() && !o.live && !PresetConfig(o.preset, &c)) {
-    throw std::invalid_argument("unknown preset '" + o.preset + "' (expected one of " + PresetList() + ")");
+    throw std::invalid_argument("unknown preset '" + o.preset + "' (expected one of " + JoinNames(PresetNames(), ", ") + ")");
   }
 }
 
@@ -149,7 +140,7 @@ std::pair<ModelConfig, std::string> ResolveModel(const ProfileOptions& o, const 
   }
   if (!o.model_dir.empty()) return {LoadConfigFile(o.model_dir + "/config.json"), o.model_dir};
   ModelConfig c;
-  if (!PresetConfig(o.preset, &c)) throw std::invalid_argument("unknown preset '" + o.preset + "' (expected one of " + PresetList() + ")");
+  if (!PresetConfig(o.preset, &c)) throw std::invalid_argument("unknown preset '" + o.preset + "' (expected one of " + JoinNames(PresetNames(), ", ") + ")");
   return {c, "preset " + o.preset};
 }
 
