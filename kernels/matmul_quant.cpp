@@ -128,24 +128,23 @@ struct BytesToDwordTops {
 
 #if CEDAR_QUANT_VBMI
 // The two-source byte permutes of DecFp8's LoadPair (DecFp4's too until session 50): block h's
-// 32 words (h = 0, 1 of a pair of blocks), dword i holding element i of the block in its low word and element 16 + i in
-// its high word, so that a shift left by 16 and a mask of the high words (PairFloats) give the
-// floats of elements 0-15 and 16-31. Byte 2w takes that element's float byte 2 (from the first
-// source, at pos(e) for the pair's element e), byte 2w + 1 its byte 3 (from the second source:
-// pos(e) + 64). The shift and the mask replaced 16-bit unpacks with zero (4 shuffles a pair
-// of blocks -> 2 shifts and 2 masks; the same values, so the same bits): a one-thread loop of
-// one-row products, 512 x 4096 in L2 on the AVX-512 EPYC (Zen 5), five rounds in turn, FP4
-// 12.7 -> 13.0 GB/s and FP8 18.6-18.8 -> 19.2-19.6 (session 49).
-template <class Pos>
-void PairWordOrder(Pos pos, uint8_t (&order)[2][64]) {
+// 32 words (h = 0, 1 of a pair of blocks), dword i holding element i of the block in its low word
+// and element 16 + i in its high word, so that a shift left by 16 and a mask of the high words
+// (PairFloats) give the floats of elements 0-15 and 16-31. Byte 2w takes that element's float byte
+// 2 (from the first source, at the pair's element e), byte 2w + 1 its byte 3 (from the second
+// source: e + 64). The shift and the mask replaced 16-bit unpacks with zero (4 shuffles a pair of
+// blocks -> 2 shifts and 2 masks; the same values, so the same bits): a one-thread loop of one-row
+// products, 512 x 4096 in L2 on the AVX-512 EPYC (Zen 5), five rounds in turn, FP4 12.7 -> 13.0
+// GB/s and FP8 18.6-18.8 -> 19.2-19.6 (session 49).
+inline void PairWordOrder(uint8_t (&order)[2][64]) {
   for (int h = 0; h < 2; ++h)
     for (int w = 0; w < 32; ++w) {
       const int e = 32 * h + (w % 2 ? 16 + w / 2 : w / 2);
-      order[h][2 * w] = uint8_t(pos(e)), order[h][2 * w + 1] = uint8_t(64 + pos(e));
+      order[h][2 * w] = uint8_t(e), order[h][2 * w + 1] = uint8_t(64 + e);
     }
 }
-// lo / hi: each element's float byte 2 / 3 at pos(e); order0 / order1: PairWordOrder(pos). v[0],
-// v[1]: the first block's elements 0-15, 16-31 as floats; v[2], v[3] the second block's.
+// lo / hi: each element's float byte 2 / 3 at the pair's element e; order0 / order1: PairWordOrder.
+// v[0], v[1]: the first block's elements 0-15, 16-31 as floats; v[2], v[3] the second block's.
 inline void PairFloats(__m512i lo, __m512i hi, __m512i order0, __m512i order1, __m512 v[4]) {
   const __m512i w0 = _mm512_permutex2var_epi8(lo, order0, hi), w1 = _mm512_permutex2var_epi8(lo, order1, hi);
   const __m512i high = _mm512_set1_epi32(int(0xFFFF0000u));
@@ -270,7 +269,7 @@ struct DecFp8 {
         std::memcpy(&bits, &f, 4);
         u.lo[c] = uint8_t(bits >> 16), u.hi[c] = uint8_t(bits >> 24);
       }
-      PairWordOrder([](int e) { return e; }, u.order);
+      PairWordOrder(u.order);
       return u;
     }();
     return t;
