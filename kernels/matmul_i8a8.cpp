@@ -76,6 +76,7 @@ const float* HalfE8m0Table() {
 // in byte k's low nibble) as q_w = 2 * e2m1 and the E8M0 scales halved (module comment).
 struct SrcI8 {
   static constexpr int64_t kBlockBytes = 32;  // stored bytes of a block of 32 weights
+  static constexpr int64_t kScaleBytes = 2;  // stored bytes of a block's scale (bfloat16)
   static const uint8_t* Row(const WeightView& w, int64_t r) { return static_cast<const uint8_t*>(w.data) + r * w.cols; }
   static const void* Scales(const WeightView& w, int64_t r) { return static_cast<const uint16_t*>(w.scales) + r * ((w.cols + B - 1) / B); }
   float Scale(const void* p, int64_t b) const { return I8ScaleAt(p, b); }
@@ -114,6 +115,7 @@ CEDAR_AVX2_END
 
 struct SrcFp4 {
   static constexpr int64_t kBlockBytes = 16;  // stored bytes of a block of 32 weights
+  static constexpr int64_t kScaleBytes = 1;  // stored bytes of a block's scale (E8M0)
   // 2 * E2M1 of nibble i: 0, 0.5, 1, 1.5, 2, 3, 4, 6 doubled, then the same negated (-0 is 0).
   static constexpr int8_t kQ[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
   const float* half = HalfE8m0Table();
@@ -274,8 +276,22 @@ float DotScalar(const QuantRow& q, const WeightView& w, int64_t r) {
 #if CEDAR_I8A8_VNNI
 
 // Decode (one row of x) reads a thread's slice as kSpreadI8A8 equal parts side by side, as the
-// F32-activation kernels do (matmul_quant.cpp kSpreadOf).
-constexpr int kSpreadI8A8 = 2;
+// BF16-activation kernels do (matmul_bf16a.cpp kSpread).
+constexpr int kSpreadI8A8 = 4;
+// How far ahead (bytes) each part's weights are prefetched (NTA, one prefetch per line, never past
+// the part's end), and whether the row's scales are prefetched as well, one line at a time as far
+// ahead in blocks: at decode (N = 1) 2 KiB and the scales, as the BF16-activation kernels do
+// (matmul_bf16a.cpp kPrefetchBytes); batched rows keep 4 KiB ahead without the scales (not
+// remeasured). Session 51, medium int8 decode with --int8-activations, steps alternating in one
+// process (bench_decode_ab, a throwaway build switching the old and new reads at run time), new
+// step / old: 4 parts, 2 KiB, part ends, scales 0.867 / 0.853 / 0.850 / 0.854 (13.5 -> 11.5 ms),
+// 0.971 / 0.952 in the machine's slow phase; without the scales 0.893 / 0.877 / 0.884; 1 KiB 0.889,
+// 3 KiB 0.907, 4 KiB 0.963; 4 parts alone 1.12. fp8-fp4 (its FP4 experts on this path) 1.001 /
+// 1.003. (docs/WEIGHTS.md, session 51.)
+template <int N>
+constexpr int64_t kAheadI8A8 = N == 1 ? 2048 : 4096;
+template <int N>
+constexpr bool kScalesAheadI8A8 = N == 1;
 
 // The FP4-order copies of a quantised row (I8A8Rows::Row absq4 / neg4 / sa8), once per row of x:
 // what SrcFp4::Group's u and v meet.
@@ -307,17 +323,21 @@ void Fp4Order(QuantRow& q) {
 // lanes go back to contract order into acc0 (pairs 2g) and acc1 (2g + 1) at the end, where the
 // pair loop continues: the same bits. Returns the next pair (2 * groups).
 template <int N, int S>
-int64_t Fp4Groups(const QuantRow* const* q, const SrcFp4& src, const uint8_t* const* wr, const void* const* sw, const uint8_t* end,
-                  int64_t groups, __m512 (&acc0)[N][S], __m512 (&acc1)[N][S]) {
+int64_t Fp4Groups(const QuantRow* const* q, const SrcFp4& src, const uint8_t* const* wr, const void* const* sw,
+                  const uint8_t* const* part_end, int64_t groups, __m512 (&acc0)[N][S], __m512 (&acc1)[N][S]) {
   if (groups == 0) return 0;
+  constexpr int64_t ahead = kAheadI8A8<N>;
+  constexpr bool sc_ahead = kScalesAheadI8A8<N>;
   const __m512i zero = _mm512_setzero_si512();
   __m512 au[N][S], av[N][S];
   for (int n = 0; n < N; ++n)
     for (int k = 0; k < S; ++k) au[n][k] = av[n][k] = _mm512_setzero_ps();
   // Group g against weight row k with s = [s_w of block 4g + L, x4 per L].
   auto group = [&](int64_t g, int k, __m512 s) __attribute__((always_inline)) {
-    const uint8_t* pf = wr[k] + g * 4 * SrcFp4::kBlockBytes + 4096;
-    if (pf < end) _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_NTA);
+    const uint8_t* pf = wr[k] + g * 4 * SrcFp4::kBlockBytes + ahead;
+    if (pf < part_end[k]) _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_NTA);
+    if (sc_ahead && g % 16 == 0)  // one line of E8M0 codes per 16 groups
+      _mm_prefetch(static_cast<const char*>(sw[k]) + 4 * g + ahead / 16, _MM_HINT_NTA);
     __m512i u, v;
     src.Group(wr[k], g, u, v);
 #pragma GCC unroll 16
@@ -376,6 +396,10 @@ void RowsVnni(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t
   const float* sa16[N];
   for (int n = 0; n < N; ++n) absq[n] = q[n]->absq.data(), neg[n] = q[n]->neg.data(), sa16[n] = q[n]->sa16.data();
   RowSums16 sums;  // HSum16 of 16 finished rows at a time (few-row products; see hsum_rows_avx512.h)
+  constexpr int64_t ahead = kAheadI8A8<N>;
+  constexpr bool sc_ahead = kScalesAheadI8A8<N>;
+  const uint8_t* part_end[S];  // prefetch bounds: part k is rows r0 + k * rs .. r0 + (k + 1) * rs - 1
+  for (int k = 0; k < S; ++k) part_end[k] = S == 1 ? end : Src::Row(w, r0 + (k + 1) * rs);
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* wr[S];
     const void* sw[S];
@@ -387,7 +411,7 @@ void RowsVnni(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t
     for (int n = 0; n < N; ++n)
       for (int k = 0; k < S; ++k) acc0[n][k] = acc1[n][k] = _mm512_setzero_ps();
     int64_t p = 0;
-    if constexpr (std::is_same_v<Src, SrcFp4>) p = Fp4Groups<N, S>(q, src, wr, sw, end, nb / 4, acc0, acc1);
+    if constexpr (std::is_same_v<Src, SrcFp4>) p = Fp4Groups<N, S>(q, src, wr, sw, part_end, nb / 4, acc0, acc1);
     auto pair = [&](int64_t p, __m512i wv, __m512 s, __m512& a, int n) {
       const __m512i sgn = _mm512_mask_sub_epi8(wv, neg[n][p], zero, wv);
       const __m512i d = _mm512_dpbusd_epi32(zero, _mm512_loadu_si512(absq[n] + p * 64), sgn);
@@ -396,8 +420,10 @@ void RowsVnni(const QuantRow* const* q, const WeightView& w, int64_t r0, int64_t
     auto full_pair = [&](int64_t p, __m512 (&a)[N][S]) {
 #pragma GCC unroll 4
       for (int k = 0; k < S; ++k) {
-        const uint8_t* pf = wr[k] + p * 2 * Src::kBlockBytes + 4096;
-        if (pf < end) _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_NTA);
+        const uint8_t* pf = wr[k] + p * 2 * Src::kBlockBytes + ahead;
+        if (pf < part_end[k]) _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_NTA);
+        if (sc_ahead && p % 16 == 0)  // every 16 pairs: a line of INT8's scales, half a line of FP4's
+          _mm_prefetch(static_cast<const char*>(sw[k]) + 2 * p * Src::kScaleBytes + ahead / 16, _MM_HINT_NTA);
         const __m512 s = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(src.PairScales(sw[k], p)));
         const __m512i wv = src.Pair512(wr[k], p);
 #pragma GCC unroll 16
