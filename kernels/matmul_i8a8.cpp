@@ -281,13 +281,13 @@ constexpr int kSpreadI8A8 = 4;
 // How far ahead (bytes) each part's weights are prefetched (NTA, one prefetch per line, never past
 // the part's end), and whether the row's scales are prefetched as well, one line at a time as far
 // ahead in blocks: at decode (N = 1) 2 KiB and the scales, as the BF16-activation kernels do
-// (matmul_bf16a.cpp kPrefetchBytes); batched rows keep 4 KiB ahead without the scales (not
-// remeasured). Session 51, medium int8 decode with --int8-activations, steps alternating in one
-// process (bench_decode_ab, a throwaway build switching the old and new reads at run time), new
-// step / old: 4 parts, 2 KiB, part ends, scales 0.867 / 0.853 / 0.850 / 0.854 (13.5 -> 11.5 ms),
-// 0.971 / 0.952 in the machine's slow phase; without the scales 0.893 / 0.877 / 0.884; 1 KiB 0.889,
-// 3 KiB 0.907, 4 KiB 0.963; 4 parts alone 1.12. fp8-fp4 (its FP4 experts on this path) 1.001 /
-// 1.003. (docs/WEIGHTS.md, session 51.)
+// (matmul_bf16a.cpp kPrefetchBytes). Session 51, medium int8 decode with --int8-activations, steps
+// alternating in one process (bench_decode_ab, a throwaway build switching the old and new reads
+// at run time), new step / old: 4 parts, 2 KiB, part ends, scales 0.867 / 0.853 / 0.850 / 0.854
+// (13.5 -> 11.5 ms), 0.971 / 0.952 in the machine's slow phase; without the scales 0.893 / 0.877 /
+// 0.884; 1 KiB 0.889, 3 KiB 0.907, 4 KiB 0.963; 4 parts alone 1.12. fp8-fp4 (its FP4 experts on
+// this path) 1.001 / 1.003. Batched rows keep 4 KiB without the scales: at batch 8, 2 KiB and the
+// scales read 0.990-0.997, within the noise (docs/WEIGHTS.md, session 51).
 template <int N>
 constexpr int64_t kAheadI8A8 = N == 1 ? 2048 : 4096;
 template <int N>
