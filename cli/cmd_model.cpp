@@ -182,8 +182,8 @@ int RunInfo(int argc, char** argv) {
   po::options_description desc("cedar info");
   std::string model, preset, config, checkpoint, kv_dtype, weights;
   desc.add_options()("model", po::value(&model), "model directory")("preset", po::value(&preset), ("a CED preset (" + JoinNames(PresetNames(), " | ") + ") or a released-layout one (" + JoinNames(V41PresetNames(), " | ") + ")").c_str())(
-      "weights", po::value(&weights), "f32 | bf16 | int8 | as-stored | fp8-fp4: report the weight bytes one decode token streams at this precision (default: as-stored with --model, the file's matmul type; f32 otherwise)")(
-      "kv-dtype", po::value(&kv_dtype), "f32 | released: report cache sizes at this KV precision (default: the model's)")(
+      "weights", po::value(&weights), "f32 | bf16 | int8 | as-stored | fp8-fp4: report the weight bytes one decode token streams at this precision (a CED model; default: as-stored with --model, the file's matmul type; f32 otherwise)")(
+      "kv-dtype", po::value(&kv_dtype), "f32 | released: report cache sizes at this KV precision (a CED model; default: the model's)")(
       "config", po::value(&config), "a released DeepSeek-V4.1 config.json or inference/config.json (no weights read)")(
       "checkpoint", po::value(&checkpoint), "check this checkpoint directory's tensor names, dtypes and shapes (headers only)")(
       "json", "print JSON");
@@ -202,7 +202,12 @@ int RunInfo(int argc, char** argv) {
   const bool v41_preset = config.empty() && model.empty() && preset.rfind("v41-", 0) == 0;
   if (!config.empty() || v41_preset) {
     // The released architecture: per-family parameter and byte counts from the config alone (a
-    // file, or the preset `cedar init --arch v41` writes).
+    // file, or the preset `cedar init --arch v41` writes), in the dtypes as released. --weights and
+    // --kv-dtype size a CED model at another precision; here they would be ignored, so say so.
+    if (!weights.empty() || !kv_dtype.empty())
+      throw UsageError((!weights.empty() ? "--weights " + weights : "--kv-dtype " + kv_dtype) +
+                       ": sizes a CED model (--model DIR or a CED preset); a released-layout config, checkpoint or "
+                       "v41 preset is reported in its released dtypes, by family");
     V41Config vc;
     if (!v41_preset) vc = LoadV41ConfigFile(config);
     else if (!V41PresetConfig(preset, &vc))

@@ -112,6 +112,8 @@ expect_refused --prompt --tokens -- generate "${M[@]}" --tokens ''
 expect_refused --prompt --tokens -- generate "${M[@]}" --max-tokens 2
 expect_refused preset huge -- info --preset huge
 expect_refused preset v41-huge -- info --preset v41-huge
+expect_refused --weights int8 -- info --preset v41-small --weights int8
+expect_refused --kv-dtype f32 -- info --preset v41-tiny --kv-dtype f32
 expect_refused --dtype f12 -- init --out "$TMP/m" --dtype f12
 expect_refused --out required -- init --seed 1
 expect_refused --arrival poison:3 -- "${P[@]}" --arrival poison:3
