@@ -175,7 +175,8 @@ V41Info ComputeV41Info(const V41Config& c) {
   const std::vector<V41TensorSpec> ts = V41Tensors(c);
   info.active_per_layer.assign(size_t(c.n_layers), 0);
   const int E = c.EncoderLayers();
-  int64_t head = 0, final_norm = 0, prefill_boundary = 0;
+  int64_t head = 0, final_norm = 0, prefill_boundary = 0, head_bytes = 0, final_norm_bytes = 0;
+  const int64_t engram_rows_read = int64_t(c.engram_max_ngram - 1) * c.engram_n_heads;  // per token and table
   for (const V41TensorSpec& t : ts) {
     V41FamilyTotals& f = info.families[t.family];
     for (V41FamilyTotals* tot : {&f, &info.total}) {
@@ -186,9 +187,16 @@ V41Info ComputeV41Info(const V41Config& c) {
     info.bytes_by_dtype[DTypeName(t.dtype)] += t.Bytes() * t.count;
     if (t.family == "engram_tables") info.engram_table_params += t.Params() * t.count;
     else if (t.family != "dspark") info.backbone_params += t.Params() * t.count;
-    if (t.name == "head.weight") head = t.Params();
-    if (t.name == "norm.weight") final_norm = t.Params();
-    if (t.layer < 0 || t.is_scale) continue;
+    if (t.name == "head.weight") head = t.Params(), head_bytes = t.Bytes();
+    if (t.name == "norm.weight") final_norm = t.Params(), final_norm_bytes = t.Bytes();
+    if (t.layer < 0) continue;
+    // A scale tensor is read with its weight: the same share of it (experts: top-k of count;
+    // Engram: the rows read of shape[0], the table and its scales both one row per entry).
+    int64_t active_bytes = t.Bytes();
+    if (t.family == "routed_experts") active_bytes = t.Bytes() * c.n_activated_experts;
+    if (t.family == "engram_tables") active_bytes = t.Bytes() / t.shape[0] * engram_rows_read;
+    info.active_decode_bytes += active_bytes;
+    if (t.is_scale) continue;
     // Per-token active parameters of a backbone layer: all dense weights, n_activated of the
     // routed experts, and of an Engram table only the rows a token reads.
     int64_t active = t.Params();
@@ -208,6 +216,7 @@ V41Info ComputeV41Info(const V41Config& c) {
   }
   info.active_prefill += prefill_boundary;
   info.active_decode += final_norm + head;
+  info.active_decode_bytes += final_norm_bytes + head_bytes;
   // Global KV bytes per token as released (main: FP4 + one E4M3 per 16; index keys: MXFP4).
   const double main_entry = c.head_dim / 2.0 + c.head_dim / 16.0;
   const double index_entry = c.index_head_dim / 2.0 + c.index_head_dim / 32.0;
@@ -228,6 +237,7 @@ nlohmann::json V41InfoToJson(const V41Info& info) {
   j["active_params_per_prefill_token"] = info.active_prefill;
   j["active_params_per_decode_token"] = info.active_decode;
   j["active_params_per_layer"] = info.active_per_layer;
+  j["active_bytes_per_decode_token"] = info.active_decode_bytes;
   j["global_kv_bytes_per_token"] = info.global_kv_bytes_per_token;
   return j;
 }
@@ -263,6 +273,8 @@ std::string V41InfoText(const V41Config& c, const V41Info& info) {
   add("backbone parameters %.2fB, Engram tables %.2fB (vision not counted)\n", B(info.backbone_params), B(info.engram_table_params));
   add("active parameters per prefill token %.4fB, per decode token %.4fB (embedding lookup not counted)\n", B(info.active_prefill),
       B(info.active_decode));
+  add("weights streamed per decode token as stored: %.2f GB (FP8 / FP4 with their scales; embedding lookup not counted)\n",
+      B(info.active_decode_bytes));
   add("global KV as released: %.0f bytes per token\n", info.global_kv_bytes_per_token);
   return s;
 }

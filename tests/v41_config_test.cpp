@@ -300,6 +300,40 @@ TEST_CASE("active parameters per prefill and decode token") {
   MESSAGE("active prefill " << info.active_prefill << ", decode " << info.active_decode);
 }
 
+TEST_CASE("stored bytes a decode token reads") {
+  const V41Config c = LoadV41ConfigFile(kDir + "config.json");
+  const V41Info info = ComputeV41Info(c);
+  // Independent arithmetic from the released dimensions and dtypes: FP8 dense weights with one
+  // E8M0 byte per 32x32 block, FP4 experts (half a byte) with one E8M0 byte per 32 along a row,
+  // BF16 norms / router / compressor / indexer keys / head, F32 mHC / sinks / router biases.
+  const int64_t d = 5120, qr = 1280, H = 64, hd = 512, g = 8, orank = 1024, E = 384, inter = 2304, k = 6, V = 129280;
+  auto cdiv = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  auto fp8 = [&](int64_t rows, int64_t cols) { return rows * cols + cdiv(rows, 32) * cdiv(cols, 32); };
+  auto fp4 = [](int64_t rows, int64_t cols) { return rows * cols / 2 + rows * cols / 32; };
+  auto bf16 = [](int64_t n) { return 2 * n; };
+  auto f32 = [](int64_t n) { return 4 * n; };
+  const int64_t attn = fp8(qr, d) + bf16(qr) + fp8(H * hd, qr) + fp8(hd, d) + bf16(hd) + fp8(g * orank, H * hd / g) +
+                       fp8(d, g * orank) + f32(H);
+  const int64_t hc = f32(2 * ((6 * 4) * (4 * d) + 24 + 3));
+  const int64_t norms = bf16(2 * d);
+  const int64_t expert = 2 * fp4(inter, d) + fp4(d, inter);
+  const int64_t shared = 2 * fp8(inter, d) + fp8(d, inter);
+  const int64_t moe = bf16(E * d) + f32(2 * E) + k * expert + shared;
+  const int64_t base = attn + hc + norms + moe;
+  const int64_t comp2 = bf16(2 * hd * d + hd), comp1 = bf16(hd * d + hd);
+  const int64_t idx_q = fp8(32 * 128, qr) + bf16(32 * d), idx_k = bf16(128 * hd + 128);
+  const int64_t engram = fp8(d * 5, 6144) + bf16(2 * 4 * d) + 24 * (256 + 256 / 32);  // 24 FP8 rows + their scales
+  const int64_t decode = 40 * base + 3 * (comp2 + idx_q + idx_k) + 2 * engram + (comp1 + idx_q + idx_k) + 4 * idx_q +
+                         bf16(d) + bf16(V * d);
+  CHECK(info.active_decode_bytes == decode);
+  // Below two bytes per active parameter (BF16 everywhere) and above half a byte (FP4 everywhere).
+  CHECK(info.active_decode_bytes < 2 * info.active_decode);
+  CHECK(2 * info.active_decode_bytes > info.active_decode);
+  CHECK(V41InfoToJson(info)["active_bytes_per_decode_token"] == decode);
+  CHECK(V41InfoText(c, info).find("weights streamed per decode token as stored: ") != std::string::npos);
+  MESSAGE("decode bytes per token as stored " << info.active_decode_bytes);
+}
+
 TEST_CASE("Engram bucket primes reproduce the released table heights") {
   const V41Config c = LoadV41ConfigFile(kDir + "config.json");
   const EngramHashConstants k = ComputeEngramHashConstants(c.engram_layer_ids, c.engram_max_ngram, c.engram_n_heads,
