@@ -60,7 +60,7 @@ std::vector<int32_t> ParseIds(const char* flag, const std::string& s) {
 
 ModelConfig PresetOrThrow(const std::string& name) {
   ModelConfig c;
-  if (!PresetConfig(name, &c)) throw UsageError("unknown preset '" + name + "' (expected one of " + JoinNames(PresetNames(), ", ") + ")");
+  if (!PresetConfig(name, &c)) throw UsageError(UnknownPresetMessage(name));
   return c;
 }
 
@@ -211,7 +211,7 @@ int RunInfo(int argc, char** argv) {
     V41Config vc;
     if (!v41_preset) vc = LoadV41ConfigFile(config);
     else if (!V41PresetConfig(preset, &vc))
-      throw UsageError("unknown preset '" + preset + "' (expected one of " + JoinNames(PresetNames(), ", ") + ", " + JoinNames(V41PresetNames(), ", ") + ")");
+      throw UsageError(UnknownPresetMessage(preset, V41PresetNames()));
     const V41Info vi = ComputeV41Info(vc);
     if (!checkpoint.empty()) {
       const Checkpoint ck(checkpoint);
@@ -226,8 +226,11 @@ int RunInfo(int argc, char** argv) {
   }
   ModelConfig c;
   if (!model.empty()) c = LoadConfigFile(model + "/config.json");
-  else if (!preset.empty()) c = PresetOrThrow(preset);
-  else throw UsageError("give --model DIR or --preset NAME");
+  else if (!preset.empty()) {
+    if (!PresetConfig(preset, &c)) throw UsageError(UnknownPresetMessage(preset, V41PresetNames()));  // info takes both kinds
+  } else {
+    throw UsageError("give --model DIR or --preset NAME");
+  }
   if (!kv_dtype.empty()) {
     c.kv_dtype = kv_dtype;
     if (const std::string bad = c.Validate(); !bad.empty()) throw UsageError("--kv-dtype " + kv_dtype + ": " + bad);

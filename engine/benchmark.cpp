@@ -230,7 +230,7 @@ int RunEngineBenchMain(int argc, char** argv) {
   if (CheckFlags([&] { return ResolveDevice(device); }) == "cuda" && !CudaAvailable(&why))  // before writing a model it cannot run
     throw std::runtime_error("--device cuda: " + why);
   ModelConfig preset_config;
-  if (model_dir.empty() && !PresetConfig(preset, &preset_config)) throw UsageError("--preset: unknown preset '" + preset + "'");
+  if (model_dir.empty() && !PresetConfig(preset, &preset_config)) throw UsageError("--preset: " + UnknownPresetMessage(preset));
   BenchModel written;  // set when the model is the preset's, under $TMPDIR
   if (model_dir.empty()) {
     const ModelConfig& c = preset_config;

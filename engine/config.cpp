@@ -316,6 +316,12 @@ std::string JoinNames(const std::vector<std::string>& names, const char* sep) {
   return s;
 }
 
+std::string UnknownPresetMessage(const std::string& name, const std::vector<std::string>& more) {
+  std::vector<std::string> names = PresetNames();
+  names.insert(names.end(), more.begin(), more.end());
+  return "unknown preset '" + name + "' (expected one of " + JoinNames(names, ", ") + ")";
+}
+
 bool PresetConfig(const std::string& name, ModelConfig* out) {
   if (name == "tiny-kvq") {
     // tiny with KV stored as released (FP8 window, FP4 pool, MXFP4 index keys); the index width

@@ -114,5 +114,8 @@ bool PresetConfig(const std::string& name, ModelConfig* out);
 std::vector<std::string> PresetNames();
 // The names joined by sep, for help texts and messages ("tiny, tiny-hc, ...").
 std::string JoinNames(const std::vector<std::string>& names, const char* sep);
+// "unknown preset 'NAME' (expected one of tiny, ..., medium[, more...])": the one message every
+// command gives for a preset it does not know (`more`: names it takes besides PresetNames()).
+std::string UnknownPresetMessage(const std::string& name, const std::vector<std::string>& more = {});
 
 }  // namespace cedar

@@ -109,7 +109,7 @@ void CheckOptions(const ProfileOptions& o) {
   }
   ModelConfig c;
   if (o.model_dir.empty() && !o.live && !PresetConfig(o.preset, &c)) {
-    throw std::invalid_argument("unknown preset '" + o.preset + "' (expected one of " + JoinNames(PresetNames(), ", ") + ")");
+    throw std::invalid_argument(UnknownPresetMessage(o.preset));
   }
 }
 
@@ -140,7 +140,7 @@ std::pair<ModelConfig, std::string> ResolveModel(const ProfileOptions& o, const 
   }
   if (!o.model_dir.empty()) return {LoadConfigFile(o.model_dir + "/config.json"), o.model_dir};
   ModelConfig c;
-  if (!PresetConfig(o.preset, &c)) throw std::invalid_argument("unknown preset '" + o.preset + "' (expected one of " + JoinNames(PresetNames(), ", ") + ")");
+  if (!PresetConfig(o.preset, &c)) throw std::invalid_argument(UnknownPresetMessage(o.preset));
   return {c, "preset " + o.preset};
 }
 

@@ -112,6 +112,9 @@ expect_refused --prompt --tokens -- generate "${M[@]}" --tokens ''
 expect_refused --prompt --tokens -- generate "${M[@]}" --max-tokens 2
 expect_refused preset huge -- info --preset huge
 expect_refused preset v41-huge -- info --preset v41-huge
+# info takes both kinds of preset, so its message lists both; bench's lists the CED ones.
+expect_refused v41-small huge -- info --preset huge
+expect_refused medium huge -- bench --preset huge
 expect_refused --weights int8 -- info --preset v41-small --weights int8
 expect_refused --kv-dtype f32 -- info --preset v41-tiny --kv-dtype f32
 expect_refused --dtype f12 -- init --out "$TMP/m" --dtype f12
