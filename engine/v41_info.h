@@ -52,8 +52,9 @@ struct V41Info {
   int64_t active_decode = 0;   // all L layers + final norm + head (report: ~16B)
   std::vector<int64_t> active_per_layer;  // full per-token active count of each backbone layer
   // Stored bytes a decode token's weights take (the active_decode tensors as stored: FP8 and FP4
-  // with their E8M0 scales, BF16, F32; n_activated experts' share, Engram's rows read): what
-  // decode streams per token from memory when the weights are held as stored.
+  // with their E8M0 scales, BF16, F32; n_activated experts' share, Engram's rows read): what an
+  // engine holding every tensor as released streams per decode token. (Cedar's --weights as-stored
+  // holds the matmul weights so, but the routers, Engram's wkv, mHC and norms as F32: more bytes.)
   int64_t active_decode_bytes = 0;
   // Cache bytes per token of global KV as released: main entries FP4 + E4M3 per 16 (c/2 + c/16),
   // index keys MXFP4 + UE8M0 per 32 (cI/2 + cI/32), divided by each source's ratio (report: 890).
