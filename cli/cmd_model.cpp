@@ -182,7 +182,7 @@ int RunInfo(int argc, char** argv) {
   po::options_description desc("cedar info");
   std::string model, preset, config, checkpoint, kv_dtype, weights;
   desc.add_options()("model", po::value(&model), "model directory")("preset", po::value(&preset), ("a CED preset (" + JoinNames(PresetNames(), " | ") + ") or a released-layout one (" + JoinNames(V41PresetNames(), " | ") + ")").c_str())(
-      "weights", po::value(&weights), "f32 | bf16 | int8 | as-stored | fp8-fp4: report the weight bytes one decode token streams at this precision (a CED model; default: as-stored with --model, the file's matmul type; f32 otherwise)")(
+      "weights", po::value(&weights), "f32 | bf16 | int8 | as-stored | fp8-fp4: report the weight bytes one decode token streams at this precision (a CED model; default: as-stored with --model, the file's matmul type; f32 otherwise). A released-layout config, checkpoint or v41 preset (not fp8-fp4): also the bytes Cedar would hold loading it so")(
       "kv-dtype", po::value(&kv_dtype), "f32 | released: report cache sizes at this KV precision (a CED model; default: the model's)")(
       "config", po::value(&config), "a released DeepSeek-V4.1 config.json or inference/config.json (no weights read)")(
       "checkpoint", po::value(&checkpoint), "check this checkpoint directory's tensor names, dtypes and shapes (headers only)")(
@@ -202,12 +202,17 @@ int RunInfo(int argc, char** argv) {
   const bool v41_preset = config.empty() && model.empty() && preset.rfind("v41-", 0) == 0;
   if (!config.empty() || v41_preset) {
     // The released architecture: per-family parameter and byte counts from the config alone (a
-    // file, or the preset `cedar init --arch v41` writes), in the dtypes as released. --weights and
-    // --kv-dtype size a CED model at another precision; here they would be ignored, so say so.
-    if (!weights.empty() || !kv_dtype.empty())
-      throw UsageError((!weights.empty() ? "--weights " + weights : "--kv-dtype " + kv_dtype) +
-                       ": sizes a CED model (--model DIR or a CED preset); a released-layout config, checkpoint or "
-                       "v41 preset is reported in its released dtypes, by family");
+    // file, or the preset `cedar init --arch v41` writes), in the dtypes as released; with
+    // --weights W, also what Cedar would hold loading it so (engine/v41_info.h V41Held).
+    // --kv-dtype sizes a CED model's pools; here it would be ignored, so say so.
+    if (!kv_dtype.empty())
+      throw UsageError("--kv-dtype " + kv_dtype + ": sizes a CED model (--model DIR or a CED preset); a released-layout config, "
+                       "checkpoint or v41 preset is reported with its KV as released");
+    const bool held = !weights.empty();
+    const WeightPrecision hp = held ? CheckFlags([&] { return ParseWeightPrecision(weights); }) : WeightPrecision::kAsStored;
+    if (hp == WeightPrecision::kFp8Fp4)
+      throw UsageError("--weights fp8-fp4: converts a Cedar-layout model to the released precisions; a released-layout model "
+                       "holds them already: use --weights as-stored");
     V41Config vc;
     if (!v41_preset) vc = LoadV41ConfigFile(config);
     else if (!V41PresetConfig(preset, &vc))
@@ -220,8 +225,25 @@ int RunInfo(int argc, char** argv) {
       if (!problems.empty()) throw std::runtime_error(checkpoint + ": does not match " + config + " (first problems above)");
       std::printf("%s: %zu tensors match the config\n", checkpoint.c_str(), ck.Size());
     }
-    if (vm.count("json")) std::cout << V41InfoToJson(vi).dump(2) << "\n";
-    else std::cout << V41InfoText(vc, vi);
+    nlohmann::json j = V41InfoToJson(vi);
+    std::string text = V41InfoText(vc, vi);
+    if (held) {
+      const V41Held h = ComputeV41Held(vc, hp);
+      j["held"] = {{"weights", WeightPrecisionName(hp)},
+                   {"arena_bytes", h.arena_bytes},
+                   {"routed_expert_bytes", h.expert_bytes},
+                   {"engram_bytes", h.engram_bytes},
+                   {"decode_token_bytes", h.decode_token_bytes}};
+      char buf[512];
+      auto G = [](int64_t n) { return double(n) / 1e9; };
+      std::snprintf(buf, sizeof buf,
+                    "Cedar at --weights %s: holds %.2f GB of weights (routed experts %.2f GB of it; Engram's projections %.2f GB as F32 "
+                    "beside them; the Engram tables stay in the shards) and streams %.2f GB per decode token\n",
+                    WeightPrecisionName(hp), G(h.arena_bytes + h.engram_bytes), G(h.expert_bytes), G(h.engram_bytes), G(h.decode_token_bytes));
+      text += buf;
+    }
+    if (vm.count("json")) std::cout << j.dump(2) << "\n";
+    else std::cout << text;
     return 0;
   }
   ModelConfig c;

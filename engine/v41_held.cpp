@@ -11,20 +11,29 @@
 
 namespace cedar {
 
-kernels::WeightType HeldType(const Checkpoint& ck, const std::string& name, int64_t rows, int64_t cols, WeightPrecision p) {
+kernels::WeightType HeldTypeOf(const std::string& name, DType stored, const std::vector<int64_t>& scale_shape, int64_t rows,
+                               int64_t cols, WeightPrecision p) {
   using kernels::WeightType;
   if (p == WeightPrecision::kF32 || !IsMatmulTensor(name)) return WeightType::kF32;
   if (p == WeightPrecision::kBF16) return WeightType::kBF16;
   if (p == WeightPrecision::kI8) return WeightType::kI8;
-  const TensorInfo& t = ck.Get(name);
-  if (t.dtype == DType::BF16) return WeightType::kBF16;
-  if (t.dtype == DType::I8 || t.dtype == DType::U8) return cols % 32 == 0 ? WeightType::kFP4 : WeightType::kF32;
-  if (t.dtype == DType::F8_E4M3) {
-    const TensorInfo& s = ck.Get(name.substr(0, name.size() - 7) + ".scale");
-    if (s.shape.size() == 2 && s.shape[0] == (rows + 31) / 32 && s.shape[1] == (cols + 31) / 32) return WeightType::kFP8;
-    spdlog::debug("{}: FP8 scale grid [{}, {}] is not 32x32 blocks: dequantised to F32", name, s.shape[0], s.shape[1]);
+  if (stored == DType::BF16) return WeightType::kBF16;
+  if (stored == DType::I8 || stored == DType::U8) return cols % 32 == 0 ? WeightType::kFP4 : WeightType::kF32;
+  if (stored == DType::F8_E4M3) {
+    if (scale_shape.size() == 2 && scale_shape[0] == (rows + 31) / 32 && scale_shape[1] == (cols + 31) / 32) return WeightType::kFP8;
+    spdlog::debug("{}: FP8 scale grid of {} dims (first {}) is not 32x32 blocks: dequantised to F32", name, scale_shape.size(),
+                  scale_shape.empty() ? 0 : scale_shape[0]);
   }
   return WeightType::kF32;
+}
+
+kernels::WeightType HeldType(const Checkpoint& ck, const std::string& name, int64_t rows, int64_t cols, WeightPrecision p) {
+  if (p == WeightPrecision::kF32 || !IsMatmulTensor(name)) return kernels::WeightType::kF32;
+  const TensorInfo& t = ck.Get(name);
+  std::vector<int64_t> scale_shape;
+  if (t.dtype == DType::F8_E4M3 && p == WeightPrecision::kAsStored)
+    scale_shape = ck.Get(name.substr(0, name.size() - 7) + ".scale").shape;
+  return HeldTypeOf(name, t.dtype, scale_shape, rows, cols, p);
 }
 
 int64_t HeldBytes(kernels::WeightType t, int64_t rows, int64_t cols) {

@@ -8,8 +8,10 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "engine/model.h"
+#include "engine/safetensors.h"
 #include "kernels/weight_view.h"
 
 namespace cedar {
@@ -20,6 +22,11 @@ class Checkpoint;
 // released (as-stored: FP8 with 32x32 blocks, packed FP4 with E8M0 per 32, BF16); everything else,
 // and FP8 with other block shapes, dequantised to F32.
 kernels::WeightType HeldType(const Checkpoint& ck, const std::string& name, int64_t rows, int64_t cols, WeightPrecision p);
+// The same rule from what the file would say: `stored` the tensor's dtype, `scale_shape` its
+// `.scale` tensor's shape (FP8 only; empty otherwise). `cedar info --config ... --weights W`
+// applies it to the config's tensor list (engine/v41_info.h ComputeV41Held), with no checkpoint.
+kernels::WeightType HeldTypeOf(const std::string& name, DType stored, const std::vector<int64_t>& scale_shape, int64_t rows,
+                               int64_t cols, WeightPrecision p);
 // Bytes of a tensor [rows, cols] held as `t`, each part (elements, scales) rounded up to 64 bytes
 // (the arena's alignment).
 int64_t HeldBytes(kernels::WeightType t, int64_t rows, int64_t cols);

@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/v41_held.h"
+
 namespace cedar {
 
 int64_t V41TensorSpec::Elements() const {
@@ -222,6 +224,39 @@ V41Info ComputeV41Info(const V41Config& c) {
   const double index_entry = c.index_head_dim / 2.0 + c.index_head_dim / 32.0;
   for (int s : c.kv_source_layers) info.global_kv_bytes_per_token += (main_entry + index_entry) / c.RatioOf(s);
   return info;
+}
+
+V41Held ComputeV41Held(const V41Config& c, WeightPrecision p) {
+  V41Held h;
+  const std::vector<V41TensorSpec> ts = V41Tensors(c);
+  const int64_t engram_rows_read = int64_t(c.engram_max_ngram - 1) * c.engram_n_heads;  // per token and table
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const V41TensorSpec& t = ts[i];
+    const bool active = t.layer >= 0 || t.name == "head.weight" || t.name == "norm.weight";
+    if (t.family == "engram_tables") {  // read from the shard as stored: codes and scales, one row per entry
+      if (active) h.decode_token_bytes += t.Bytes() / t.shape[0] * engram_rows_read;
+      continue;
+    }
+    if (t.is_scale || EndsWith(t.name, "ffn.gate.bias_vl")) continue;  // scales: counted with their weight
+    if (t.family == "engram_proj") {  // std::vector<float> (engine/engram.cpp EngramWeights), no arena rounding:
+      if (EndsWith(t.name, "engram.k_weight")) continue;  // wkv, and q_weight * k_weight held as one [hc, d]
+      h.engram_bytes += t.Elements() * 4;
+      if (active) h.decode_token_bytes += t.Elements() * 4;
+      continue;
+    }
+    // [rows, cols] as the loader holds it: a packed FP4 row of cols/2 bytes is cols values.
+    const int64_t rows = t.shape[0];
+    int64_t cols = t.dtype == DType::I8 ? 2 : 1;
+    for (size_t k = 1; k < t.shape.size(); ++k) cols *= t.shape[k];
+    const std::vector<int64_t> scale_shape =
+        i + 1 < ts.size() && ts[i + 1].is_scale ? ts[i + 1].shape : std::vector<int64_t>{};  // Dense/Expert add it next
+    const int64_t bytes = HeldBytes(HeldTypeOf(t.name, t.dtype, scale_shape, rows, cols, p), rows, cols);
+    h.arena_bytes += bytes * t.count;
+    const bool routed = t.name.find("ffn.experts.") != std::string::npos;  // the backbone's and DSpark's banks
+    if (routed) h.expert_bytes += bytes * t.count;
+    if (active) h.decode_token_bytes += bytes * (routed ? c.n_activated_experts : 1);
+  }
+  return h;
 }
 
 nlohmann::json V41InfoToJson(const V41Info& info) {

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "engine/model.h"
 #include "engine/safetensors.h"
 #include "engine/v41_config.h"
 
@@ -62,6 +63,22 @@ struct V41Info {
 };
 
 V41Info ComputeV41Info(const V41Config& c);
+
+// What Cedar holds of a released checkpoint loaded with `--weights p` (engine/v41_load.cpp), from
+// the config alone: engine/v41_held.h's rule (HeldTypeOf) applied to V41Tensors, each tensor
+// rounded up to the arena's 64 bytes as the loader allocates it. The loader holds every tensor of
+// V41Tensors except ffn.gate.bias_vl (image routing) and the Engram tables, which stay in the
+// shards and are read row by row; Engram's wkv and q * k are held as F32 beside the arena.
+struct V41Held {
+  int64_t arena_bytes = 0;         // the load's arena with every routed expert resident: embed, head,
+                                   // backbone and DSpark (ReleasedLoadReport dense_bytes + expert_bytes)
+  int64_t expert_bytes = 0;        // of those, the routed experts (what --max-ram may leave in the shards)
+  int64_t engram_bytes = 0;        // Engram's wkv and q_weight * k_weight ([hc, d]) as F32, outside the arena
+  int64_t decode_token_bytes = 0;  // the weights one decode token reads as held: every backbone layer's
+                                   // (n_activated experts' share, Engram's table rows as stored),
+                                   // the final norm and the head; the embedding lookup not counted
+};
+V41Held ComputeV41Held(const V41Config& c, WeightPrecision p);
 nlohmann::json V41InfoToJson(const V41Info& info);
 std::string V41InfoText(const V41Config& c, const V41Info& info);
 

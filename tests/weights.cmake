@@ -10,3 +10,7 @@ cedar_add_test(model_init_dtype_test model cedar_engine
 cedar_add_test(v41_experts_typed_test model cedar_engine
   ${CMAKE_CURRENT_SOURCE_DIR}/v41_experts_typed_test.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/test_models.cpp)
+# `cedar info --config --weights W` on a released layout: the bytes Cedar would hold == what a load at W holds.
+cedar_add_test(v41_held_bytes_test model cedar_engine
+  ${CMAKE_CURRENT_SOURCE_DIR}/v41_held_bytes_test.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/test_models.cpp)

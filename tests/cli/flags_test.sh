@@ -115,7 +115,8 @@ expect_refused preset v41-huge -- info --preset v41-huge
 # info takes both kinds of preset, so its message lists both; bench's lists the CED ones.
 expect_refused v41-small huge -- info --preset huge
 expect_refused medium huge -- bench --preset huge
-expect_refused --weights int8 -- info --preset v41-small --weights int8
+expect_refused --weights fp8-fp4 -- info --preset v41-small --weights fp8-fp4
+expect_refused --weights f12 -- info --preset v41-small --weights f12
 expect_refused --kv-dtype f32 -- info --preset v41-tiny --kv-dtype f32
 expect_refused --dtype f12 -- init --out "$TMP/m" --dtype f12
 expect_refused --out required -- init --seed 1
@@ -151,6 +152,8 @@ n=$((n + 1)); check_help version "cedar 0." "" --version >"$TMP/case.$n" &
 n=$((n + 1)); check_help "help serve" "--sse-keepalive" "" help serve >"$TMP/case.$n" &
 n=$((n + 1)); check_help "init presets" "medium" "" init --help >"$TMP/case.$n" &
 n=$((n + 1)); check_help "cache-disk default" "--cache-disk arg" "--cache-disk arg (=" serve --help >"$TMP/case.$n" &
+# A released-layout preset with --weights W also prints what Cedar would hold loading it at W.
+n=$((n + 1)); check_help "info v41 held bytes" "Cedar at --weights int8: holds" "" info --preset v41-small --weights int8 >"$TMP/case.$n" &
 
 # The activation flags reach the kernels on `generate` (engine/activation_modes.h): on INT8 weights
 # each one changes the final logits, and F32 weights, which neither touches, keep theirs. A build
