@@ -237,8 +237,8 @@ int RunInfo(int argc, char** argv) {
       char buf[512];
       auto G = [](int64_t n) { return double(n) / 1e9; };
       std::snprintf(buf, sizeof buf,
-                    "Cedar at --weights %s: holds %.2f GB of weights (routed experts %.2f GB of it; Engram's projections %.2f GB as F32 "
-                    "beside them; the Engram tables stay in the shards) and streams %.2f GB per decode token\n",
+                    "Cedar at --weights %s: holds %.2f GB of weights (routed experts %.2f GB of it; Engram's projections %.2f GB; "
+                    "the Engram tables stay in the shards) and streams %.2f GB per decode token\n",
                     WeightPrecisionName(hp), G(h.arena_bytes + h.engram_bytes), G(h.expert_bytes), G(h.engram_bytes), G(h.decode_token_bytes));
       text += buf;
     }

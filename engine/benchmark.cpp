@@ -24,6 +24,8 @@
 #include "engine/flag_values.h"
 #include "engine/info.h"
 #include "engine/init.h"
+#include "engine/v41_info.h"
+#include "engine/v41_load.h"
 #include "kernels/hw_probe.h"
 #include "kernels/ops.h"
 #include "kernels/work_counters.h"
@@ -292,9 +294,13 @@ int RunEngineBenchMain(int argc, char** argv) {
   // batch this is a lower bound. weight_bytes: the decode's matmul bytes per parameter (its FLOPs
   // count 2 per parameter, which the work counters turn into bytes below).
   const double other_bytes = on_gpu ? (f32_weights ? 4.0 : 2.0) : 4.0;
-  const double bytes_per_step =
-      on_gpu ? double(info.active_per_decode_token) * other_bytes
-             : DecodeWeightBytesHeld(info, c, m->dense_matmul_bytes_per_param(), m->routed_expert_bytes_per_param());
+  double bytes_per_step = on_gpu ? double(info.active_per_decode_token) * other_bytes
+                                  : DecodeWeightBytesHeld(info, c, m->dense_matmul_bytes_per_param(), m->routed_expert_bytes_per_param());
+  // A released checkpoint on the CPU: its tensors as held, from its config (engine/v41_info.h
+  // V41Held, which v41_held_bytes_test checks against the loader to the byte). The estimate above
+  // has no Engram and prices the routers, held BF16 there, at F32.
+  if (!on_gpu && m->released_load())
+    bytes_per_step = double(ComputeV41Held(LoadV41ConfigFile(ReleasedConfigPath(m->dir())), m->weight_precision()).decode_token_bytes);
   const double weight_bytes = (bytes_per_step - double(info.active_per_decode_token - info.matmul_active_per_decode_token) * other_bytes) /
                               double(std::max<int64_t>(info.matmul_active_per_decode_token, 1));
   const int probe_mib = std::max(1024, int(bytes_per_step / (1 << 20)) + 1);

@@ -30,7 +30,7 @@ void StageFfnAdd(const Model& m, int stage, const DSparkWeights& ds, const Layer
   const ModelConfig& c = m.config();
   const int ne = ds.n_experts, kk = ds.experts_per_token, d = c.dim, inter = c.moe_inter_dim;
   std::vector<float> s(size_t(n) * ne);  // [n, ne]
-  k::Matmul(x, w.gate.data, s.data(), n, d, ne);
+  k::MatmulW(x, w.gate.view(), s.data(), n);  // F32, or the released router's BF16 (engine/v41_held.h)
   auto run = [&](const FfnWeights& f, const float* xr, float* hr, float weight) {
     std::vector<float> g(static_cast<size_t>(inter)), up(static_cast<size_t>(inter)), y(static_cast<size_t>(d));
     k::MatmulW(xr, f.w1.view(), g.data(), 1);

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <condition_variable>
 #include <cstring>
 #include <exception>
@@ -22,7 +23,9 @@
 
 #include "engine/checkpoint_index.h"
 #include "engine/engram_classes.h"
+#include "engine/model.h"
 #include "engine/pcg64.h"
+#include "engine/v41_held.h"
 #include "kernels/ops.h"
 #include "kernels/quant_formats.h"
 
@@ -324,7 +327,18 @@ EngramWeights LoadEngram(const Checkpoint& ck, const std::string& dir, const Mod
   const std::vector<float> q = ck.DequantizeWeight(p + "q_weight"), kw = ck.DequantizeWeight(p + "k_weight");
   w.qk.resize(q.size());
   for (size_t i = 0; i < q.size(); ++i) w.qk[i] = q[i] * kw[i];  // BF16 x BF16: exact in float
-  w.wkv = ck.DequantizeWeight(p + "wkv.weight");
+  // wkv at the load's precision, through the loader's own rule and conversion (engine/v41_held.h).
+  Weight held;
+  held.rows = int64_t(hc + 1) * d;
+  held.cols = in;
+  HoldWeight(ck, p + "wkv.weight", HeldType(ck, p + "wkv.weight", held.rows, held.cols, opt.weights), &held, [&](size_t bytes) {
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    void* part = std::aligned_alloc(64, rounded);
+    if (!part) throw std::bad_alloc();
+    w.wkv_parts.emplace_back(part, std::free);
+    return part;
+  });
+  w.wkv = held.view();
   spdlog::debug("engram layer {}: table {} rows x {} in {} (codes at {}, scales at {}), wkv [{}, {}], {} io threads", layer, rows, hd,
                 w.table.path, w.table.weight_offset, w.table.scale_offset, (hc + 1) * d, in, opt.io_threads);
   return w;
@@ -393,7 +407,7 @@ void EngramAdd(const EngramWeights& w, const ModelConfig& cfg, const int32_t* to
   for (int t0 = 0; t0 < n; t0 += kGroup) {
     const int m = std::min(kGroup, n - t0);
     EngramGatherRows(w, &ids[size_t(t0) * size_t(K)], int64_t(m) * K, rows.data());
-    kernels::Matmul(rows.data(), w.wkv.data(), kv.data(), m, in, out_w);  // [m, in] x [out_w, in]^T
+    kernels::MatmulW(rows.data(), w.wkv, kv.data(), m);  // [m, in] x [out_w, in]^T (F32: kernels::Matmul)
     for (int t = 0; t < m; ++t) {
       float* X = x + size_t(t0 + t) * size_t(stride);
       const float* key = &kv[size_t(t) * size_t(out_w)];

@@ -29,8 +29,9 @@
 //               only X changes, a is left as it is.
 //   * Prefill in chunks: each chunk passes its own tokens, its first position and the N-1
 //     tokens before it; the rows read equal one whole prefill's exactly, and X equals it up to
-//     the F32 rounding of the wkv product (sgemm for many rows, a dot product for one; tested
-//     within a derived bound, worst 9.5e-7 on the test Engram), like the rest of the forward.
+//     the F32 rounding of the wkv product (sgemm for many rows, a dot product for one, wkv held
+//     F32 or FP8; tested within a derived bound, worst 9.5e-7 on the test Engram), like the rest
+//     of the forward.
 //   * Decode: n = 1, first_pos = the token's position, prev = the N-1 tokens before it.
 //   * Encoder replay ([max(0, P - W), P) re-run through layers 0..E-1): Engram layers are
 //     encoder layers, so the replay calls EngramAdd exactly like prefill for those rows, with
@@ -49,6 +50,8 @@
 #include <vector>
 
 #include "engine/config.h"
+#include "engine/weight_precision.h"
+#include "kernels/weight_view.h"
 
 namespace cedar {
 
@@ -98,6 +101,7 @@ struct EngramTableFile {
 
 struct EngramOptions {
   int io_threads = 16;  // lookups of one batch in flight at once (IO-bound: more than cores)
+  WeightPrecision weights = WeightPrecision::kF32;  // the load's --weights: how wkv is held
   // Opens the table's shard for row reads; default OpenPreadReader. Tests inject a counter.
   std::function<std::unique_ptr<EngramFileReader>(const std::string& path)> open_reader;
 };
@@ -116,7 +120,11 @@ struct EngramWeights {
   EngramTableFile table;          // the FP8 rows, read on demand
   std::shared_ptr<const EngramFileReader> reader;  // reads `table.path`
   std::shared_ptr<EngramIoPool> io;                // issues a batch's row reads in parallel
-  std::vector<float> wkv;         // [(hc + 1) * d, K * head_dim] dequantised once (FP8 32x32 blocks)
+  // [(hc + 1) * d, K * head_dim], held at EngramOptions::weights (engine/v41_held.h: F32 dequantised;
+  // as-stored the released FP8 with its 32x32 E8M0 blocks; bf16 / int8 converted). Its bytes are
+  // wkv_parts', each 64-byte aligned.
+  kernels::WeightView wkv;
+  std::vector<std::shared_ptr<const void>> wkv_parts;
   std::vector<float> qk;          // [hc, d] q_weight * k_weight (only ever used as a product)
 };
 

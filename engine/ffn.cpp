@@ -68,7 +68,7 @@ void FfnAdd(const Model& m, int l, const float* x, float* h, int n, std::span<co
   }
   const int ne = c.n_routed_experts, kk = c.experts_per_token, d = c.dim;
   Scratch<float> s(size_t(n) * ne);  // [n, n_experts]
-  MatmulGroups(x, w.gate.data, s.data(), d, ne, groups);
+  MatmulGroups(x, w.gate.view(), s.data(), groups);  // F32, or a released router's BF16 (engine/v41_held.h)
   // Each row's choice (its top kk experts in order, and their weights) on its own, split over
   // the pool (a prefill's 512+ rows were a serial stretch); then the lists in row order.
   Scratch<int32_t> pick(size_t(n) * kk);  // [n, kk] expert ids, best first

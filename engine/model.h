@@ -10,6 +10,7 @@
 #include "engine/engram.h"
 #include "engine/safetensors.h"
 #include "engine/weight_arena.h"
+#include "engine/weight_precision.h"
 #include "kernels/weight_view.h"
 
 namespace cedar {
@@ -98,23 +99,6 @@ struct DSparkWeights {
   int n_experts = 0;               // dspark_n_routed_experts: the stages' routed experts
   int experts_per_token = 0;       // dspark_num_experts_per_tok
 };
-
-// The precision of the matmul weights in memory (`--weights`). Embeddings, norms, the router and
-// the mHC mixes stay F32 in every mode.
-enum class WeightPrecision {
-  kF32,       // today's behaviour: F32 copied, BF16 converted to F32
-  kBF16,      // BF16 kept, F32 rounded to BF16 (nearest even)
-  kI8,        // symmetric INT8 with one bfloat16 scale per 32 inputs (kernels::QuantizeI8)
-  kAsStored,  // as in the file: F32 stays F32, BF16 stays BF16, the released FP8/FP4 stay FP8/FP4
-  // The released checkpoint's precisions, converted at load (Cedar-layout files; a released-layout
-  // model already holds them: as-stored): routed experts FP4 E2M1 with an E8M0 scale per 32
-  // inputs, the head BF16, every other matmul weight FP8 E4M3 with 32x32 E8M0 blocks. What those
-  // formats cost on a trained model (docs/WEIGHTS.md).
-  kFp8Fp4,
-};
-const char* WeightPrecisionName(WeightPrecision p);  // "f32", "bf16", "int8", "as-stored", "fp8-fp4"
-// Parses a `--weights` value; throws std::invalid_argument naming the accepted values.
-WeightPrecision ParseWeightPrecision(const std::string& s);
 
 struct LoadOptions {
   // Read F32 tensors in place from the memory-mapped file instead of copying every weight
@@ -228,8 +212,9 @@ struct TensorSpec {
   std::vector<int64_t> shape;
 };
 std::vector<TensorSpec> RequiredTensors(const ModelConfig& c);
-// Whether a tensor (Cedar's or the released name) is a matmul weight, stored at LoadOptions::weights;
-// every other tensor (embeddings, norms, router, mHC mixes, sinks) stays F32.
+// Whether a tensor (Cedar's or the released name, Engram's wkv included) is a matmul weight, stored
+// at LoadOptions::weights; every other tensor (embeddings, norms, router, mHC mixes, sinks) stays
+// F32, except a released checkpoint's BF16 routers (engine/v41_held.h).
 bool IsMatmulTensor(const std::string& name);
 // The type a matmul weight of a Cedar-layout model is held at with --weights fp8-fp4: BF16 for the
 // head, FP4 for routed experts (inputs a multiple of 32, as the released ones are; else FP8), FP8 for the rest.

@@ -39,7 +39,8 @@ bool IsMatmulTensor(const std::string& name) {
   static const char* const kSuffixes[] = {"attn.wq_a.weight", "attn.wq_b.weight", "attn.wkv.weight", "attn.wo_a.weight",
                                           "attn.wo_b.weight", "compressor.wkv.weight", "compressor.wz.weight",
                                           "compressor.wgate.weight", "indexer.wk.weight", "indexer.wq_b.weight",
-                                          "indexer.weights_proj.weight", ".w1.weight", ".w2.weight", ".w3.weight"};
+                                          "indexer.weights_proj.weight", ".w1.weight", ".w2.weight", ".w3.weight",
+                                          "engram.wkv.weight"};
   if (name == "head.weight") return true;
   for (const char* s : kSuffixes) {
     const size_t n = std::strlen(s);

@@ -14,7 +14,11 @@ namespace cedar {
 kernels::WeightType HeldTypeOf(const std::string& name, DType stored, const std::vector<int64_t>& scale_shape, int64_t rows,
                                int64_t cols, WeightPrecision p) {
   using kernels::WeightType;
-  if (p == WeightPrecision::kF32 || !IsMatmulTensor(name)) return WeightType::kF32;
+  if (p == WeightPrecision::kF32) return WeightType::kF32;
+  // The routers as released (BF16): the file's values, held so in every other mode and never
+  // quantised (the expert choice is the one place a small weight error changes which weights run).
+  if (IsReleasedRouter(name)) return stored == DType::BF16 ? WeightType::kBF16 : WeightType::kF32;
+  if (!IsMatmulTensor(name)) return WeightType::kF32;
   if (p == WeightPrecision::kBF16) return WeightType::kBF16;
   if (p == WeightPrecision::kI8) return WeightType::kI8;
   if (stored == DType::BF16) return WeightType::kBF16;
@@ -27,8 +31,13 @@ kernels::WeightType HeldTypeOf(const std::string& name, DType stored, const std:
   return WeightType::kF32;
 }
 
+bool IsReleasedRouter(const std::string& name) {
+  static const std::string kSuffix = "ffn.gate.weight";
+  return name.size() >= kSuffix.size() && name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
+}
+
 kernels::WeightType HeldType(const Checkpoint& ck, const std::string& name, int64_t rows, int64_t cols, WeightPrecision p) {
-  if (p == WeightPrecision::kF32 || !IsMatmulTensor(name)) return kernels::WeightType::kF32;
+  if (p == WeightPrecision::kF32 || (!IsMatmulTensor(name) && !IsReleasedRouter(name))) return kernels::WeightType::kF32;
   const TensorInfo& t = ck.Get(name);
   std::vector<int64_t> scale_shape;
   if (t.dtype == DType::F8_E4M3 && p == WeightPrecision::kAsStored)

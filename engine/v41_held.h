@@ -18,15 +18,18 @@ namespace cedar {
 
 class Checkpoint;
 
-// The type a released tensor is held in: matmul weights converted (bf16, int8) or kept as
-// released (as-stored: FP8 with 32x32 blocks, packed FP4 with E8M0 per 32, BF16); everything else,
-// and FP8 with other block shapes, dequantised to F32.
+// The type a released tensor is held in: matmul weights (IsMatmulTensor, Engram's wkv included)
+// converted (bf16, int8) or kept as released (as-stored: FP8 with 32x32 blocks, packed FP4 with
+// E8M0 per 32, BF16); the routers (ffn.gate.weight, BF16 as released) BF16 in every mode but f32;
+// everything else, and FP8 with other block shapes, dequantised to F32.
 kernels::WeightType HeldType(const Checkpoint& ck, const std::string& name, int64_t rows, int64_t cols, WeightPrecision p);
 // The same rule from what the file would say: `stored` the tensor's dtype, `scale_shape` its
 // `.scale` tensor's shape (FP8 only; empty otherwise). `cedar info --config ... --weights W`
 // applies it to the config's tensor list (engine/v41_info.h ComputeV41Held), with no checkpoint.
 kernels::WeightType HeldTypeOf(const std::string& name, DType stored, const std::vector<int64_t>& scale_shape, int64_t rows,
                                int64_t cols, WeightPrecision p);
+// A router's weight (`layers.N.ffn.gate.weight`, `mtp.S.ffn.gate.weight`).
+bool IsReleasedRouter(const std::string& name);
 // Bytes of a tensor [rows, cols] held as `t`, each part (elements, scales) rounded up to 64 bytes
 // (the arena's alignment).
 int64_t HeldBytes(kernels::WeightType t, int64_t rows, int64_t cols);

@@ -238,8 +238,8 @@ V41Held ComputeV41Held(const V41Config& c, WeightPrecision p) {
       continue;
     }
     if (t.is_scale || EndsWith(t.name, "ffn.gate.bias_vl")) continue;  // scales: counted with their weight
-    if (t.family == "engram_proj") {  // std::vector<float> (engine/engram.cpp EngramWeights), no arena rounding:
-      if (EndsWith(t.name, "engram.k_weight")) continue;  // wkv, and q_weight * k_weight held as one [hc, d]
+    if (t.family == "engram_proj" && !EndsWith(t.name, "engram.wkv.weight")) {  // engine/engram.cpp EngramWeights:
+      if (EndsWith(t.name, "engram.k_weight")) continue;  // q_weight * k_weight held as one F32 vector [hc, d]
       h.engram_bytes += t.Elements() * 4;
       if (active) h.decode_token_bytes += t.Elements() * 4;
       continue;
@@ -251,6 +251,11 @@ V41Held ComputeV41Held(const V41Config& c, WeightPrecision p) {
     const std::vector<int64_t> scale_shape =
         i + 1 < ts.size() && ts[i + 1].is_scale ? ts[i + 1].shape : std::vector<int64_t>{};  // Dense/Expert add it next
     const int64_t bytes = HeldBytes(HeldTypeOf(t.name, t.dtype, scale_shape, rows, cols, p), rows, cols);
+    if (t.family == "engram_proj") {  // wkv: held at p beside the arena, each part 64-byte aligned
+      h.engram_bytes += bytes;
+      if (active) h.decode_token_bytes += bytes;
+      continue;
+    }
     h.arena_bytes += bytes * t.count;
     const bool routed = t.name.find("ffn.experts.") != std::string::npos;  // the backbone's and DSpark's banks
     if (routed) h.expert_bytes += bytes * t.count;

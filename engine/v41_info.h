@@ -55,7 +55,7 @@ struct V41Info {
   // Stored bytes a decode token's weights take (the active_decode tensors as stored: FP8 and FP4
   // with their E8M0 scales, BF16, F32; n_activated experts' share, Engram's rows read): what an
   // engine holding every tensor as released streams per decode token. (Cedar's --weights as-stored
-  // holds the matmul weights so, but the routers, Engram's wkv, mHC and norms as F32: more bytes.)
+  // holds the matmul weights, the routers and Engram's wkv so, but the norms as F32: V41Held.)
   int64_t active_decode_bytes = 0;
   // Cache bytes per token of global KV as released: main entries FP4 + E4M3 per 16 (c/2 + c/16),
   // index keys MXFP4 + UE8M0 per 32 (cI/2 + cI/32), divided by each source's ratio (report: 890).
@@ -68,12 +68,12 @@ V41Info ComputeV41Info(const V41Config& c);
 // the config alone: engine/v41_held.h's rule (HeldTypeOf) applied to V41Tensors, each tensor
 // rounded up to the arena's 64 bytes as the loader allocates it. The loader holds every tensor of
 // V41Tensors except ffn.gate.bias_vl (image routing) and the Engram tables, which stay in the
-// shards and are read row by row; Engram's wkv and q * k are held as F32 beside the arena.
+// shards and are read row by row; Engram's wkv (at p) and q * k (F32) are held beside the arena.
 struct V41Held {
   int64_t arena_bytes = 0;         // the load's arena with every routed expert resident: embed, head,
                                    // backbone and DSpark (ReleasedLoadReport dense_bytes + expert_bytes)
   int64_t expert_bytes = 0;        // of those, the routed experts (what --max-ram may leave in the shards)
-  int64_t engram_bytes = 0;        // Engram's wkv and q_weight * k_weight ([hc, d]) as F32, outside the arena
+  int64_t engram_bytes = 0;        // Engram's wkv (at p) and q_weight * k_weight ([hc, d], F32), outside the arena
   int64_t decode_token_bytes = 0;  // the weights one decode token reads as held: every backbone layer's
                                    // (n_activated experts' share, Engram's table rows as stored),
                                    // the final norm and the head; the embedding lookup not counted

@@ -294,9 +294,13 @@ std::unique_ptr<const Model> Model::LoadReleased(const std::string& dir, const L
   }
   ck.VerifyAll();
 
-  // Engram (layers.N.engram.*): q/k and wkv dequantised now, the tables read row by row from the
+  // Engram (layers.N.engram.*): q * k and wkv held now (wkv at --weights), the tables read row by row from the
   // shard during the forward (engine/engram.h); the class table comes from dir/tokenizer.json.
-  if (!c.engram_layers.empty()) m->engram_ = LoadAllEngrams(ck, dir, c);
+  if (!c.engram_layers.empty()) {
+    EngramOptions eo;
+    eo.weights = options.weights;  // wkv held like every matmul weight
+    m->engram_ = LoadAllEngrams(ck, dir, c, eo);
+  }
   // DSpark stages (mtp.S.*) are loaded below beside the backbone (engine/dspark.h). Vision tensors are ignored.
   if (options.mmap_weights) spdlog::debug("model {}: --mmap-weights ignored for the released layout (every weight is dequantised)", dir);
 

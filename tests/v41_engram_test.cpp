@@ -283,31 +283,40 @@ TEST_CASE("row ids with the released constants (layers 1 and 14, 16M buckets, 99
 
 TEST_CASE("EngramAdd matches the float64 reference within the float error bound") {
   const Fixture& f = F();
-  const EngramWeights w = Load();
-  const std::vector<float> x = RunChunks(w, 0, {30});
-  const json& res = f.ref["cases"][0];
-  const int RW = f.cfg.ResidualWidth(), d = 64, hc = 4;
-  double worst_ratio = 0, worst_err = 0, worst_change = 0;
-  for (int t = 0; t < 30; ++t) {
-    const auto want = res["x"][size_t(t)].get<std::vector<double>>();
-    for (int i = 0; i < hc; ++i) {
-      double x_max = 0;
-      for (int c = 0; c < d; ++c) x_max = std::max(x_max, std::fabs(want[size_t(i * d + c)]));
-      const double bound = StreamBound(res, t, i, f.qk_max[size_t(i)], x_max);
-      for (int c = 0; c < d; ++c) {
-        const double got = x[size_t(t * RW + i * d + c)], ref = want[size_t(i * d + c)];
-        const double err = std::fabs(got - ref);
-        CHECK_MESSAGE(err <= bound, "token " << t << " stream " << i << " channel " << c << ": got " << got << ", reference " << ref
-                                            << ", bound " << bound);
-        worst_ratio = std::max(worst_ratio, err / bound);
-        worst_err = std::max(worst_err, err);
-        worst_change = std::max(worst_change, std::fabs(ref - f.x[0][size_t(t * RW + i * d + c)]));
+  // wkv dequantised to F32 (--weights f32), or held as released, FP8 with its 32x32 E8M0 blocks
+  // (as-stored): the same values (E4M3 x 2^k is exact in float), so the same bound, whatever order
+  // the FP8 product sums in.
+  for (const WeightPrecision precision : {WeightPrecision::kF32, WeightPrecision::kAsStored}) {
+    CAPTURE(WeightPrecisionName(precision));
+    EngramOptions opt;
+    opt.weights = precision;
+    const EngramWeights w = Load(opt);
+    CHECK(w.wkv.type == (precision == WeightPrecision::kF32 ? kernels::WeightType::kF32 : kernels::WeightType::kFP8));
+    const std::vector<float> x = RunChunks(w, 0, {30});
+    const json& res = f.ref["cases"][0];
+    const int RW = f.cfg.ResidualWidth(), d = 64, hc = 4;
+    double worst_ratio = 0, worst_err = 0, worst_change = 0;
+    for (int t = 0; t < 30; ++t) {
+      const auto want = res["x"][size_t(t)].get<std::vector<double>>();
+      for (int i = 0; i < hc; ++i) {
+        double x_max = 0;
+        for (int c = 0; c < d; ++c) x_max = std::max(x_max, std::fabs(want[size_t(i * d + c)]));
+        const double bound = StreamBound(res, t, i, f.qk_max[size_t(i)], x_max);
+        for (int c = 0; c < d; ++c) {
+          const double got = x[size_t(t * RW + i * d + c)], ref = want[size_t(i * d + c)];
+          const double err = std::fabs(got - ref);
+          CHECK_MESSAGE(err <= bound, "token " << t << " stream " << i << " channel " << c << ": got " << got << ", reference " << ref
+                                              << ", bound " << bound);
+          worst_ratio = std::max(worst_ratio, err / bound);
+          worst_err = std::max(worst_err, err);
+          worst_change = std::max(worst_change, std::fabs(ref - f.x[0][size_t(t * RW + i * d + c)]));
+        }
       }
+      for (int i = 0; i < hc; ++i) CHECK(x[size_t(t * RW + hc * d + i)] == f.x[0][size_t(t * RW + hc * d + i)]);  // pre-mix untouched
     }
-    for (int i = 0; i < hc; ++i) CHECK(x[size_t(t * RW + hc * d + i)] == f.x[0][size_t(t * RW + hc * d + i)]);  // pre-mix untouched
+    MESSAGE("worst |C++ - float64| " << worst_err << " (" << worst_ratio << " of its bound); largest update " << worst_change);
+    CHECK(worst_change > 0.1);  // the update is not vanishingly small next to the bound
   }
-  MESSAGE("worst |C++ - float64| " << worst_err << " (" << worst_ratio << " of its bound); largest update " << worst_change);
-  CHECK(worst_change > 0.1);  // the update is not vanishingly small next to the bound
 }
 
 TEST_CASE("chunked prefill and one-token decode equal one whole call") {
@@ -324,12 +333,16 @@ TEST_CASE("chunked prefill and one-token decode equal one whole call") {
     }
   }
   // Streams: within twice the bound (each path is within one bound of float64; the kv product
-  // of a 30-row call runs on sgemm, a 1-row one on a dot product, so the last bits may differ).
-  const std::vector<float> a = RunChunks(w, 0, {30});
+  // of a 30-row call runs on sgemm, a 1-row one on a dot product, so the last bits may differ),
+  // with wkv as F32 and as released (FP8: one-row products on the typed decode kernel).
+  EngramOptions as_stored;
+  as_stored.weights = WeightPrecision::kAsStored;
+  const EngramWeights w8 = Load(as_stored);
   const json& res = f.ref["cases"][0];
   const int RW = f.cfg.ResidualWidth();
+  for (const EngramWeights* ww : {&w, &w8})
   for (const std::vector<int>& sizes : std::vector<std::vector<int>>{{1}, {7, 1, 13}, {2, 5}}) {
-    const std::vector<float> b = RunChunks(w, 0, sizes);
+    const std::vector<float> a = RunChunks(*ww, 0, {30}), b = RunChunks(*ww, 0, sizes);
     double worst = 0;
     for (int tk = 0; tk < 30; ++tk)
       for (int i = 0; i < 4; ++i) {
@@ -342,7 +355,7 @@ TEST_CASE("chunked prefill and one-token decode equal one whole call") {
           worst = std::max(worst, err);
         }
       }
-    MESSAGE("pieces starting " << sizes[0] << ": worst difference from the whole call " << worst);
+    MESSAGE("wkv " << std::string(kernels::WeightTypeName(ww->wkv.type)) << ", pieces starting " << sizes[0] << ": worst difference from the whole call " << worst);
   }
 }
 

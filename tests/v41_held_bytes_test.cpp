@@ -2,7 +2,7 @@
 // loading that checkpoint at W without reading it: engine/v41_info.h ComputeV41Held applies the
 // loader's held-type rule to the config's tensor list. Here the same figures are taken from a
 // model actually loaded at W: the arena the loader sized from the checkpoint's own tensors, the
-// Engram vectors it dequantised, and the bytes of the Weights one decode token reads, summed over
+// Engram weights it holds, and the bytes of the Weights one decode token reads, summed over
 // the loaded Model's fields. Two paths (the config's tensor list vs. the loader's plan and the
 // checkpoint's dtypes) that must agree to the byte.
 #include <doctest/doctest.h>
@@ -54,9 +54,19 @@ void CheckAgainstLoad(const V41Config& v, const std::string& dir) {
     const V41Held h = ComputeV41Held(v, p);
     CHECK(h.arena_bytes == r.dense_bytes + r.expert_bytes);
     CHECK(h.expert_bytes == r.expert_bytes);
+    // The types held: matmul weights (Engram's wkv one of them) at p, the routers as released (BF16).
+    using kernels::WeightType;
+    const WeightType dense = p == WeightPrecision::kAsStored ? WeightType::kFP8
+                             : p == WeightPrecision::kBF16   ? WeightType::kBF16
+                             : p == WeightPrecision::kI8     ? WeightType::kI8
+                                                             : WeightType::kF32;
+    CHECK(m->layer(1).wq_a.type == dense);
+    CHECK(m->layer(1).gate.type == (p == WeightPrecision::kF32 ? WeightType::kF32 : WeightType::kBF16));
+    CHECK(m->layer(1).attn_norm.type == WeightType::kF32);
     int64_t engram = 0, decode = Held(m->head()) + Held(m->norm());
     for (const EngramWeights& e : m->engram()) {
-      const int64_t vectors = int64_t(e.wkv.size() + e.qk.size()) * 4;
+      CHECK(e.wkv.type == dense);
+      const int64_t vectors = HeldBytes(e.wkv.type, e.wkv.rows, e.wkv.cols) + int64_t(e.qk.size()) * 4;
       engram += vectors;
       // Each of (max_ngram - 1) x n_heads table rows read as stored: head_dim E4M3 codes + one E8M0 per 32.
       decode += vectors + int64_t(c.engram_max_ngram - 1) * c.engram_n_heads * (c.engram_head_dim + c.engram_head_dim / 32);
@@ -87,7 +97,7 @@ TEST_CASE("a released config's held bytes (cedar info --weights) equal what the 
     CheckAgainstLoad(v, dir);
     std::filesystem::remove_all(dir);
   }
-  SUBCASE("v41-tiny-engram: Engram's tables stay in the shards, its projections are F32") {
+  SUBCASE("v41-tiny-engram: Engram's tables stay in the shards, its wkv is held at --weights") {
     V41Config v;
     REQUIRE(V41PresetConfig("v41-tiny-engram", &v));
     v.vocab_size = 1024;

@@ -154,8 +154,33 @@ run check_refused bench_decode_ab --steps --model m --b bf16a=1 --steps 0
 run check_refused bench_engine --no-such-flag --no-such-flag 1
 run check_refused bench_engine --decode --decode -1
 run check_refused bench_engine --preset --preset small9
+# check_cedar_bench_released: on a released-layout model the decode bound's bytes are the bytes
+# `cedar info --weights` says Cedar holds for a decode token (engine/v41_info.h V41Held, which
+# v41_held_bytes_test checks against the loader), not the CED estimate (no Engram, routers at F32).
+check_cedar_bench_released() {
+  local err info out verdict
+  err=$(timeout 60 "$DIR/../cedar" init --arch v41 --preset v41-tiny --seed 2 --out "$TMP/v41" 2>&1) || {
+    echo "FAIL: cedar init --arch v41 --preset v41-tiny: $err"; return; }
+  info=$("$DIR/../cedar" info --model "$TMP/v41" --weights as-stored --json 2>&1 </dev/null) || { echo "FAIL: cedar info: $info"; return; }
+  out=$(timeout 120 "$DIR/../cedar" bench --model "$TMP/v41" --device cpu --weights as-stored --lengths '' --decode 2 \
+        --decode-batch 1 --decode-context 16 --reps 1 2>&1 </dev/null) || { echo "FAIL: cedar bench on v41-tiny: $out"; return; }
+  verdict=$(INFO=$info python3 -c '
+import json, os, sys
+info = os.environ["INFO"]
+want = json.loads(info[info.index("{"):])["held"]["decode_token_bytes"]
+dec = [json.loads(l) for l in sys.stdin if l.startswith("{") and "\"bench\":\"decode\"" in l]
+if len(dec) != 1: sys.exit("decode lines %r: want one" % dec)
+got = dec[0]["weight_bytes_per_step_lower_bound"]
+if got != want: sys.exit("weight_bytes_per_step_lower_bound %r, cedar info held decode_token_bytes %r" % (got, want))
+print("ok %d" % want)
+' <<<"$out" 2>&1)
+  if [[ $verdict != ok* ]]; then echo "FAIL: cedar bench on v41-tiny: $verdict"; return; fi
+  echo "ok: cedar bench on v41-tiny as stored: the bound's bytes are cedar info's (${verdict#ok })"
+}
+
 run check_decode_ab
 run check_cedar_bench
+run check_cedar_bench_released
 run check_cedar_bench_no_decode
 wait
 
