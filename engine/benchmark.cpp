@@ -264,12 +264,13 @@ int RunEngineBenchMain(int argc, char** argv) {
   // found under $TMPDIR, by the preset.
   const std::string model_name = written.dir.empty() ? model_dir : preset;
   const ModelInfo info = ComputeInfo(c);
-  // The released layout: what loading cost (every weight dequantised once into the arena, or the
-  // dense part only when --max-ram puts the experts on demand).
+  // The released layout: what loading cost (every weight held once in the arena at --weights, or
+  // the dense part only when --max-ram puts the experts on demand).
   const ExpertCache* experts = m->expert_cache();
   if (const ReleasedLoadReport* lr = m->released_load()) {
     Emit({{"bench", "load"}, {"model", model_name}, {"tensors", lr->tensors}, {"stored_bytes", lr->stored_bytes},
-          {"dense_f32_bytes", lr->dense_bytes}, {"expert_f32_bytes", lr->expert_bytes}, {"check_seconds", lr->check_seconds},
+          {"weights", WeightPrecisionName(m->weight_precision())},
+          {"dense_held_bytes", lr->dense_bytes}, {"expert_held_bytes", lr->expert_bytes}, {"check_seconds", lr->check_seconds},
           {"dequant_seconds", lr->dequant_seconds}, {"total_seconds", lr->total_seconds},
           {"experts_on_demand", experts != nullptr}, {"max_ram_bytes", load.max_ram_bytes}});
   }

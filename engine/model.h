@@ -118,8 +118,8 @@ struct LoadOptions {
 struct ReleasedLoadReport {
   int64_t tensors = 0;          // tensors dequantised into the arena
   int64_t stored_bytes = 0;     // bytes of those tensors (and their scales) as stored in the shards
-  int64_t dense_bytes = 0;      // arena bytes of every weight except routed experts (F32)
-  int64_t expert_bytes = 0;     // arena bytes of the routed experts (F32)
+  int64_t dense_bytes = 0;      // arena bytes of every weight except routed experts, as held at --weights
+  int64_t expert_bytes = 0;     // arena bytes of the routed experts, as held at --weights
   double check_seconds = 0;     // config + index + every shard header checked against the inventory
   double dequant_seconds = 0;   // reading the mapped shards and dequantising into the arena
   double total_seconds = 0;     // the whole LoadReleased call
