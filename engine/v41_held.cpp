@@ -25,8 +25,9 @@ kernels::WeightType HeldTypeOf(const std::string& name, DType stored, const std:
   if (stored == DType::I8 || stored == DType::U8) return cols % 32 == 0 ? WeightType::kFP4 : WeightType::kF32;
   if (stored == DType::F8_E4M3) {
     if (scale_shape.size() == 2 && scale_shape[0] == (rows + 31) / 32 && scale_shape[1] == (cols + 31) / 32) return WeightType::kFP8;
-    spdlog::debug("{}: FP8 scale grid of {} dims (first {}) is not 32x32 blocks: dequantised to F32", name, scale_shape.size(),
-                  scale_shape.empty() ? 0 : scale_shape[0]);
+    std::string grid;
+    for (int64_t n : scale_shape) grid += (grid.empty() ? "" : ", ") + std::to_string(n);
+    spdlog::debug("{}: FP8 scale grid [{}] is not 32x32 blocks of [{}, {}]: dequantised to F32", name, grid, rows, cols);
   }
   return WeightType::kF32;
 }
