@@ -111,6 +111,9 @@ struct LoadOptions {
   int64_t max_ram_bytes = 0;
   // The matmul weights' precision in memory (issue 20). kF32 keeps today's numbers bit for bit.
   WeightPrecision weights = WeightPrecision::kF32;
+  // Released layout: the machine's memory the held weights (or --max-ram) must fit in; 0 = this
+  // machine's physical memory. Tests set less to reach the refusal.
+  int64_t machine_memory_bytes = 0;
 };
 
 // ---- Released layout (issue 21, engine/v41_load.cpp): what loading a sharded FP8/FP4 checkpoint

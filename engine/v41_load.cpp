@@ -9,6 +9,7 @@
 #include "engine/v41_load.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 #include <time.h>
 #include <xxhash.h>
 
@@ -124,6 +125,12 @@ double ThreadCpuSeconds() {
 
 double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
+}
+
+// This machine's physical memory in bytes (0 when the system does not say).
+int64_t PhysicalMemoryBytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? int64_t(pages) * int64_t(page) : 0;
 }
 
 std::string MiB(int64_t b) {
@@ -465,6 +472,25 @@ std::unique_ptr<const Model> Model::LoadReleased(const std::string& dir, const L
                              " bytes in all) do not, and the " + std::to_string(budget - report->dense_bytes) +
                              " bytes left hold fewer than the " + std::to_string(c.experts_per_token) + " experts of one token (" +
                              std::to_string(int64_t(c.experts_per_token) * one_expert) + " bytes) that on-demand experts need");
+  // What this load will hold (the arena, or under --max-ram its budget) against the machine's
+  // memory. Past it the arena's mapping is refused with a bare ENOMEM (or, within RAM + swap, the
+  // load pages for hours): refused here instead, naming what would fit.
+  const int64_t memory = options.machine_memory_bytes > 0 ? options.machine_memory_bytes : PhysicalMemoryBytes();
+  if (memory > 0 && on_demand && budget > memory)
+    throw std::runtime_error("model: " + dir + ": --max-ram " + std::to_string(budget) + " bytes (" + MiB(budget) +
+                             ") is more than this machine's memory, " + std::to_string(memory) + " bytes (" + MiB(memory) + ")");
+  if (memory > 0 && !on_demand && report->dense_bytes + report->expert_bytes > memory) {
+    const int64_t need = report->dense_bytes + report->expert_bytes;
+    int64_t as_stored = 0;
+    for (const Planned& t : plan) as_stored += HeldBytes(HeldType(ck, t.name, t.rows, t.cols, WeightPrecision::kAsStored), t.rows, t.cols);
+    std::string fits;
+    if (options.weights != WeightPrecision::kAsStored && as_stored <= memory)
+      fits = "--weights as-stored holds them as released in " + std::to_string(as_stored) + " bytes (" + MiB(as_stored) + "); ";
+    throw std::runtime_error("model: " + dir + ": the weights held at --weights " + WeightPrecisionName(options.weights) + " need " +
+                             std::to_string(need) + " bytes (" + MiB(need) + "), more than this machine's memory, " + std::to_string(memory) +
+                             " bytes (" + MiB(memory) + "); " + fits + "--max-ram BYTES reads the routed experts on demand from the "
+                             "shards (`cedar info --model " + dir + " --weights W` prints what each precision holds)");
+  }
   const auto t1 = std::chrono::steady_clock::now();
   report->check_seconds = Seconds(t0, t1);
 

@@ -292,6 +292,35 @@ TEST_CASE("released checkpoint defects are refused with errors naming them") {
     const auto all = Model::Load(d.str(), o);
     CHECK(all->expert_cache() == nullptr);
   }
+  SUBCASE("weights beyond the machine's memory") {
+    // f32 (the default) beyond it: refused before the arena, naming as-stored's bytes when they fit.
+    LoadOptions as_stored;
+    as_stored.weights = WeightPrecision::kAsStored;
+    const auto m8 = Model::Load(d.str(), as_stored);
+    const int64_t held8 = m8->released_load()->dense_bytes + m8->released_load()->expert_bytes;
+    REQUIRE(held8 < dense + experts);
+    LoadOptions o;
+    o.machine_memory_bytes = dense + experts - 1;
+    const std::string e1 = LoadError(d.str(), o);
+    CHECK(e1.find("the weights held at --weights f32 need " + std::to_string(dense + experts) + " bytes") != std::string::npos);
+    CHECK(e1.find("more than this machine's memory, " + std::to_string(dense + experts - 1) + " bytes") != std::string::npos);
+    CHECK(e1.find("--weights as-stored holds them as released in " + std::to_string(held8) + " bytes") != std::string::npos);
+    CHECK(e1.find("--max-ram BYTES") != std::string::npos);
+    // as-stored that fits exactly loads; one byte less is refused, pointing at --max-ram only.
+    as_stored.machine_memory_bytes = held8;
+    CHECK(Model::Load(d.str(), as_stored) != nullptr);
+    as_stored.machine_memory_bytes = held8 - 1;
+    const std::string e2 = LoadError(d.str(), as_stored);
+    CHECK(e2.find("the weights held at --weights as-stored need " + std::to_string(held8) + " bytes") != std::string::npos);
+    CHECK(e2.find("--weights as-stored holds") == std::string::npos);
+    CHECK(e2.find("--max-ram BYTES") != std::string::npos);
+    // Experts on demand: --max-ram itself must fit the machine.
+    o.max_ram_bytes = dense + 3 * 3 * 64 * 64 * 4;
+    o.machine_memory_bytes = o.max_ram_bytes - 1;
+    CHECK(LoadError(d.str(), o).find("--max-ram " + std::to_string(o.max_ram_bytes) + " bytes (") != std::string::npos);
+    o.machine_memory_bytes = o.max_ram_bytes;
+    CHECK(Model::Load(d.str(), o)->expert_cache() != nullptr);
+  }
   SUBCASE("missing tensor") {
     nlohmann::json idx = nlohmann::json::parse(std::ifstream(d.path / "model.safetensors.index.json"));
     idx["weight_map"].erase("layers.2.attn.wq_b.scale");
