@@ -18,6 +18,7 @@
 #include "engine/activation_modes.h"
 #include "engine/backend.h"
 #include "engine/model.h"
+#include "kernels/hw_probe.h"
 #include "kernels/ops.h"
 #include "session/session_manager.h"
 #include "cli/commands.h"
@@ -40,10 +41,10 @@ void CheckCacheBudgets(uint64_t ram, uint64_t disk, const std::string& cache_dir
     if (!vm.count(name)) return "the default " + std::to_string(bytes) + " bytes";
     return "'" + vm[name].as<std::string>() + "' (" + std::to_string(bytes) + " bytes)";
   };
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-  if (pages > 0 && page > 0 && ram > uint64_t(pages) * uint64_t(page)) {
+  const int64_t memory = kernels::PhysicalMemoryBytes();
+  if (memory > 0 && ram > uint64_t(memory)) {
     throw UsageError("--cache-ram: " + as_given("cache-ram", ram) + " is more than this machine's memory; expected 0.." +
-                     std::to_string(uint64_t(pages) * uint64_t(page)) + " bytes");
+                     std::to_string(memory) + " bytes");
   }
   if (cache_dir.empty()) return;
   // The nearest existing directory: --cache-dir itself may not exist yet.

@@ -9,7 +9,6 @@
 #include "engine/v41_load.h"
 
 #include <sys/stat.h>
-#include <unistd.h>
 #include <time.h>
 #include <xxhash.h>
 
@@ -30,6 +29,7 @@
 #include "engine/model.h"
 #include "engine/v41_checkpoint.h"
 #include "engine/v41_held.h"
+#include "kernels/hw_probe.h"
 #include "kernels/ops.h"
 
 namespace cedar {
@@ -125,12 +125,6 @@ double ThreadCpuSeconds() {
 
 double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-// This machine's physical memory in bytes (0 when the system does not say).
-int64_t PhysicalMemoryBytes() {
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? int64_t(pages) * int64_t(page) : 0;
 }
 
 std::string MiB(int64_t b) {
@@ -475,7 +469,7 @@ std::unique_ptr<const Model> Model::LoadReleased(const std::string& dir, const L
   // What this load will hold (the arena, or under --max-ram its budget) against the machine's
   // memory. Past it the arena's mapping is refused with a bare ENOMEM (or, within RAM + swap, the
   // load pages for hours): refused here instead, naming what would fit.
-  const int64_t memory = options.machine_memory_bytes > 0 ? options.machine_memory_bytes : PhysicalMemoryBytes();
+  const int64_t memory = options.machine_memory_bytes > 0 ? options.machine_memory_bytes : kernels::PhysicalMemoryBytes();
   if (memory > 0 && on_demand && budget > memory)
     throw std::runtime_error("model: " + dir + ": --max-ram " + std::to_string(budget) + " bytes (" + MiB(budget) +
                              ") is more than this machine's memory, " + std::to_string(memory) + " bytes (" + MiB(memory) + ")");

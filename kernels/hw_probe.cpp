@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -156,6 +157,11 @@ double MeasureReadBandwidthGBs(int mbytes, int reps) {
     for (float p : partial) sink = sink + p;
   }
   return double(n * sizeof(float)) / best / 1e9;
+}
+
+int64_t PhysicalMemoryBytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? int64_t(pages) * int64_t(page) : 0;
 }
 
 void KeepLargeAllocations() {

@@ -2,6 +2,7 @@
 // fraction of the hardware the engine reaches.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace cedar::kernels {
@@ -26,4 +27,6 @@ double MeasureReadBandwidthGBs(int mbytes, int reps);
 // page-fault again (measured: ~5% of prefill time in page faults and zeroing). Call once at
 // startup, before threads start.
 void KeepLargeAllocations();
+// This machine's physical memory in bytes (sysconf), 0 when the system does not say.
+int64_t PhysicalMemoryBytes();
 }  // namespace cedar::kernels
